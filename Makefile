@@ -1,0 +1,54 @@
+# Tandem's build. `make test` is what CI runs; `make demo` runs the main job.
+GO        ?= go
+# Packages whose tests exercise goroutines, sockets and processes run under -race.
+RACE_PKGS  = ./comm/... ./graph/... ./ops/... ./ddp/... ./rpc/... ./rref/... ./autograd/... ./cmd/... ./data/...
+# Everything else (numerical packages whose tests are heavy under -race).
+PLAIN_PKGS = ./models/... ./optim/... ./examples/... ./internal/...
+FUZZTIME  ?= 5s
+GOTESTFLAGS ?= -count=1 -timeout 9m
+
+.PHONY: all build vet fmt-check test test-race test-plain fuzz demo bench clean
+
+all: build
+
+build:
+	$(GO) build ./...
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+test: vet fmt-check test-race test-plain fuzz
+
+test-race:
+	$(GO) test -race $(GOTESTFLAGS) $$($(GO) list $(RACE_PKGS) 2>/dev/null)
+
+test-plain:
+	$(GO) test $(GOTESTFLAGS) $$($(GO) list $(PLAIN_PKGS) 2>/dev/null)
+
+# Short fuzz runs of the wire decoders (a few seconds each).
+fuzz:
+	@grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do \
+	  dir=$$(dirname $$f); \
+	  for fz in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | sed 's/func //'); do \
+	    echo "fuzz $$dir $$fz ($(FUZZTIME))"; \
+	    $(GO) test -run='^$$' -fuzz="^$$fz$$" -fuzztime=$(FUZZTIME) $$dir || exit 1; \
+	  done; \
+	done
+
+demo:
+	$(GO) run ./cmd/tandem run -nproc 3 -- $(GO) run ./examples/collectives
+
+bench:
+	$(GO) run ./cmd/tandem bench store -json
+	$(GO) run ./cmd/tandem bench allreduce -nproc 2 -json
+	$(GO) run ./cmd/tandem bench allreduce -nproc 4 -json
+	$(GO) run ./cmd/tandem bench rpc -json
+	$(GO) run ./cmd/tandem bench train -json
+	$(GO) run ./cmd/tandem bench ddp -nproc 2 -json
+
+clean:
+	$(GO) clean -testcache

@@ -1,0 +1,79 @@
+// Package transport is the small point-to-point interface that every collective
+// algorithm in comm is written against once, and that backends (comm/tcp,
+// comm/local, later shared memory and MPI) implement: the driver side of comm,
+// as database/sql/driver is to database/sql.
+package transport
+
+import (
+	"context"
+	"time"
+
+	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/errs"
+)
+
+// Sentinel errors, shared with comm (comm.ErrPeerLost == transport.ErrPeerLost).
+var (
+	ErrTimeout         = errs.Timeout
+	ErrPeerLost        = errs.PeerLost
+	ErrClosed          = errs.Closed
+	ErrMismatch        = errs.Mismatch
+	ErrInvalidArgument = errs.InvalidArgument
+	ErrUnauthorized    = errs.Unauthorized
+	ErrTooLarge        = errs.TooLarge
+)
+
+// Config is what a backend needs to connect one rank to its peers.
+type Config struct {
+	Rank, Size int
+	// Store is the rendezvous store that ranks exchange addresses through.
+	// Keys a backend writes must be under its own prefix.
+	Store store.Store
+	// Timeout bounds connection set-up when the context has no deadline.
+	Timeout time.Duration
+	// Token, when not empty, must be presented by every peer at connect.
+	Token string
+	// MaxMessage bounds one message's size in bytes (0: backend default).
+	MaxMessage int64
+}
+
+// Backend builds a Transport for one rank; backends register themselves with
+// comm.Register under a name ("tcp", "local").
+type Backend interface {
+	Connect(ctx context.Context, cfg Config) (Transport, error)
+}
+
+// Tag labels a point-to-point message so that concurrent collectives and
+// user Send/Recv calls never take each other's messages. The comm layer builds
+// tags from the group id, the group's sequence number and the step within an
+// algorithm; transports treat them as opaque.
+type Tag uint64
+
+// Transport moves tagged byte messages between the ranks of one world. It is
+// the small point-to-point interface that every collective algorithm is written
+// against once; backends (comm/tcp, comm/local, later shared memory and MPI)
+// implement it.
+//
+// Ordering: messages from one peer under one tag arrive in the order sent.
+// A message that arrives before its Recv is posted is buffered by the transport.
+// Implementations are safe for concurrent use: many Sends and Recvs (to other
+// peers or under other tags) may be in flight at once.
+type Transport interface {
+	// Rank is this process's rank in the world, Size the number of ranks.
+	Rank() int
+	Size() int
+	// Send delivers buf to peer under tag. When it returns, buf may be reused.
+	// Sending to oneself is allowed.
+	Send(ctx context.Context, peer int, tag Tag, buf []byte) error
+	// Recv receives into buf the next message that peer sent under tag. The
+	// message must be exactly len(buf) bytes long; otherwise Recv returns an
+	// error wrapping ErrMismatch that states both lengths.
+	Recv(ctx context.Context, peer int, tag Tag, buf []byte) error
+	// Abort fails every pending and future operation with an error wrapping
+	// cause, and tells every peer that this rank aborted (so their operations
+	// involving this rank fail with ErrPeerLost instead of waiting).
+	Abort(cause error)
+	// Close releases connections and goroutines; pending operations fail with
+	// ErrClosed.
+	Close() error
+}

@@ -1,0 +1,25 @@
+// Package errs holds the sentinel errors that every layer of Tandem shares, so
+// that errors.Is(err, comm.ErrTimeout) holds whether the timeout happened in a
+// store, a transport, a collective or an RPC. Users reach them through the
+// re-exports in comm, comm/store and rpc.
+package errs
+
+import "errors"
+
+var (
+	// Timeout: a deadline (the context's or a configured default) expired.
+	Timeout = errors.New("tandem: timeout")
+	// PeerLost: a peer process died, closed its side or became unreachable.
+	PeerLost = errors.New("tandem: peer lost")
+	// Closed: the object (store, group, agent) was closed by its owner.
+	Closed = errors.New("tandem: closed")
+	// Mismatch: ranks disagree about what they are doing together (a collective's
+	// fingerprint, a world size, a message length).
+	Mismatch = errors.New("tandem: mismatch between ranks")
+	// InvalidArgument: the caller passed something that cannot work.
+	InvalidArgument = errors.New("tandem: invalid argument")
+	// Unauthorized: a peer presented a wrong or missing token.
+	Unauthorized = errors.New("tandem: unauthorized")
+	// TooLarge: a frame, value or message exceeds the configured size limit.
+	TooLarge = errors.New("tandem: too large")
+)
