@@ -1,11 +1,3 @@
-// Package store holds the key-value stores that ranks rendezvous through, with
-// the semantics of PyTorch's c10d stores: a TCP store (server embedded in rank 0
-// or standalone), a file store shared by several processes, an in-memory store
-// and a prefix store that namespaces another.
-//
-// Every call takes a context. Calls that block (Get, Wait) return an error
-// wrapping ErrTimeout when the context's deadline or the store's default timeout
-// expires, whichever comes first.
 package store
 
 import (
@@ -22,6 +14,10 @@ var (
 	ErrTooLarge        = errs.TooLarge
 	ErrUnauthorized    = errs.Unauthorized
 	ErrInvalidArgument = errs.InvalidArgument
+	// ErrPeerLost: the connection to a TCP store server broke while a
+	// non-idempotent request (Add, Append) was in flight and the client could
+	// not learn whether the server applied it.
+	ErrPeerLost = errs.PeerLost
 )
 
 // DefaultTimeout bounds blocking calls whose context carries no deadline.

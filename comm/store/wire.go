@@ -1,0 +1,268 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// The TCP store speaks length-prefixed frames over one TCP connection:
+//
+//	frame   = length:uint32 big-endian, payload (length bytes, 1 <= length <= max frame)
+//	payload = op:u8 code:u8 id:uvarint num:varint
+//	          nkeys:uvarint (len:uvarint bytes)*nkeys
+//	          nvals:uvarint (len:uvarint bytes)*nvals
+//
+// Every message has this one layout; what the fields mean depends on op.
+// Requests carry a client-chosen id that the reply (op opReply) echoes, so
+// one connection carries many concurrent requests. num holds a delta, a
+// timeout in milliseconds, a count or a boolean; code holds request flags or
+// the reply's status. The connection starts with a hello request (keys: magic,
+// token; num: protocol version; id: the client's session) answered by a reply
+// before anything else is sent.
+
+const (
+	frameHeader   = 4
+	frameOverhead = 1 << 10
+	protoMagic    = "tandem-store"
+	protoVersion  = 1
+)
+
+// Operations.
+const (
+	opHello byte = iota + 1
+	opSet
+	opGet
+	opAdd
+	opCompareSet
+	opDeleteKey
+	opNumKeys
+	opCheck
+	opWait
+	opMultiSet
+	opMultiGet
+	opAppend
+	opCancel // num: id of the blocking request to abandon; no reply
+	opReply  = 0x80
+)
+
+// Reply status codes.
+const (
+	codeOK byte = iota
+	codeTimeout
+	codeClosed
+	codeTooLarge
+	codeInvalid
+	codeUnauthorized
+	codeFailed
+	numCodes
+)
+
+// message is one decoded frame.
+type message struct {
+	op   byte
+	code byte
+	id   uint64
+	num  int64
+	keys []string
+	vals [][]byte
+}
+
+var errMalformed = errors.New("malformed store frame")
+
+// readFrame reads one frame from r and returns its payload, refusing frames
+// longer than maxFrame (ErrTooLarge) before allocating them. A frame cut short
+// yields io.ErrUnexpectedEOF; a clean end of stream before a frame, io.EOF.
+func readFrame(r io.Reader, maxFrame int) ([]byte, error) {
+	var hdr [frameHeader]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n == 0 {
+		return nil, fmt.Errorf("%w: empty frame", errMalformed)
+	}
+	if uint64(n) > uint64(maxFrame) {
+		return nil, fmt.Errorf("%w: frame of %d bytes exceeds the limit of %d", ErrTooLarge, n, maxFrame)
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(r, p); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return p, nil
+}
+
+// decodeMessage parses a frame's payload. It never panics and never
+// allocates more than the payload's size suggests; values alias p but with
+// capacity clipped, so appending to one never clobbers another.
+func decodeMessage(p []byte) (message, error) {
+	var m message
+	d := decoder{p: p}
+	m.op = d.byte()
+	m.code = d.byte()
+	m.id = d.uvarint()
+	m.num = d.varint()
+	if nk := d.count(); nk > 0 {
+		m.keys = make([]string, nk)
+		for i := range m.keys {
+			m.keys[i] = string(d.bytes())
+		}
+	}
+	if nv := d.count(); nv > 0 {
+		m.vals = make([][]byte, nv)
+		for i := range m.vals {
+			m.vals[i] = d.bytes()
+		}
+	}
+	if d.err != nil {
+		return message{}, d.err
+	}
+	if len(d.p) != 0 {
+		return message{}, fmt.Errorf("%w: %d trailing bytes", errMalformed, len(d.p))
+	}
+	if !validOp(m.op) {
+		return message{}, fmt.Errorf("%w: unknown operation %d", errMalformed, m.op)
+	}
+	if m.op == opReply && m.code >= numCodes {
+		return message{}, fmt.Errorf("%w: unknown reply status %d", errMalformed, m.code)
+	}
+	return m, nil
+}
+
+func validOp(op byte) bool {
+	return (op >= opHello && op <= opCancel) || op == opReply
+}
+
+type decoder struct {
+	p   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: truncated or invalid %s", errMalformed, what)
+	}
+	d.p = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.p) < 1 {
+		d.fail("header")
+		return 0
+	}
+	b := d.p[0]
+	d.p = d.p[1:]
+	return b
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.p)
+	if n <= 0 {
+		d.fail("varint")
+		return 0
+	}
+	d.p = d.p[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.p)
+	if n <= 0 {
+		d.fail("varint")
+		return 0
+	}
+	d.p = d.p[n:]
+	return v
+}
+
+// count reads a list length; every element takes at least one byte, so a
+// count beyond the bytes left is a lie and is refused before allocating.
+func (d *decoder) count() int {
+	v := d.uvarint()
+	if d.err != nil {
+		return 0
+	}
+	if v > uint64(len(d.p)) {
+		d.fail("list length")
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) bytes() []byte {
+	v := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if v > uint64(len(d.p)) {
+		d.fail("byte string")
+		return nil
+	}
+	b := d.p[:v:v]
+	d.p = d.p[v:]
+	return b
+}
+
+// appendFrame encodes m as a complete frame (length header included) at the
+// end of dst.
+func appendFrame(dst []byte, m *message) []byte {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, m.op, m.code)
+	dst = binary.AppendUvarint(dst, m.id)
+	dst = binary.AppendVarint(dst, m.num)
+	dst = binary.AppendUvarint(dst, uint64(len(m.keys)))
+	for _, k := range m.keys {
+		dst = binary.AppendUvarint(dst, uint64(len(k)))
+		dst = append(dst, k...)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(m.vals)))
+	for _, v := range m.vals {
+		dst = binary.AppendUvarint(dst, uint64(len(v)))
+		dst = append(dst, v...)
+	}
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-frameHeader))
+	return dst
+}
+
+// frameSize is the encoded size of m's frame, header included.
+func frameSize(m *message) int {
+	n := frameHeader + 2 + binary.MaxVarintLen64*2 + binary.MaxVarintLen64*2
+	for _, k := range m.keys {
+		n += binary.MaxVarintLen64 + len(k)
+	}
+	for _, v := range m.vals {
+		n += binary.MaxVarintLen64 + len(v)
+	}
+	return n
+}
+
+// checkRequest reports whether m has the shape its operation needs; a
+// request that does not is a protocol violation.
+func checkRequest(m *message) error {
+	want := func(nk, nv int) error {
+		if (nk >= 0 && len(m.keys) != nk) || (nv >= 0 && len(m.vals) != nv) {
+			return fmt.Errorf("%w: operation %d with %d keys and %d values", errMalformed, m.op, len(m.keys), len(m.vals))
+		}
+		return nil
+	}
+	switch m.op {
+	case opSet, opAppend:
+		return want(1, 1)
+	case opGet, opAdd, opDeleteKey:
+		return want(1, 0)
+	case opCompareSet:
+		return want(1, 2)
+	case opNumKeys, opCancel:
+		return want(0, 0)
+	case opCheck, opWait, opMultiGet:
+		return want(-1, 0)
+	case opMultiSet:
+		return want(-1, len(m.keys))
+	default:
+		return fmt.Errorf("%w: operation %d is not a request", errMalformed, m.op)
+	}
+}
