@@ -1,6 +1,10 @@
 package comm
 
-import "github.com/tandemml/tandem/internal/errs"
+import (
+	"fmt"
+
+	"github.com/tandemml/tandem/internal/errs"
+)
 
 // Sentinel errors returned (wrapped) by process groups, transports and
 // rendezvous. Test with errors.Is.
@@ -13,3 +17,8 @@ var (
 	ErrUnauthorized    = errs.Unauthorized
 	ErrTooLarge        = errs.TooLarge
 )
+
+// ErrNotMember is returned by every operation called on the handle that a
+// rank receives from NewGroup, NewSubgroups, NewSubgroupsByEnumeration or
+// Split for a group it does not belong to. It wraps ErrInvalidArgument.
+var ErrNotMember = fmt.Errorf("%w: this rank is not a member of the process group", errs.InvalidArgument)

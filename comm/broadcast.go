@@ -1,0 +1,40 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+
+	"gorgonia.org/tensor"
+)
+
+// Broadcast copies root's t into t on every other rank (in place), along a
+// binomial tree, pipelined in chunks. Every rank passes a tensor of the same
+// dtype and shape.
+func (pg *ProcessGroup) Broadcast(ctx context.Context, t *tensor.Dense, root int) Work {
+	buf, err := tensorBuffer(t, "broadcast tensor")
+	if err == nil {
+		err = pg.checkPeer(root, "broadcast root")
+	}
+	desc := fmt.Sprintf("broadcast(%v,%s,root=%d)", buf.dt, shapeString(buf.shape), root)
+	return pg.start(ctx, collective{name: "broadcast", desc: desc, invalid: err,
+		run: func(ctx context.Context, c *opCtx) error {
+			return broadcastTree(ctx, c, buf.b, buf.dt, root)
+		}})
+}
+
+// Reduce reduces t across the group with op into root's t (in place), along a
+// binomial tree. On every other rank t is left unchanged.
+func (pg *ProcessGroup) Reduce(ctx context.Context, t *tensor.Dense, root int, op ReduceOp) Work {
+	buf, err := tensorBuffer(t, "reduce tensor")
+	if err == nil {
+		err = op.checkFor(buf.dt)
+	}
+	if err == nil {
+		err = pg.checkPeer(root, "reduce root")
+	}
+	desc := fmt.Sprintf("reduce(%v,%s,root=%d,%v)", buf.dt, shapeString(buf.shape), root, op)
+	return pg.start(ctx, collective{name: "reduce", desc: desc, invalid: err,
+		run: func(ctx context.Context, c *opCtx) error {
+			return reduceTree(ctx, c, buf.b, buf.dt, op, root)
+		}})
+}

@@ -1,0 +1,49 @@
+// Package comm is Tandem's collective communication layer: the user-facing
+// ProcessGroup with PyTorch c10d semantics (all-reduce, broadcast, reduce,
+// all-gather, gather, scatter, reduce-scatter, all-to-all, barriers,
+// point-to-point messages, object collectives and subgroups), written once over
+// the small point-to-point interface in comm/transport.
+//
+// comm is to its backends what database/sql is to its drivers: a backend
+// (comm/tcp for processes over sockets, comm/local for goroutine ranks in one
+// process) provides a transport.Transport and registers itself by name with
+// Register; the algorithms (ring, recursive doubling, binomial trees,
+// pairwise exchange) live here and know nothing of sockets.
+//
+// # Use
+//
+//	t, _ := backend.Connect(ctx, transport.Config{Rank: r, Size: n, Store: st})
+//	pg, err := comm.NewProcessGroup(ctx, t)
+//	defer pg.Close()
+//	err = pg.AllReduce(ctx, grad, comm.Sum).Wait(ctx)
+//
+// In tests and single-process programs, local.NewGroups(ctx, n) returns n
+// groups whose ranks are goroutines.
+//
+// # Semantics
+//
+// Every operation returns at once; the returned Work completes when the
+// operation has finished on this rank. Collectives of one group run on each
+// rank in the order they were issued on that rank, one at a time; collectives
+// of different groups, and point-to-point messages, run concurrently.
+// Collectives match across ranks by a per-group sequence number: each rank's
+// k-th collective of a group is matched with every other rank's k-th. Each
+// carries a fingerprint (operation, dtype, shape, root, reduce op) that every
+// rank exchanges with every other member of the group while the data moves;
+// when two ranks disagree, the collective fails on every rank with an error
+// wrapping ErrMismatch that names both sides, and no rank reports success.
+//
+// Failures are bounded in time: every operation is bounded by its context or,
+// when the context has no deadline, by the group's default timeout
+// (WithTimeout). When a collective fails because a peer was lost or a deadline
+// expired, the group aborts its transport, so that every other rank fails with
+// ErrPeerLost within moments instead of waiting for its own deadline. A group
+// that was aborted stays unusable; build a new one. Errors wrap the sentinels
+// ErrTimeout, ErrPeerLost, ErrClosed, ErrMismatch, ErrInvalidArgument and
+// ErrTooLarge; test them with errors.Is.
+//
+// Tensors are *tensor.Dense values of dtype float32, float64, int8, uint8,
+// int32 or int64 that are contiguous in memory (not strided views). Data moves
+// straight out of and into tensor memory; collectives that change their input
+// do so in place.
+package comm

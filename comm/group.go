@@ -1,0 +1,214 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tandemml/tandem/comm/transport"
+)
+
+// ProcessGroup is a set of ranks that run collectives together: the world
+// (every rank of a transport) or a subgroup of it. All methods are safe for
+// concurrent use. Ranks given to and returned by methods are ranks of this
+// group; WorldRank and GroupRank translate.
+type ProcessGroup struct {
+	world   *world
+	id      uint32 // group id, part of every tag
+	name    string
+	opts    options
+	rank    int   // this rank in the group; -1 on a non-member handle
+	members []int // group rank -> world rank
+	index   map[int]int
+
+	life context.Context // cancelled with the cause by Close or Abort
+	kill context.CancelCauseFunc
+
+	mu       sync.Mutex
+	seq      uint32        // next collective's sequence number
+	tail     chan struct{} // Done of the last collective issued
+	closed   bool
+	inflight sync.WaitGroup
+	p2pTails map[p2pKey]chan struct{} // tail of each point-to-point stream
+}
+
+// world is what every group on one transport shares.
+type world struct {
+	t    transport.Transport
+	life context.Context
+	kill context.CancelCauseFunc
+
+	mu       sync.Mutex
+	nextID   uint32 // lowest group id this rank may propose for a new group
+	abortErr error
+}
+
+// NewProcessGroup returns the world group over t: every rank of the transport,
+// with the transport's ranks. Each rank calls it once with its own transport;
+// the group owns t and closes it on Close. It does not communicate.
+func NewProcessGroup(ctx context.Context, t transport.Transport, opts ...Option) (*ProcessGroup, error) {
+	if t == nil {
+		return nil, errorf(ErrInvalidArgument, "NewProcessGroup needs a transport, got nil")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: creating process group: %w", ErrTimeout, err)
+	}
+	n, r := t.Size(), t.Rank()
+	if n < 1 || r < 0 || r >= n {
+		return nil, errorf(ErrInvalidArgument, "transport reports rank %d of world size %d", r, n)
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.name == "" {
+		o.name = "world"
+	}
+	w := &world{t: t, nextID: 1}
+	w.life, w.kill = context.WithCancelCause(context.Background())
+	members := make([]int, n)
+	for i := range members {
+		members[i] = i
+	}
+	return newGroup(w, 0, r, members, w.life, o), nil
+}
+
+func newGroup(w *world, id uint32, rank int, members []int, parent context.Context, o options) *ProcessGroup {
+	pg := &ProcessGroup{world: w, id: id, name: o.name, opts: o, rank: rank, members: members,
+		index: make(map[int]int, len(members)), p2pTails: map[p2pKey]chan struct{}{}}
+	for g, wr := range members {
+		pg.index[wr] = g
+	}
+	pg.life, pg.kill = context.WithCancelCause(parent)
+	return pg
+}
+
+// Rank returns this process's rank in the group, or -1 on a handle for a
+// group it is not a member of.
+func (pg *ProcessGroup) Rank() int { return pg.rank }
+
+// Size returns the number of ranks in the group.
+func (pg *ProcessGroup) Size() int { return len(pg.members) }
+
+// Name returns the group's name (WithName; "world" for a world group).
+func (pg *ProcessGroup) Name() string { return pg.name }
+
+// IsMember reports whether this rank belongs to the group; every operation on
+// a non-member handle fails with ErrNotMember.
+func (pg *ProcessGroup) IsMember() bool { return pg.rank >= 0 }
+
+// Ranks returns the world ranks of the group's members, in group rank order.
+func (pg *ProcessGroup) Ranks() []int { return append([]int(nil), pg.members...) }
+
+// WorldRank returns the world rank of the group's rank groupRank.
+func (pg *ProcessGroup) WorldRank(groupRank int) (int, error) {
+	if groupRank < 0 || groupRank >= len(pg.members) {
+		return 0, errorf(ErrInvalidArgument, "group %q has ranks 0..%d, not %d", pg.name, len(pg.members)-1, groupRank)
+	}
+	return pg.members[groupRank], nil
+}
+
+// GroupRank returns the rank in this group of the world rank worldRank, or an
+// error wrapping ErrInvalidArgument when that rank is not a member.
+func (pg *ProcessGroup) GroupRank(worldRank int) (int, error) {
+	g, ok := pg.index[worldRank]
+	if !ok {
+		return 0, errorf(ErrInvalidArgument, "world rank %d is not a member of group %q (members %v)", worldRank, pg.name, pg.members)
+	}
+	return g, nil
+}
+
+// Close ends the group: operations still in flight fail with ErrClosed, later
+// calls fail with ErrClosed. Closing the world group closes the transport and
+// with it every subgroup; closing a subgroup leaves the world untouched. Close
+// waits (a bounded time) for the group's operations to end. Close is meant to
+// be called once every rank finished its work with the group; closing the
+// world while peers still talk to this rank makes their operations fail with
+// ErrPeerLost. Calling Close again returns nil.
+func (pg *ProcessGroup) Close() error {
+	pg.mu.Lock()
+	if pg.closed {
+		pg.mu.Unlock()
+		return nil
+	}
+	pg.closed = true
+	pg.mu.Unlock()
+	pg.kill(fmt.Errorf("%w: process group %q was closed", ErrClosed, pg.name))
+	var err error
+	if pg.id == 0 {
+		pg.world.kill(fmt.Errorf("%w: process group %q was closed", ErrClosed, pg.name))
+		err = pg.world.t.Close()
+	}
+	done := make(chan struct{})
+	go func() { pg.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(closeGrace):
+		err = errors.Join(err, fmt.Errorf("%w: closing group %q: operations still running after %v", ErrTimeout, pg.name, closeGrace))
+	}
+	return err
+}
+
+// closeGrace bounds how long Close waits for operations to end.
+const closeGrace = 30 * time.Second
+
+// Abort fails every operation in flight and every later one with an error
+// wrapping cause, and aborts the transport, so that every peer's operations
+// involving this rank fail with ErrPeerLost instead of waiting for their
+// deadlines. It affects the whole world (every group on the transport), since
+// they share it. A nil cause means "aborted by the user" (ErrClosed).
+func (pg *ProcessGroup) Abort(cause error) {
+	if cause == nil {
+		cause = fmt.Errorf("%w: process group %q aborted by its owner", ErrClosed, pg.name)
+	}
+	pg.world.abort(cause)
+}
+
+func (w *world) abort(cause error) {
+	w.mu.Lock()
+	if w.abortErr != nil {
+		w.mu.Unlock()
+		return
+	}
+	w.abortErr = cause
+	w.mu.Unlock()
+	w.kill(cause)
+	w.t.Abort(cause)
+}
+
+func (w *world) aborted() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.abortErr
+}
+
+// usable returns why no new operation can start on the group, or nil.
+func (pg *ProcessGroup) usable(desc string) error {
+	if pg.rank < 0 {
+		return fmt.Errorf("%s on group %q: %w", desc, pg.name, ErrNotMember)
+	}
+	if err := pg.world.aborted(); err != nil {
+		return fmt.Errorf("%s on group %q: the group was aborted earlier: %w", desc, pg.name, err)
+	}
+	if pg.life.Err() != nil {
+		return fmt.Errorf("%s on group %q: %w", desc, pg.name, context.Cause(pg.life))
+	}
+	return nil
+}
+
+// peerWorld returns the world rank of group rank peer.
+func (pg *ProcessGroup) peerWorld(peer int) int { return pg.members[peer] }
+
+func (pg *ProcessGroup) checkPeer(peer int, what string) error {
+	if peer < 0 || peer >= len(pg.members) {
+		return errorf(ErrInvalidArgument, "%s %d is not a rank of group %q (size %d)", what, peer, pg.name, len(pg.members))
+	}
+	return nil
+}
+
+// errorf returns an error wrapping sentinel whose text follows it.
+func errorf(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))
+}

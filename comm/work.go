@@ -1,0 +1,85 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+)
+
+// Work is the handle of an operation in flight, returned at once by every
+// asynchronous call of a ProcessGroup.
+type Work interface {
+	// Wait blocks until the operation finished on this rank and returns its
+	// error, or until ctx is done: then it returns an error wrapping
+	// ErrTimeout and ctx.Err(), and the operation goes on, bounded by the
+	// context it was started with.
+	Wait(ctx context.Context) error
+	// Done is closed when the operation finished on this rank.
+	Done() <-chan struct{}
+	// Err returns the operation's error once Done is closed, nil before.
+	Err() error
+}
+
+// work is the one implementation of Work.
+type work struct {
+	desc string
+	done chan struct{}
+	err  error
+}
+
+func newWork(desc string) *work { return &work{desc: desc, done: make(chan struct{})} }
+
+// failedWork returns a Work that is already finished with err.
+func failedWork(desc string, err error) *work {
+	w := newWork(desc)
+	w.finish(err)
+	return w
+}
+
+func (w *work) finish(err error) {
+	w.err = err
+	close(w.done)
+}
+
+func (w *work) Done() <-chan struct{} { return w.done }
+
+func (w *work) Err() error {
+	select {
+	case <-w.done:
+		return w.err
+	default:
+		return nil
+	}
+}
+
+func (w *work) Wait(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	select {
+	case <-w.done:
+		return w.err
+	default:
+	}
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for %s: %w", ErrTimeout, w.desc, ctx.Err())
+	}
+}
+
+// multiWork completes when all of its parts have.
+func joinWork(desc string, parts []*work) *work {
+	w := newWork(desc)
+	go func() {
+		var first error
+		for _, p := range parts {
+			<-p.done
+			if p.err != nil && first == nil {
+				first = p.err
+			}
+		}
+		w.finish(first)
+	}()
+	return w
+}
