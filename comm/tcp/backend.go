@@ -1,0 +1,119 @@
+package tcp
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tandemml/tandem/comm/transport"
+)
+
+// DefaultMaxMessage bounds one message when transport.Config.MaxMessage is 0.
+const DefaultMaxMessage int64 = 1 << 30
+
+// DefaultSocketBuffer is the send and receive buffer size requested for every
+// connection when no WithSocketBuffer option is given.
+const DefaultSocketBuffer = 4 << 20
+
+// defaultConnectTimeout bounds connection set-up when neither the context nor
+// transport.Config.Timeout sets a deadline.
+const defaultConnectTimeout = 5 * time.Minute
+
+// Backend builds TCP transports. The zero value is ready to use: it listens on
+// every interface and advertises each of its addresses to its peers. Use
+// NewBackend with options to change that.
+type Backend struct {
+	host      string
+	sockBuf   int
+	sockBufOK bool
+}
+
+// Option configures a Backend.
+type Option func(*Backend)
+
+// WithHost makes the backend listen on host (a name or IP address of this
+// machine) and advertise only that address, for machines with several
+// networks where only one reaches the other ranks.
+func WithHost(host string) Option { return func(b *Backend) { b.host = host } }
+
+// WithSocketBuffer sets the kernel send and receive buffer size of every
+// connection in bytes; 0 leaves the kernel's automatic tuning in charge.
+func WithSocketBuffer(bytes int) Option {
+	return func(b *Backend) { b.sockBuf, b.sockBufOK = bytes, true }
+}
+
+// NewBackend returns a Backend configured by opts.
+func NewBackend(opts ...Option) Backend {
+	var b Backend
+	for _, o := range opts {
+		o(&b)
+	}
+	return b
+}
+
+func (b Backend) socketBuffer() int {
+	if b.sockBufOK {
+		return b.sockBuf
+	}
+	return DefaultSocketBuffer
+}
+
+// Connect connects this rank to every other rank of the world described by
+// cfg and returns the transport. It blocks until the full mesh is up, the
+// context ends or cfg.Timeout passes (5 minutes when zero), and then fails
+// with an error that names the ranks that never connected.
+func (b Backend) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
+	t, err := b.connect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// ConnectTCP is Connect returning the concrete type.
+func (b Backend) ConnectTCP(ctx context.Context, cfg transport.Config) (*Transport, error) {
+	return b.connect(ctx, cfg)
+}
+
+func (b Backend) connect(ctx context.Context, cfg transport.Config) (*Transport, error) {
+	if cfg.Size < 1 {
+		return nil, fmt.Errorf("tcp: world size %d: must be at least 1: %w", cfg.Size, transport.ErrInvalidArgument)
+	}
+	if cfg.Rank < 0 || cfg.Rank >= cfg.Size {
+		return nil, fmt.Errorf("tcp: rank %d out of range for world size %d (ranks are 0..%d): %w",
+			cfg.Rank, cfg.Size, cfg.Size-1, transport.ErrInvalidArgument)
+	}
+	if cfg.Size > 1 && cfg.Store == nil {
+		return nil, fmt.Errorf("tcp: a world of %d ranks needs a rendezvous store in transport.Config.Store: %w",
+			cfg.Size, transport.ErrInvalidArgument)
+	}
+	if cfg.MaxMessage < 0 {
+		return nil, fmt.Errorf("tcp: MaxMessage %d is negative: %w", cfg.MaxMessage, transport.ErrInvalidArgument)
+	}
+	if cfg.Size > maxWorld {
+		return nil, fmt.Errorf("tcp: world size %d exceeds the supported %d: %w", cfg.Size, maxWorld, transport.ErrInvalidArgument)
+	}
+	maxMsg := cfg.MaxMessage
+	if maxMsg == 0 {
+		maxMsg = DefaultMaxMessage
+	}
+	t := newTransport(cfg.Rank, cfg.Size, maxMsg)
+	if cfg.Size == 1 {
+		return t, nil
+	}
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = defaultConnectTimeout
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conns, err := b.mesh(cctx, ctx, cfg, timeout)
+	if err != nil {
+		return nil, err
+	}
+	t.start(conns)
+	return t, nil
+}
+
+// maxWorld bounds the world size that the handshake can carry comfortably.
+const maxWorld = 1 << 20

@@ -1,0 +1,52 @@
+// Package tcp is Tandem's TCP backend: a transport.Transport that connects the
+// ranks of one world in a full mesh of TCP connections, set up through the
+// rendezvous store.
+//
+// # Using it
+//
+// Most programs never touch this package: comm.InitFromEnv uses it as the
+// default backend (comm imports it directly, so no blank import is needed).
+// To build a transport by hand:
+//
+//	tr, err := tcp.Backend{}.Connect(ctx, transport.Config{
+//		Rank: rank, Size: world, Store: st, Token: os.Getenv("TANDEM_TOKEN"),
+//	})
+//	defer tr.Close()
+//	err = tr.Send(ctx, 1, tag, buf)
+//
+// This package depends only on comm/transport and comm/store, never on comm,
+// which is what lets comm use it as its built-in default while other backends
+// register themselves by name.
+//
+// # Connection set-up
+//
+// Every rank listens on a free port and publishes its address under
+// "tcp/addr/<rank>" in the store; rank 0 publishes a random per-run nonce
+// under "tcp/nonce". Each rank then dials every lower rank and accepts a
+// connection from every higher rank. The dialer opens with a hello carrying its
+// rank, the world size, the nonce and an HMAC-SHA256 of those fields keyed by
+// the shared token (the token itself never crosses the wire); the acceptor
+// answers with its own authenticated reply. A wrong token is refused with
+// ErrUnauthorized, a different world size with ErrMismatch naming both sizes.
+//
+// # Wire format and data path
+//
+// Each message is a 24-byte header (kind, tag, length) followed by the payload,
+// written with one writev call (net.Buffers) so the payload is never copied in
+// user space. One reader goroutine per connection demultiplexes frames into
+// per-(peer, tag) queues: when a Recv is already waiting for the message, the
+// payload is read from the socket straight into the caller's buffer;
+// otherwise it is read into a pooled buffer and handed over when the Recv is
+// posted. Messages above the size limit (transport.Config.MaxMessage, default
+// DefaultMaxMessage) are refused with ErrTooLarge.
+//
+// # Failure
+//
+// When a connection ends (EOF, reset, a peer's Abort or Close), every pending
+// and future operation with that peer fails with an error wrapping
+// ErrPeerLost; messages that had fully arrived before can still be received.
+// Abort sends an abort frame to every peer and fails local operations with
+// the given cause. Every operation honours its context: an expired or
+// cancelled context yields an error wrapping both ErrTimeout and ctx.Err().
+// Close ends every goroutine and socket the transport started.
+package tcp

@@ -1,0 +1,107 @@
+package tcp
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/comm/transport"
+)
+
+// loopback is the backend every test uses: 127.0.0.1 only.
+var loopback = NewBackend(WithHost("127.0.0.1"))
+
+// connectAll builds a world of n transports over one in-memory store, each
+// rank connecting from its own goroutine. The transports are closed at the
+// end of the test.
+func connectAll(t testing.TB, n int, mutate func(rank int, cfg *transport.Config)) []*Transport {
+	t.Helper()
+	st := store.NewMemory()
+	t.Cleanup(func() { st.Close() })
+	ts, errs := connectWorld(n, st, mutate)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: connect: %v", r, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, tr := range ts {
+			tr.Close()
+		}
+	})
+	return ts
+}
+
+func newStore(t testing.TB) *store.Memory {
+	st := store.NewMemory()
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// connectWorld connects n ranks concurrently and returns what each got.
+func connectWorld(n int, st store.Store, mutate func(rank int, cfg *transport.Config)) ([]*Transport, []error) {
+	ts := make([]*Transport, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := transport.Config{Rank: r, Size: n, Store: st, Timeout: 20 * time.Second, Token: "secret"}
+			if mutate != nil {
+				mutate(r, &cfg)
+			}
+			ts[r], errs[r] = loopback.ConnectTCP(context.Background(), cfg)
+		}()
+	}
+	wg.Wait()
+	return ts, errs
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// openFDs counts this process's open file descriptors (Linux only; -1 elsewhere).
+func openFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(ents)
+}
+
+// settle waits until cond holds or a few seconds pass, and reports whether it held.
+func settle(cond func() bool) bool {
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// goroutineDump returns the stacks of every goroutine, for leak reports.
+func goroutineDump() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
+}
+
+func mustContain(t *testing.T, err error, parts ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("want an error mentioning %q, got nil", parts)
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("error %q does not mention %q", err, p)
+		}
+	}
+}

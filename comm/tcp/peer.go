@@ -1,0 +1,453 @@
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tandemml/tandem/comm/transport"
+)
+
+// readBufferSize is the reader's buffer: small frames (headers, short
+// messages) come out of it several per system call, while large payloads
+// bypass it and land directly in the destination.
+const readBufferSize = 64 << 10
+
+// maxDiscard is the largest oversized payload a reader skips; a longer frame
+// is taken for a corrupt stream.
+const maxDiscard = 1 << 40
+
+// peer is this rank's link to one other rank (or, with conn nil, to itself).
+type peer struct {
+	t    *Transport
+	rank int
+	conn *net.TCPConn
+
+	// Write side; everything below wsem is guarded by holding it.
+	wsem    chan struct{} // capacity 1: the write lock
+	whdr    [headerSize]byte
+	wvec    [2][]byte
+	wbufs   net.Buffers
+	wclosed bool
+	// cutSend interrupts the write of a Send whose context ended; it is
+	// prebound so that Send does not allocate it, and reports on cutDone.
+	cutSend func()
+	cutDone chan struct{}
+
+	// Read side, used by the reader goroutine only.
+	rd   *bufio.Reader
+	rhdr [headerSize]byte
+
+	mu     sync.Mutex
+	queues map[transport.Tag]*tagQueue
+	err    error // why the peer is gone; guarded by mu
+	errp   atomic.Pointer[error]
+	gone   chan struct{} // closed when err is set
+}
+
+func newPeer(t *Transport, rank int, c *net.TCPConn) *peer {
+	p := &peer{t: t, rank: rank, conn: c, wsem: make(chan struct{}, 1),
+		queues: map[transport.Tag]*tagQueue{}, gone: make(chan struct{})}
+	if c != nil {
+		p.rd = bufio.NewReaderSize(c, readBufferSize)
+		p.cutDone = make(chan struct{}, 1)
+		p.cutSend = func() {
+			c.SetWriteDeadline(time.Unix(1, 0))
+			p.cutDone <- struct{}{}
+		}
+	}
+	return p
+}
+
+func (p *peer) goneErr() error {
+	if e := p.errp.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// fail marks the peer gone with err (first call wins) and fails every posted
+// Recv. Messages that already arrived stay receivable.
+func (p *peer) fail(err error) {
+	var waiting []*recvReq
+	p.mu.Lock()
+	if p.err != nil {
+		p.mu.Unlock()
+		return
+	}
+	p.err = err
+	p.errp.Store(&err)
+	close(p.gone)
+	for tag, q := range p.queues {
+		waiting = append(waiting, q.posted...)
+		clear(q.posted)
+		q.posted = q.posted[:0]
+		if q.empty() {
+			delete(p.queues, tag)
+		}
+	}
+	p.mu.Unlock()
+	for _, r := range waiting {
+		r.done <- err
+	}
+}
+
+func (p *peer) lostErr(format string, args ...any) error {
+	return fmt.Errorf("%w: tcp: rank %d: rank %d %s", transport.ErrPeerLost, p.t.rank, p.rank, fmt.Sprintf(format, args...))
+}
+
+func (p *peer) mismatchErr(tag transport.Tag, got, want int) error {
+	return fmt.Errorf("tcp: rank %d: message from rank %d under tag %#x is %d bytes but the receive buffer is %d bytes: %w",
+		p.t.rank, p.rank, uint64(tag), got, want, transport.ErrMismatch)
+}
+
+// queue returns the queue for tag, creating it; p.mu must be held.
+func (p *peer) queue(tag transport.Tag) *tagQueue {
+	q := p.queues[tag]
+	if q == nil {
+		q = p.t.queues.Get().(*tagQueue)
+		p.queues[tag] = q
+	}
+	return q
+}
+
+// tidy drops the queue for tag when it is empty; p.mu must be held.
+func (p *peer) tidy(tag transport.Tag, q *tagQueue) {
+	if q.empty() {
+		delete(p.queues, tag)
+		p.t.queues.Put(q)
+	}
+}
+
+// ---- receiving ----
+
+func (p *peer) recv(ctx context.Context, tag transport.Tag, buf []byte) error {
+	p.mu.Lock()
+	q := p.queues[tag]
+	if q != nil && len(q.ready) > 0 {
+		m := q.popReady()
+		p.tidy(tag, q)
+		p.mu.Unlock()
+		return p.take(tag, m, buf)
+	}
+	if p.err != nil {
+		err := p.err
+		p.mu.Unlock()
+		return err
+	}
+	r := p.t.reqs.Get().(*recvReq)
+	r.buf = buf
+	q = p.queue(tag)
+	q.posted = append(q.posted, r)
+	p.mu.Unlock()
+
+	select {
+	case err := <-r.done:
+		p.release(r)
+		return err
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	if q := p.queues[tag]; q != nil && q.removePosted(r) {
+		p.tidy(tag, q)
+		p.mu.Unlock()
+		p.release(r)
+		return p.t.timeoutErr("receiving from", p.rank, tag, ctx)
+	}
+	p.mu.Unlock()
+	// The reader has taken the request: its message is streaming into buf.
+	// Give it a moment; then cut the connection so buf is released.
+	timer := time.NewTimer(recvGrace)
+	defer timer.Stop()
+	var err error
+	select {
+	case err = <-r.done:
+	case <-timer.C:
+		p.fail(p.lostErr("was cut off: a receive timed out while its message was streaming in"))
+		if p.conn != nil {
+			p.conn.SetReadDeadline(time.Unix(1, 0))
+		}
+		err = <-r.done
+	}
+	p.release(r)
+	if err == nil {
+		return nil // the message made it after all
+	}
+	return p.t.timeoutErr("receiving from", p.rank, tag, ctx)
+}
+
+func (p *peer) release(r *recvReq) {
+	r.buf = nil
+	p.t.reqs.Put(r)
+}
+
+// take hands a buffered message to a Recv.
+func (p *peer) take(tag transport.Tag, m *message, buf []byte) error {
+	defer p.t.msgs.put(m)
+	if m.err != nil {
+		return m.err
+	}
+	if len(m.data) != len(buf) {
+		return p.mismatchErr(tag, len(m.data), len(buf))
+	}
+	copy(buf, m.data)
+	return nil
+}
+
+// deliverLocal is Send to oneself: the payload is copied to the posted Recv
+// or into a buffered message.
+func (p *peer) deliverLocal(tag transport.Tag, buf []byte) error {
+	p.mu.Lock()
+	if q := p.queues[tag]; q != nil && len(q.posted) > 0 {
+		r := q.popPosted()
+		p.tidy(tag, q)
+		p.mu.Unlock()
+		if len(r.buf) != len(buf) {
+			r.done <- p.mismatchErr(tag, len(buf), len(r.buf))
+			return nil
+		}
+		copy(r.buf, buf)
+		r.done <- nil
+		return nil
+	}
+	m := p.t.msgs.get(len(buf))
+	copy(m.data, buf)
+	q := p.queue(tag)
+	q.ready = append(q.ready, m)
+	p.mu.Unlock()
+	return nil
+}
+
+// readLoop demultiplexes the frames of one connection until it ends.
+func (p *peer) readLoop() {
+	defer p.t.readers.Done()
+	err := p.readFrames()
+	p.fail(err)
+	// Answer a goodbye or an abort by closing our side too, so the peer's
+	// reader sees the end of the stream.
+	p.shutdownWrite(0, nil)
+}
+
+func (p *peer) readErr(err error) error {
+	if p.t.downErr() != nil {
+		return p.t.downErr()
+	}
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return p.lostErr("closed the connection without saying goodbye (did its process exit or crash?): %v", err)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return p.lostErr("connection was cut: %v", err)
+	default:
+		return p.lostErr("connection failed: %v", err)
+	}
+}
+
+func (p *peer) readFrames() error {
+	for {
+		if _, err := io.ReadFull(p.rd, p.rhdr[:]); err != nil {
+			return p.readErr(err)
+		}
+		kind, tag, n := parseHeader(&p.rhdr)
+		switch kind {
+		case frameData:
+			if err := p.deliver(tag, n); err != nil {
+				return err
+			}
+		case frameAbort:
+			text := make([]byte, min(n, maxCauseLen))
+			if _, err := io.ReadFull(p.rd, text); err != nil {
+				return p.readErr(err)
+			}
+			return p.lostErr("aborted: %s", text)
+		case frameBye:
+			return p.lostErr("closed its transport")
+		default:
+			return p.lostErr("sent a frame of unknown kind %d (protocol error)", kind)
+		}
+	}
+}
+
+// deliver reads one data payload of n bytes under tag.
+func (p *peer) deliver(tag transport.Tag, n uint64) error {
+	if n > uint64(p.t.maxMsg) {
+		if n > maxDiscard {
+			return p.lostErr("sent a frame of %d bytes (protocol error)", n)
+		}
+		// The sender has a larger limit than we do: drop the payload and fail
+		// the receive that would have taken it.
+		if _, err := p.rd.Discard(int(n)); err != nil {
+			return p.readErr(err)
+		}
+		tooLarge := fmt.Errorf("tcp: rank %d: rank %d sent %d bytes under tag %#x, above this rank's message limit of %d bytes; give every rank the same MaxMessage: %w",
+			p.t.rank, p.rank, n, uint64(tag), p.t.maxMsg, transport.ErrTooLarge)
+		p.handOver(tag, &message{err: tooLarge})
+		return nil
+	}
+	size := int(n)
+	p.mu.Lock()
+	if p.t.downErr() != nil {
+		p.mu.Unlock()
+		if _, err := p.rd.Discard(size); err != nil {
+			return p.readErr(err)
+		}
+		return nil
+	}
+	if q := p.queues[tag]; q != nil && len(q.posted) > 0 {
+		r := q.popPosted()
+		p.tidy(tag, q)
+		p.mu.Unlock()
+		if len(r.buf) != size {
+			if _, err := p.rd.Discard(size); err != nil {
+				err = p.readErr(err)
+				r.done <- err
+				return err
+			}
+			r.done <- p.mismatchErr(tag, size, len(r.buf))
+			return nil
+		}
+		// The Recv is waiting: read straight into its buffer.
+		if _, err := io.ReadFull(p.rd, r.buf); err != nil {
+			err = p.readErr(err)
+			r.done <- err
+			return err
+		}
+		r.done <- nil
+		return nil
+	}
+	p.mu.Unlock()
+	m := p.t.msgs.get(size)
+	if _, err := io.ReadFull(p.rd, m.data); err != nil {
+		return p.readErr(err)
+	}
+	p.handOver(tag, m)
+	return nil
+}
+
+// handOver gives an arrived message to the first posted Recv, or queues it.
+func (p *peer) handOver(tag transport.Tag, m *message) {
+	p.mu.Lock()
+	if q := p.queues[tag]; q != nil && len(q.posted) > 0 {
+		r := q.popPosted()
+		p.tidy(tag, q)
+		p.mu.Unlock()
+		r.done <- p.take(tag, m, r.buf)
+		return
+	}
+	q := p.queue(tag)
+	q.ready = append(q.ready, m)
+	p.mu.Unlock()
+}
+
+// ---- sending ----
+
+func (p *peer) lock(ctx context.Context) bool {
+	select {
+	case p.wsem <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case p.wsem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+	case <-p.gone:
+	}
+	return false
+}
+
+func (p *peer) unlock() { <-p.wsem }
+
+func (p *peer) send(ctx context.Context, tag transport.Tag, buf []byte) error {
+	if err := p.goneErr(); err != nil {
+		return err
+	}
+	if !p.lock(ctx) {
+		if err := p.goneErr(); err != nil {
+			return err
+		}
+		return p.t.timeoutErr("sending to", p.rank, tag, ctx)
+	}
+	defer p.unlock()
+	if err := p.goneErr(); err != nil {
+		return err
+	}
+	putHeader(&p.whdr, frameData, tag, uint64(len(buf)))
+	p.wvec[0], p.wvec[1] = p.whdr[:], buf
+	p.wbufs = p.wvec[:]
+	var stop func() bool
+	if ctx.Done() != nil {
+		if d, ok := ctx.Deadline(); ok {
+			p.conn.SetWriteDeadline(d)
+		}
+		stop = context.AfterFunc(ctx, p.cutSend)
+	}
+	total := int64(headerSize + len(buf))
+	n, err := p.wbufs.WriteTo(p.conn)
+	if stop != nil {
+		if !stop() {
+			<-p.cutDone // let the cut finish before clearing the deadline
+		}
+		p.conn.SetWriteDeadline(time.Time{})
+	}
+	p.wvec[1] = nil
+	p.wbufs = nil
+	if err == nil && n == total {
+		return nil
+	}
+	if ctx.Err() != nil {
+		if n > 0 {
+			// Half a frame is on the wire: the stream cannot be resumed.
+			p.fail(p.lostErr("was cut off: a send timed out halfway through a message"))
+			p.cutConn()
+		}
+		return p.t.timeoutErr("sending to", p.rank, tag, ctx)
+	}
+	if derr := p.t.downErr(); derr != nil {
+		return derr
+	}
+	lost := p.lostErr("connection failed while sending: %v", err)
+	p.fail(lost)
+	p.cutConn()
+	return p.goneErr()
+}
+
+// cutConn shuts the connection down in both directions without closing the
+// descriptor (Close does that once the reader has exited).
+func (p *peer) cutConn() {
+	p.conn.SetReadDeadline(time.Unix(1, 0))
+	p.conn.CloseWrite()
+}
+
+// shutdownWrite ends our side of the stream: it writes a final frame of kind
+// (none when 0) with payload, then half-closes the connection. A writer that
+// holds the line longer than writerGrace is cut off first.
+func (p *peer) shutdownWrite(kind byte, payload []byte) {
+	timer := time.NewTimer(writerGrace)
+	defer timer.Stop()
+	select {
+	case p.wsem <- struct{}{}:
+	case <-timer.C:
+		p.conn.SetWriteDeadline(time.Unix(1, 0))
+		p.wsem <- struct{}{}
+		kind = 0 // the stream may hold half a frame: send nothing more
+	}
+	defer p.unlock()
+	if p.wclosed {
+		return
+	}
+	p.wclosed = true
+	if kind != 0 {
+		putHeader(&p.whdr, kind, 0, uint64(len(payload)))
+		p.conn.SetWriteDeadline(time.Now().Add(writerGrace))
+		bufs := net.Buffers{p.whdr[:], payload}
+		bufs.WriteTo(p.conn)
+	}
+	p.conn.CloseWrite()
+}

@@ -1,0 +1,204 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tandemml/tandem/comm/transport"
+)
+
+// Grace periods for shutdown: how long Abort and Close wait for a busy writer
+// before cutting its connection, and how long Close waits for a peer to answer
+// its goodbye before closing the socket.
+const (
+	writerGrace = 500 * time.Millisecond
+	closeGrace  = 2 * time.Second
+	// recvGrace is how long a Recv whose context ended waits for a message
+	// already streaming into its buffer before the connection is cut.
+	recvGrace = 2 * time.Second
+)
+
+// Transport is a TCP transport.Transport: one connection to every other rank.
+// Create it with Backend.Connect or Backend.ConnectTCP.
+type Transport struct {
+	rank, size int
+	maxMsg     int64
+	peers      []*peer // indexed by rank; peers[rank] delivers to itself
+
+	down atomic.Pointer[error] // set once by Abort or Close
+
+	msgs    msgPool
+	reqs    sync.Pool // *recvReq
+	queues  sync.Pool // *tagQueue
+	readers sync.WaitGroup
+
+	life      sync.Mutex // serialises Abort and Close
+	closeOnce sync.Once
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+func newTransport(rank, size int, maxMsg int64) *Transport {
+	t := &Transport{rank: rank, size: size, maxMsg: maxMsg, peers: make([]*peer, size)}
+	t.reqs.New = func() any { return &recvReq{done: make(chan error, 1)} }
+	t.queues.New = func() any { return new(tagQueue) }
+	for r := range t.peers {
+		t.peers[r] = newPeer(t, r, nil)
+	}
+	return t
+}
+
+// start attaches the connections (indexed by rank) and starts their readers.
+func (t *Transport) start(conns []*net.TCPConn) {
+	for r, c := range conns {
+		if c == nil {
+			continue
+		}
+		p := newPeer(t, r, c)
+		t.peers[r] = p
+		t.readers.Add(1)
+		go p.readLoop()
+	}
+}
+
+// Rank returns this process's rank.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size returns the number of ranks in the world.
+func (t *Transport) Size() int { return t.size }
+
+// MaxMessage returns the largest message this transport sends or receives.
+func (t *Transport) MaxMessage() int64 { return t.maxMsg }
+
+func (t *Transport) downErr() error {
+	if e := t.down.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+func (t *Transport) peer(op string, r int) (*peer, error) {
+	if r < 0 || r >= t.size {
+		return nil, fmt.Errorf("tcp: %s: peer rank %d out of range for world size %d: %w", op, r, t.size, transport.ErrInvalidArgument)
+	}
+	return t.peers[r], nil
+}
+
+func (t *Transport) timeoutErr(op string, peer int, tag transport.Tag, ctx context.Context) error {
+	return fmt.Errorf("%w: tcp: rank %d: %s rank %d (tag %#x): %w", transport.ErrTimeout, t.rank, op, peer, uint64(tag), ctx.Err())
+}
+
+// Send delivers buf to peer under tag. The payload goes to the kernel with
+// one writev call together with the frame header; buf may be reused as soon
+// as Send returns.
+func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
+	p, err := t.peer("send", peer)
+	if err != nil {
+		return err
+	}
+	if int64(len(buf)) > t.maxMsg {
+		return fmt.Errorf("tcp: rank %d: sending %d bytes to rank %d: above the message limit of %d bytes (transport.Config.MaxMessage): %w",
+			t.rank, len(buf), peer, t.maxMsg, transport.ErrTooLarge)
+	}
+	if err := t.downErr(); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return t.timeoutErr("sending to", peer, tag, ctx)
+	}
+	if p.conn == nil {
+		return p.deliverLocal(tag, buf)
+	}
+	return p.send(ctx, tag, buf)
+}
+
+// Recv receives the next message from peer under tag into buf, which must have
+// exactly the message's length. When the Recv is posted before the message
+// arrives, the payload is read from the socket directly into buf.
+func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
+	p, err := t.peer("recv", peer)
+	if err != nil {
+		return err
+	}
+	if int64(len(buf)) > t.maxMsg {
+		return fmt.Errorf("tcp: rank %d: receiving %d bytes from rank %d: above the message limit of %d bytes (transport.Config.MaxMessage): %w",
+			t.rank, len(buf), peer, t.maxMsg, transport.ErrTooLarge)
+	}
+	if err := t.downErr(); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return t.timeoutErr("receiving from", peer, tag, ctx)
+	}
+	return p.recv(ctx, tag, buf)
+}
+
+// Abort fails every pending and future operation with an error wrapping
+// cause, and sends an abort frame to every peer so that their operations with
+// this rank fail with ErrPeerLost. Close must still be called.
+func (t *Transport) Abort(cause error) {
+	if cause == nil {
+		cause = errors.New("no cause given")
+	}
+	err := fmt.Errorf("tcp: rank %d aborted: %w", t.rank, cause)
+	t.life.Lock()
+	defer t.life.Unlock()
+	if !t.down.CompareAndSwap(nil, &err) {
+		return
+	}
+	for _, p := range t.peers {
+		p.fail(err)
+	}
+	text := []byte(cause.Error())
+	if len(text) > maxCauseLen {
+		text = text[:maxCauseLen]
+	}
+	t.eachConn(func(p *peer) { p.shutdownWrite(frameAbort, text) })
+}
+
+// Close says goodbye to every peer, waits briefly for them to answer, and
+// releases every connection and goroutine. Pending operations fail with
+// ErrClosed. Close is idempotent.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		err := fmt.Errorf("tcp: rank %d: transport closed: %w", t.rank, transport.ErrClosed)
+		t.life.Lock()
+		t.down.CompareAndSwap(nil, &err)
+		for _, p := range t.peers {
+			p.fail(err)
+		}
+		t.eachConn(func(p *peer) { p.shutdownWrite(frameBye, nil) })
+		t.life.Unlock()
+		// Let readers drain until each peer closes its side, then cut.
+		deadline := time.Now().Add(closeGrace)
+		for _, p := range t.peers {
+			if p.conn != nil {
+				p.conn.SetReadDeadline(deadline)
+			}
+		}
+		t.readers.Wait()
+		for _, p := range t.peers {
+			if p.conn != nil {
+				p.conn.Close()
+			}
+		}
+	})
+	return nil
+}
+
+// eachConn runs f on every remote peer concurrently and waits.
+func (t *Transport) eachConn(f func(*peer)) {
+	var wg sync.WaitGroup
+	for _, p := range t.peers {
+		if p.conn != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); f(p) }()
+		}
+	}
+	wg.Wait()
+}
