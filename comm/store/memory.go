@@ -134,7 +134,7 @@ func (m *Memory) Append(ctx context.Context, key string, value []byte) error {
 	if err := m.enter(ctx, "append"); err != nil {
 		return err
 	}
-	return m.t.appendTo(key, value)
+	return m.t.appendTo(key, value, 0)
 }
 
 // Close implements Store: blocked calls return ErrClosed, as do later ones.

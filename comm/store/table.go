@@ -153,13 +153,19 @@ func (t *table) compareSet(key string, expected, desired []byte) ([]byte, error)
 	return out, nil
 }
 
-func (t *table) appendTo(key string, value []byte) error {
+// appendTo appends value to key's bytes, refusing to grow them beyond limit
+// bytes when limit is positive.
+func (t *table) appendTo(key string, value []byte, limit int) error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		return closedError("append")
 	}
 	cur := t.data[key]
+	if n := len(cur) + len(value); limit > 0 && n > limit {
+		t.mu.Unlock()
+		return fmt.Errorf("%w: store append would grow key %q to %d bytes, over the value limit of %d bytes", ErrTooLarge, key, n, limit)
+	}
 	nv := append(cur, value...)
 	if cur == nil && nv == nil {
 		nv = []byte{}

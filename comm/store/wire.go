@@ -20,7 +20,9 @@ import (
 // timeout in milliseconds, a count or a boolean; code holds request flags or
 // the reply's status. The connection starts with a hello request (keys: magic,
 // token; num: protocol version; id: the client's session) answered by a reply
-// before anything else is sent.
+// before anything else is sent. A client that reconnects says hello with the
+// same session id; the server then drops the session's older connection and
+// answers repeated flagOnce requests from its memory of their replies.
 
 const (
 	frameHeader   = 4
@@ -44,7 +46,16 @@ const (
 	opMultiGet
 	opAppend
 	opCancel // num: id of the blocking request to abandon; no reply
+	opBye    // the client closes: the server forgets its session; no reply
 	opReply  = 0x80
+)
+
+// Request flags (the code byte of a request).
+const (
+	// flagOnce asks the server to apply the request at most once per
+	// session: a repeat of its id (sent again after a reconnect) gets the
+	// remembered reply instead of running again.
+	flagOnce byte = 1
 )
 
 // Reply status codes.
@@ -134,7 +145,7 @@ func decodeMessage(p []byte) (message, error) {
 }
 
 func validOp(op byte) bool {
-	return (op >= opHello && op <= opCancel) || op == opReply
+	return (op >= opHello && op <= opBye) || op == opReply
 }
 
 type decoder struct {
@@ -228,18 +239,6 @@ func appendFrame(dst []byte, m *message) []byte {
 	return dst
 }
 
-// frameSize is the encoded size of m's frame, header included.
-func frameSize(m *message) int {
-	n := frameHeader + 2 + binary.MaxVarintLen64*2 + binary.MaxVarintLen64*2
-	for _, k := range m.keys {
-		n += binary.MaxVarintLen64 + len(k)
-	}
-	for _, v := range m.vals {
-		n += binary.MaxVarintLen64 + len(v)
-	}
-	return n
-}
-
 // checkRequest reports whether m has the shape its operation needs; a
 // request that does not is a protocol violation.
 func checkRequest(m *message) error {
@@ -256,7 +255,7 @@ func checkRequest(m *message) error {
 		return want(1, 0)
 	case opCompareSet:
 		return want(1, 2)
-	case opNumKeys, opCancel:
+	case opNumKeys, opCancel, opBye:
 		return want(0, 0)
 	case opCheck, opWait, opMultiGet:
 		return want(-1, 0)

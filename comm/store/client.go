@@ -1,0 +1,652 @@
+package store
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// replyGrace is how long a client waits past a blocking request's own
+// deadline for the server's answer before giving up on its own.
+const replyGrace = 2 * time.Second
+
+// TCPStore is a client of a TCP store server (and, when made by NewTCP with
+// isServer, the owner of an embedded server). One TCPStore holds one
+// connection, shared by every goroutine that uses it: requests carry ids, so
+// many may be in flight at once.
+//
+// If the connection breaks, the client dials again (with backoff, for as
+// long as the request's context and the store's timeout allow) and sends
+// every request that was in flight once more, under the same request id and
+// client session:
+//
+//   - Reads (Get, MultiGet, Wait, Check, NumKeys) are simply repeated; a
+//     blocked Get or Wait resumes with what is left of its timeout.
+//   - Writes (Set, MultiSet, Add, Append, CompareSet, DeleteKey) are marked
+//     apply-at-most-once. The server remembers the replies of a session's
+//     last 1024 such requests (and drops the session's old connection, and
+//     waits until it stops, before serving the new one), so a repeated Add
+//     whose first copy did arrive gets the first reply back instead of
+//     counting twice, and one that never arrived runs now. A blind retry of
+//     Add could count twice; this cannot.
+//
+// What is not covered: a server that restarted (it lost every key anyway),
+// and a write repeated after more than 1024 newer writes of the same client
+// were answered (many hundreds of goroutines writing through one client while
+// its connection breaks); such a write may apply twice. When the server stays
+// unreachable, requests fail with an error wrapping ErrTimeout and
+// ErrPeerLost.
+type TCPStore struct {
+	cfg     config
+	addr    string
+	session uint64
+
+	server    *Server
+	serveDone chan struct{}
+
+	dialing   chan struct{} // a one-slot semaphore: one dial at a time
+	mu        sync.Mutex
+	cur       *clientConn
+	connected bool // a connection was up once: later failures mean the server was lost
+	closed    bool
+	done      chan struct{}
+	nextID    atomic.Uint64
+	wg        sync.WaitGroup
+}
+
+var _ Store = (*TCPStore)(nil)
+
+// Dial connects to the TCP store server at addr (host:port), retrying while
+// the server is not up yet, for as long as ctx and the store's timeout allow.
+// Options: WithToken (default from TANDEM_TOKEN), WithTimeout, WithMaxFrame,
+// WithMaxValue, WithLogger. A server that refuses the token yields an error
+// wrapping ErrUnauthorized.
+func Dial(ctx context.Context, addr string, opts ...Option) (Store, error) {
+	s, err := dial(ctx, addr, newConfig(opts))
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func dial(ctx context.Context, addr string, cfg config) (*TCPStore, error) {
+	var sid [8]byte
+	rand.Read(sid[:])
+	s := &TCPStore{
+		cfg:     cfg,
+		addr:    addr,
+		session: binary.LittleEndian.Uint64(sid[:]),
+		dialing: make(chan struct{}, 1),
+		done:    make(chan struct{}),
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+	if _, err := s.conn(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewTCP returns a TCP store the way c10d's TCPStore does: with isServer the
+// caller (rank 0) starts a server listening on addr (port 0 picks one; see
+// Addr) and a client of it, which owns the server: Close stops both. Without
+// isServer it dials the server at addr like Dial.
+func NewTCP(ctx context.Context, addr string, isServer bool, opts ...Option) (*TCPStore, error) {
+	cfg := newConfig(opts)
+	if !isServer {
+		return dial(ctx, addr, cfg)
+	}
+	srv, err := NewServer(addr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(context.Background())
+	}()
+	s, err := dial(ctx, loopbackFor(srv.Addr()), cfg)
+	if err != nil {
+		srv.Close()
+		<-served
+		return nil, err
+	}
+	s.server, s.serveDone = srv, served
+	return s, nil
+}
+
+// loopbackFor turns a listening address on every interface into one a local
+// client can dial.
+func loopbackFor(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if ip.To4() != nil {
+			return net.JoinHostPort("127.0.0.1", port)
+		}
+		return net.JoinHostPort("::1", port)
+	}
+	return addr
+}
+
+// Addr returns the server's address: where the embedded server listens, or
+// the address dialled.
+func (s *TCPStore) Addr() string {
+	if s.server != nil {
+		return s.server.Addr()
+	}
+	return s.addr
+}
+
+// Close closes the connection, ends every call in flight with ErrClosed, and
+// stops the embedded server if there is one. It returns once every goroutine
+// of the store has ended.
+func (s *TCPStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	cc := s.cur
+	s.cur = nil
+	s.mu.Unlock()
+	if cc != nil {
+		bye := message{op: opBye, id: s.nextID.Add(1)}
+		cc.c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		cc.write(appendFrame(nil, &bye))
+		cc.fail(ErrClosed)
+	}
+	s.wg.Wait()
+	if s.server != nil {
+		err := s.server.Close()
+		<-s.serveDone
+		return err
+	}
+	return nil
+}
+
+// clientConn is one connection to the server; a reader goroutine delivers
+// replies to the requests waiting for them.
+type clientConn struct {
+	c   net.Conn
+	wmu sync.Mutex
+
+	mu      sync.Mutex
+	pending map[uint64]chan message
+	dead    chan struct{}
+	err     error
+}
+
+func (cc *clientConn) isDead() bool {
+	select {
+	case <-cc.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+func (cc *clientConn) fail(err error) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.err != nil {
+		return
+	}
+	cc.err = err
+	cc.pending = nil
+	close(cc.dead)
+	cc.c.Close()
+}
+
+// register makes room for the reply to id; nil if the connection is dead.
+func (cc *clientConn) register(id uint64) chan message {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.err != nil {
+		return nil
+	}
+	ch := make(chan message, 1)
+	cc.pending[id] = ch
+	return ch
+}
+
+func (cc *clientConn) unregister(id uint64) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	delete(cc.pending, id)
+}
+
+// write sends one frame and reports how many bytes reached the socket.
+func (cc *clientConn) write(frame []byte) (int, error) {
+	cc.wmu.Lock()
+	defer cc.wmu.Unlock()
+	return cc.c.Write(frame)
+}
+
+func (cc *clientConn) readLoop(s *TCPStore) {
+	br := bufio.NewReaderSize(cc.c, 64<<10)
+	for {
+		p, err := readFrame(br, s.cfg.maxFrame)
+		if err != nil {
+			cc.fail(fmt.Errorf("%w: store connection to %s: %w", ErrPeerLost, s.addr, err))
+			return
+		}
+		m, err := decodeMessage(p)
+		if err == nil && m.op != opReply {
+			err = fmt.Errorf("%w: server sent operation %d", errMalformed, m.op)
+		}
+		if err != nil {
+			s.cfg.logger.Warn("store client: dropping connection: malformed reply", "addr", s.addr, "err", err)
+			cc.fail(fmt.Errorf("%w: store connection to %s: %w", ErrPeerLost, s.addr, err))
+			return
+		}
+		cc.mu.Lock()
+		ch := cc.pending[m.id]
+		delete(cc.pending, m.id)
+		cc.mu.Unlock()
+		if ch != nil {
+			ch <- m
+		}
+	}
+}
+
+// conn returns the live connection, dialling a new one if there is none.
+func (s *TCPStore) conn(ctx context.Context) (*clientConn, error) {
+	cur := func() (*clientConn, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed {
+			return nil, closedError("connect")
+		}
+		if s.cur != nil && !s.cur.isDead() {
+			return s.cur, nil
+		}
+		return nil, nil
+	}
+	if cc, err := cur(); cc != nil || err != nil {
+		return cc, err
+	}
+	select {
+	case s.dialing <- struct{}{}:
+	case <-ctx.Done():
+		return nil, s.dialError(ctx, ctx.Err())
+	case <-s.done:
+		return nil, closedError("connect")
+	}
+	defer func() { <-s.dialing }()
+	if cc, err := cur(); cc != nil || err != nil {
+		return cc, err
+	}
+	cc, err := s.redial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		cc.fail(ErrClosed)
+		return nil, closedError("connect")
+	}
+	s.cur = cc
+	s.connected = true
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		cc.readLoop(s)
+	}()
+	return cc, nil
+}
+
+func (s *TCPStore) dialError(ctx context.Context, last error) error {
+	s.mu.Lock()
+	lost := s.connected
+	s.mu.Unlock()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if lost {
+			return fmt.Errorf("%w: %w: store: lost the connection to server %s and cannot reach it again (last error: %v); "+
+				"check that the server still runs", ErrTimeout, ErrPeerLost, s.addr, last)
+		}
+		return fmt.Errorf("%w: store: cannot reach server %s (last error: %w); check the address and that the server runs", ErrTimeout, s.addr, last)
+	}
+	return fmt.Errorf("store: connecting to %s: %w", s.addr, last)
+}
+
+// redial connects and says hello, retrying with backoff until ctx ends; it
+// gives up at once if the server refuses the token or protocol.
+func (s *TCPStore) redial(ctx context.Context) (*clientConn, error) {
+	backoff := 5 * time.Millisecond
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "tcp", s.addr)
+		if err == nil {
+			var cc *clientConn
+			cc, err = s.hello(ctx, c)
+			if err == nil {
+				return cc, nil
+			}
+			c.Close()
+			if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrInvalidArgument) {
+				return nil, err
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, s.dialError(ctx, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, s.dialError(ctx, err)
+		case <-s.done:
+			return nil, closedError("connect")
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
+	}
+}
+
+func (s *TCPStore) hello(ctx context.Context, c net.Conn) (*clientConn, error) {
+	dl := time.Now().Add(handshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	c.SetDeadline(dl)
+	h := message{op: opHello, id: s.session, num: protoVersion, keys: []string{protoMagic, s.cfg.token}}
+	if _, err := c.Write(appendFrame(nil, &h)); err != nil {
+		return nil, err
+	}
+	p, err := readFrame(c, 64<<10)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = fmt.Errorf("server closed the connection during the handshake: %w", err)
+		}
+		return nil, err
+	}
+	r, err := decodeMessage(p)
+	if err != nil || r.op != opReply {
+		return nil, fmt.Errorf("%w: store server %s answered hello with a malformed frame (%v)", ErrInvalidArgument, s.addr, err)
+	}
+	if r.code != codeOK {
+		return nil, fmt.Errorf("store: server %s refused the connection: %w", s.addr, replyError(&r))
+	}
+	c.SetDeadline(time.Time{})
+	return &clientConn{c: c, pending: map[uint64]chan message{}, dead: make(chan struct{})}, nil
+}
+
+// remoteError is an error reported by the server: its text, and the sentinel
+// its status code names.
+type remoteError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.sentinel }
+
+func replyError(r *message) error {
+	var sentinel error
+	switch r.code {
+	case codeOK:
+		return nil
+	case codeTimeout:
+		sentinel = ErrTimeout
+	case codeClosed:
+		sentinel = ErrClosed
+	case codeTooLarge:
+		sentinel = ErrTooLarge
+	case codeInvalid:
+		sentinel = ErrInvalidArgument
+	case codeUnauthorized:
+		sentinel = ErrUnauthorized
+	default:
+		sentinel = errors.New("store server error")
+	}
+	msg := sentinel.Error()
+	if len(r.vals) > 0 {
+		msg = string(r.vals[0])
+	}
+	return &remoteError{msg: msg, sentinel: sentinel}
+}
+
+// request describes one call for do.
+type request struct {
+	op       string // for messages
+	m        message
+	blocking bool          // Get, MultiGet, Wait: m.num carries the timeout
+	wait     time.Duration // Wait's own timeout; 0 for the store's default
+	once     bool          // a write: the server applies it at most once
+}
+
+// do sends a request and returns the server's reply, reconnecting and
+// sending it again (same id, so the server can recognise a repeat) when the
+// connection breaks.
+func (s *TCPStore) do(ctx context.Context, rq *request) (message, error) {
+	if err := ctx.Err(); err != nil {
+		return message{}, ctxError(ctx, rq.op)
+	}
+	timeout := rq.wait
+	if timeout <= 0 {
+		timeout = s.cfg.timeout
+	}
+	dl, ctxBound := deadline(ctx, timeout, s.cfg.timeout)
+	cctx, cancel := context.WithDeadline(ctx, dl.Add(replyGrace))
+	defer cancel()
+	if rq.blocking {
+		rq.m.num = 1 // placeholder so that the size check counts a timeout
+	}
+	if size := len(appendFrame(nil, &rq.m)) - frameHeader + 2*binary.MaxVarintLen64; size > s.cfg.maxFrame {
+		return message{}, fmt.Errorf("%w: store %s request of %d bytes exceeds the frame limit of %d bytes (WithMaxFrame)",
+			ErrTooLarge, rq.op, size, s.cfg.maxFrame)
+	}
+	timedOut := func() error {
+		if rq.blocking {
+			return waitError(ctx, rq.op, rq.m.keys, timeout, ctxBound)
+		}
+		return ctxErrorOr(ctx, rq.op, timeout)
+	}
+	id := s.nextID.Add(1)
+	rq.m.id = id
+	if rq.once {
+		rq.m.code = flagOnce
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			// The connection broke with this request in flight. Pause a little
+			// (more each time) so a server that keeps dropping us is not hammered.
+			select {
+			case <-time.After(min(time.Millisecond<<min(attempt, 10), time.Second)):
+			case <-cctx.Done():
+				return message{}, timedOut()
+			case <-s.done:
+				return message{}, closedError(rq.op)
+			}
+		}
+		cc, err := s.conn(cctx)
+		if err != nil {
+			if cctx.Err() != nil && ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return message{}, fmt.Errorf("%w (%w)", timedOut(), err)
+			}
+			return message{}, err
+		}
+		if rq.blocking {
+			rq.m.num = max(time.Until(dl).Milliseconds(), 1)
+		}
+		ch := cc.register(id)
+		if ch == nil {
+			continue
+		}
+		if _, err := cc.write(appendFrame(nil, &rq.m)); err != nil {
+			cc.fail(fmt.Errorf("%w: store connection to %s: %w", ErrPeerLost, s.addr, err))
+			s.cfg.logger.Info("store client: connection lost; reconnecting", "addr", s.addr, "op", rq.op, "err", err)
+			continue
+		}
+		select {
+		case r := <-ch:
+			if r.code == codeTimeout && rq.blocking {
+				return message{}, timedOut()
+			}
+			if err := replyError(&r); err != nil {
+				return message{}, fmt.Errorf("store %s: %w", rq.op, err)
+			}
+			return r, nil
+		case <-cc.dead:
+			s.cfg.logger.Info("store client: connection lost; reconnecting", "addr", s.addr, "op", rq.op, "err", cc.err)
+			continue
+		case <-cctx.Done():
+			cc.unregister(id)
+			if rq.blocking {
+				cancelReq := message{op: opCancel, num: int64(id)}
+				cc.write(appendFrame(nil, &cancelReq))
+			}
+			return message{}, timedOut()
+		case <-s.done:
+			return message{}, closedError(rq.op)
+		}
+	}
+}
+
+// ctxErrorOr reports a non-blocking call that ran out of time.
+func ctxErrorOr(ctx context.Context, op string, timeout time.Duration) error {
+	if ctx.Err() != nil {
+		return ctxError(ctx, op)
+	}
+	return fmt.Errorf("%w: store %s got no answer within %v", ErrTimeout, op, timeout)
+}
+
+// Set implements Store.
+func (s *TCPStore) Set(ctx context.Context, key string, value []byte) error {
+	if err := s.checkValue("set", len(value)); err != nil {
+		return err
+	}
+	_, err := s.do(ctx, &request{op: "set", once: true,
+		m: message{op: opSet, keys: []string{key}, vals: [][]byte{value}}})
+	return err
+}
+
+// Get implements Store.
+func (s *TCPStore) Get(ctx context.Context, key string) ([]byte, error) {
+	r, err := s.do(ctx, &request{op: "get", blocking: true,
+		m: message{op: opGet, keys: []string{key}}})
+	if err != nil {
+		return nil, err
+	}
+	if len(r.vals) != 1 {
+		return nil, s.badReply("get", &r)
+	}
+	return r.vals[0], nil
+}
+
+// Add implements Store. After a reconnect it is applied at most once; see
+// TCPStore.
+func (s *TCPStore) Add(ctx context.Context, key string, delta int64) (int64, error) {
+	r, err := s.do(ctx, &request{op: "add", once: true,
+		m: message{op: opAdd, keys: []string{key}, num: delta}})
+	return r.num, err
+}
+
+// CompareSet implements Store. After a reconnect it is applied at most once;
+// see TCPStore.
+func (s *TCPStore) CompareSet(ctx context.Context, key string, expected, desired []byte) ([]byte, error) {
+	if err := s.checkValue("compare-set", len(desired)); err != nil {
+		return nil, err
+	}
+	r, err := s.do(ctx, &request{op: "compare-set", once: true,
+		m: message{op: opCompareSet, keys: []string{key}, vals: [][]byte{expected, desired}}})
+	if err != nil {
+		return nil, err
+	}
+	if len(r.vals) != 1 {
+		return nil, s.badReply("compare-set", &r)
+	}
+	return r.vals[0], nil
+}
+
+// DeleteKey implements Store.
+func (s *TCPStore) DeleteKey(ctx context.Context, key string) (bool, error) {
+	r, err := s.do(ctx, &request{op: "delete-key", once: true,
+		m: message{op: opDeleteKey, keys: []string{key}}})
+	return r.num != 0, err
+}
+
+// NumKeys implements Store.
+func (s *TCPStore) NumKeys(ctx context.Context) (int64, error) {
+	r, err := s.do(ctx, &request{op: "num-keys", m: message{op: opNumKeys}})
+	return r.num, err
+}
+
+// Check implements Store.
+func (s *TCPStore) Check(ctx context.Context, keys []string) (bool, error) {
+	r, err := s.do(ctx, &request{op: "check", m: message{op: opCheck, keys: keys}})
+	return r.num != 0, err
+}
+
+// Wait implements Store.
+func (s *TCPStore) Wait(ctx context.Context, keys []string, timeout time.Duration) error {
+	_, err := s.do(ctx, &request{op: "wait", blocking: true, wait: timeout,
+		m: message{op: opWait, keys: keys}})
+	return err
+}
+
+// MultiSet implements Store.
+func (s *TCPStore) MultiSet(ctx context.Context, keys []string, values [][]byte) error {
+	if err := checkMulti("multi-set", keys, values); err != nil {
+		return err
+	}
+	n := 0
+	for _, v := range values {
+		n += len(v)
+	}
+	if err := s.checkValue("multi-set", n); err != nil {
+		return err
+	}
+	_, err := s.do(ctx, &request{op: "multi-set", once: true,
+		m: message{op: opMultiSet, keys: keys, vals: values}})
+	return err
+}
+
+// MultiGet implements Store.
+func (s *TCPStore) MultiGet(ctx context.Context, keys []string) ([][]byte, error) {
+	r, err := s.do(ctx, &request{op: "multi-get", blocking: true,
+		m: message{op: opMultiGet, keys: keys}})
+	if err != nil {
+		return nil, err
+	}
+	if len(r.vals) != len(keys) {
+		return nil, s.badReply("multi-get", &r)
+	}
+	return r.vals, nil
+}
+
+// Append implements Store. After a reconnect it is applied at most once; see
+// TCPStore.
+func (s *TCPStore) Append(ctx context.Context, key string, value []byte) error {
+	if err := s.checkValue("append", len(value)); err != nil {
+		return err
+	}
+	_, err := s.do(ctx, &request{op: "append", once: true,
+		m: message{op: opAppend, keys: []string{key}, vals: [][]byte{value}}})
+	return err
+}
+
+func (s *TCPStore) checkValue(op string, n int) error {
+	if n > s.cfg.maxValue {
+		return fmt.Errorf("%w: store %s of %d bytes exceeds the value limit of %d bytes (WithMaxValue)", ErrTooLarge, op, n, s.cfg.maxValue)
+	}
+	return nil
+}
+
+func (s *TCPStore) badReply(op string, r *message) error {
+	return fmt.Errorf("%w: store %s: server %s answered with %d values", ErrInvalidArgument, op, s.addr, len(r.vals))
+}

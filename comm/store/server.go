@@ -1,0 +1,707 @@
+package store
+
+import (
+	"bufio"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// handshakeTimeout bounds how long a new connection may take to say hello.
+const handshakeTimeout = 10 * time.Second
+
+// outHighWater is how many bytes of replies may queue for a slow client
+// before the server stops reading its requests.
+const outHighWater = 16 << 20
+
+// What a server remembers of a client session to answer repeated requests.
+const (
+	sessionReplies = 1024            // replies of flagOnce requests kept
+	sessionBytes   = 4 << 20         // bytes of such replies kept
+	sessionTTL     = 5 * time.Minute // how long a session outlives its connection
+)
+
+// Server is the server side of the TCP store (c10d's TCPStore master). It
+// holds the keys in memory and answers any number of clients, each over one
+// connection that carries many concurrent requests. Blocked Get, MultiGet and
+// Wait requests wait on the key table's waiter lists: no goroutine is parked
+// and nothing polls while they wait.
+//
+// Create one with NewServer, run it with Serve, stop it with Close (or by
+// ending Serve's context). Clients connect with Dial; NewTCP embeds a server
+// in rank 0.
+type Server struct {
+	cfg config
+	log *slog.Logger
+	ln  net.Listener
+	t   *table
+
+	mu       sync.Mutex
+	conns    map[*serverConn]struct{}
+	sessions map[uint64]*session
+	closed   bool
+	serving  bool
+	done     chan struct{}
+	wg       sync.WaitGroup
+
+	// loseReply, when set (by tests), is asked after each request ran whether
+	// to drop the connection before its reply goes out.
+	loseReply func(m *message) bool
+}
+
+// NewServer listens on addr (host:port; port 0 picks a free port, see Addr)
+// and returns a server that answers clients once Serve runs. Options:
+// WithToken (clients must present it; default from TANDEM_TOKEN),
+// WithTimeout (the default bound of blocking requests that name none),
+// WithMaxFrame, WithMaxValue, WithLogger.
+func NewServer(addr string, opts ...Option) (*Server, error) {
+	cfg := newConfig(opts)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("store server: listen on %q: %w", addr, err)
+	}
+	return &Server{
+		cfg:      cfg,
+		log:      cfg.logger,
+		ln:       ln,
+		t:        newTable(),
+		conns:    map[*serverConn]struct{}{},
+		sessions: map[uint64]*session{},
+		done:     make(chan struct{}),
+	}, nil
+}
+
+// Addr returns the address the server listens on, with the port it bound.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Serve accepts and serves clients until ctx ends or Close is called, then
+// closes the server and returns nil once every connection is gone. It returns
+// an error wrapping ErrClosed if the server was already closed or is already
+// serving.
+func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed || s.serving {
+		s.mu.Unlock()
+		return fmt.Errorf("store server: Serve called twice or after Close: %w", ErrClosed)
+	}
+	s.serving = true
+	s.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	backoff := time.Millisecond
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			select {
+			case <-s.done:
+				return nil
+			default:
+			}
+			// Out of file descriptors or a similar passing trouble: wait and retry.
+			s.log.Warn("store server: accept failed; retrying", "addr", s.Addr(), "err", err, "retry_in", backoff)
+			select {
+			case <-s.done:
+				return nil
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, time.Second)
+			continue
+		}
+		backoff = time.Millisecond
+		s.startConn(c)
+	}
+}
+
+func (s *Server) startConn(c net.Conn) {
+	sc := &serverConn{
+		s:          s,
+		c:          c,
+		remote:     c.RemoteAddr().String(),
+		wake:       make(chan struct{}, 1),
+		pending:    map[uint64]*pendingWait{},
+		done:       make(chan struct{}),
+		readerDone: make(chan struct{}),
+	}
+	sc.cond = sync.NewCond(&sc.mu)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	s.conns[sc] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		sc.readLoop()
+	}()
+}
+
+func (s *Server) forget(sc *serverConn) {
+	s.mu.Lock()
+	delete(s.conns, sc)
+	if ses := sc.ses; ses != nil && ses.conn == sc {
+		ses.conn = nil
+		ses.idle = time.Now()
+	}
+	s.mu.Unlock()
+}
+
+// session is what the server knows of one client across its reconnects:
+// the replies of its recent flagOnce requests.
+type session struct {
+	id   uint64
+	conn *serverConn // the live connection, or nil since idle
+	idle time.Time
+
+	mu      sync.Mutex
+	replies map[uint64][]byte // request id -> encoded reply frame
+	order   []uint64
+	bytes   int
+}
+
+// attach makes sc the connection of session id. An older connection of the
+// same session is dropped first, and attach waits until it has stopped
+// running requests, so that a request repeated on sc cannot overtake its
+// first copy still queued on the old connection.
+func (s *Server) attach(sc *serverConn, id uint64) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	now := time.Now()
+	for sid, ses := range s.sessions {
+		if ses.conn == nil && now.Sub(ses.idle) > sessionTTL {
+			delete(s.sessions, sid)
+		}
+	}
+	ses := s.sessions[id]
+	if ses == nil {
+		ses = &session{id: id, replies: map[uint64][]byte{}}
+		s.sessions[id] = ses
+	}
+	old := ses.conn
+	ses.conn = sc
+	sc.ses = ses
+	s.mu.Unlock()
+	if old != nil {
+		s.log.Info("store server: client reconnected; dropping its previous connection", "remote", sc.remote, "previous", old.remote)
+		old.close()
+		<-old.readerDone
+	}
+	return true
+}
+
+// endSession forgets sc's session when its client says goodbye.
+func (s *Server) endSession(sc *serverConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ses := sc.ses; ses != nil && ses.conn == sc {
+		delete(s.sessions, ses.id)
+	}
+}
+
+func (ses *session) lookup(id uint64) ([]byte, bool) {
+	ses.mu.Lock()
+	defer ses.mu.Unlock()
+	f, ok := ses.replies[id]
+	return f, ok
+}
+
+func (ses *session) remember(id uint64, frame []byte) {
+	if len(frame) > sessionBytes/4 {
+		r := errReply(id, errors.New("store server: the request was applied, but its reply was too large to "+
+			"remember across the reconnect; read the key again"))
+		frame = appendFrame(nil, &r)
+	}
+	ses.mu.Lock()
+	defer ses.mu.Unlock()
+	if _, dup := ses.replies[id]; dup {
+		return
+	}
+	ses.replies[id] = frame
+	ses.order = append(ses.order, id)
+	ses.bytes += len(frame)
+	for len(ses.order) > sessionReplies || ses.bytes > sessionBytes {
+		old := ses.order[0]
+		ses.order = ses.order[1:]
+		ses.bytes -= len(ses.replies[old])
+		delete(ses.replies, old)
+	}
+}
+
+// Close stops accepting, drops every connection (blocked requests end),
+// discards the keys and returns once every goroutine of the server is gone.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	conns := make([]*serverConn, 0, len(s.conns))
+	for sc := range s.conns {
+		conns = append(conns, sc)
+	}
+	s.mu.Unlock()
+	err := s.ln.Close()
+	for _, sc := range conns {
+		sc.close()
+	}
+	s.t.close()
+	s.wg.Wait()
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("store server: close listener: %w", err)
+	}
+	return nil
+}
+
+// dropConnections closes every client connection but keeps serving; tests
+// use it to check that clients reconnect.
+func (s *Server) dropConnections() {
+	s.mu.Lock()
+	conns := make([]*serverConn, 0, len(s.conns))
+	for sc := range s.conns {
+		conns = append(conns, sc)
+	}
+	s.mu.Unlock()
+	for _, sc := range conns {
+		sc.close()
+	}
+}
+
+// serverConn is one client connection: a reader goroutine that decodes and
+// runs requests, and a writer goroutine that sends queued replies.
+type serverConn struct {
+	s          *Server
+	c          net.Conn
+	remote     string
+	ses        *session      // set by the handshake
+	readerDone chan struct{} // closed when the reader has stopped running requests
+
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when queued shrinks or the conn closes
+	out     [][]byte
+	queued  int
+	wake    chan struct{}
+	pending map[uint64]*pendingWait
+	closed  bool
+	done    chan struct{}
+}
+
+func (sc *serverConn) drop(reason string, err error) {
+	sc.s.log.Warn("store server: dropping connection", "remote", sc.remote, "reason", reason, "err", err)
+	sc.close()
+}
+
+func (sc *serverConn) readLoop() {
+	defer close(sc.readerDone)
+	defer sc.close()
+	br := bufio.NewReaderSize(sc.c, 64<<10)
+	sc.c.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	if !sc.handshake(br) {
+		return
+	}
+	sc.c.SetReadDeadline(time.Time{})
+	sc.s.wg.Add(1)
+	go func() {
+		defer sc.s.wg.Done()
+		sc.writeLoop()
+	}()
+	for {
+		sc.mu.Lock()
+		for sc.queued > outHighWater && !sc.closed {
+			sc.cond.Wait()
+		}
+		sc.mu.Unlock()
+		p, err := readFrame(br, sc.s.cfg.maxFrame)
+		if err != nil {
+			if sc.isClosed() || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			sc.drop("cannot read a frame", err)
+			return
+		}
+		m, err := decodeMessage(p)
+		if err == nil {
+			err = checkRequest(&m)
+		}
+		if err != nil {
+			sc.drop("malformed request", err)
+			return
+		}
+		if sc.isClosed() {
+			return // frames buffered before a drop must not run
+		}
+		if !sc.handle(&m) {
+			return
+		}
+	}
+}
+
+// handshake reads the client's hello and checks its token; it answers and
+// reports whether the connection may go on.
+func (sc *serverConn) handshake(br *bufio.Reader) bool {
+	p, err := readFrame(br, min(sc.s.cfg.maxFrame, 64<<10))
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			sc.drop("no valid hello", err)
+		}
+		return false
+	}
+	m, err := decodeMessage(p)
+	if err != nil || m.op != opHello || len(m.keys) != 2 || m.keys[0] != protoMagic {
+		sc.drop("no valid hello", fmt.Errorf("%w: first frame is not a store hello (%v)", errMalformed, err))
+		return false
+	}
+	refuse := func(code byte, reason string) bool {
+		reply := message{op: opReply, code: code, id: m.id, vals: [][]byte{[]byte(reason)}}
+		sc.c.SetWriteDeadline(time.Now().Add(time.Second))
+		sc.c.Write(appendFrame(nil, &reply))
+		sc.drop(reason, nil)
+		return false
+	}
+	if m.num != protoVersion {
+		return refuse(codeInvalid, fmt.Sprintf("client speaks store protocol %d, server speaks %d", m.num, protoVersion))
+	}
+	if tok := sc.s.cfg.token; tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(m.keys[1])) != 1 {
+		reason := "wrong token"
+		if m.keys[1] == "" {
+			reason = "missing token"
+		}
+		return refuse(codeUnauthorized, reason+"; the client must use the server's token (WithToken or "+TokenEnv+")")
+	}
+	if !sc.s.attach(sc, m.id) {
+		return false
+	}
+	sc.c.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+	ok := message{op: opReply, code: codeOK, id: m.id}
+	if _, err := sc.c.Write(appendFrame(nil, &ok)); err != nil {
+		sc.drop("cannot answer hello", err)
+		return false
+	}
+	sc.c.SetWriteDeadline(time.Time{})
+	return true
+}
+
+func (sc *serverConn) writeLoop() {
+	bw := bufio.NewWriterSize(sc.c, 64<<10)
+	for {
+		select {
+		case <-sc.wake:
+		case <-sc.done:
+			return
+		}
+		sc.mu.Lock()
+		batch := sc.out
+		sc.out = nil
+		sc.mu.Unlock()
+		n := 0
+		for _, f := range batch {
+			n += len(f)
+			if _, err := bw.Write(f); err != nil {
+				sc.writeFailed(err)
+				return
+			}
+		}
+		if err := bw.Flush(); err != nil {
+			sc.writeFailed(err)
+			return
+		}
+		sc.mu.Lock()
+		sc.queued -= n
+		sc.cond.Broadcast()
+		sc.mu.Unlock()
+	}
+}
+
+func (sc *serverConn) writeFailed(err error) {
+	if sc.isClosed() {
+		return
+	}
+	sc.drop("cannot write a reply", err)
+}
+
+func (sc *serverConn) isClosed() bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.closed
+}
+
+// encode makes m's frame, or an ErrTooLarge reply if m does not fit in one.
+func (sc *serverConn) encode(m *message) []byte {
+	f := appendFrame(nil, m)
+	if len(f)-frameHeader > sc.s.cfg.maxFrame {
+		tl := errReply(m.id, fmt.Errorf("%w: the reply takes %d bytes, over the frame limit of %d; fetch fewer or smaller values",
+			ErrTooLarge, len(f)-frameHeader, sc.s.cfg.maxFrame))
+		f = appendFrame(nil, &tl)
+	}
+	return f
+}
+
+// send queues a reply for the writer; it never blocks.
+func (sc *serverConn) send(m *message) {
+	sc.sendFrame(sc.encode(m))
+}
+
+func (sc *serverConn) sendFrame(f []byte) {
+	sc.mu.Lock()
+	if sc.closed {
+		sc.mu.Unlock()
+		return
+	}
+	sc.out = append(sc.out, f)
+	sc.queued += len(f)
+	sc.mu.Unlock()
+	select {
+	case sc.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (sc *serverConn) close() {
+	sc.mu.Lock()
+	if sc.closed {
+		sc.mu.Unlock()
+		return
+	}
+	sc.closed = true
+	pending := sc.pending
+	sc.pending = nil
+	sc.out = nil
+	close(sc.done)
+	sc.cond.Broadcast()
+	sc.mu.Unlock()
+	sc.c.Close()
+	for _, pw := range pending {
+		pw.finish()
+	}
+	sc.s.forget(sc)
+}
+
+// errReply turns an error into a reply with the matching status code.
+func errReply(id uint64, err error) message {
+	code := codeFailed
+	switch {
+	case errors.Is(err, ErrTimeout):
+		code = codeTimeout
+	case errors.Is(err, ErrClosed):
+		code = codeClosed
+	case errors.Is(err, ErrTooLarge):
+		code = codeTooLarge
+	case errors.Is(err, ErrInvalidArgument):
+		code = codeInvalid
+	case errors.Is(err, ErrUnauthorized):
+		code = codeUnauthorized
+	}
+	return message{op: opReply, code: code, id: id, vals: [][]byte{[]byte(err.Error())}}
+}
+
+func (sc *serverConn) reply(m *message, err error) {
+	if err != nil {
+		r := errReply(m.id, err)
+		sc.send(&r)
+		return
+	}
+	sc.send(m)
+}
+
+func (sc *serverConn) tooLarge(op string, n int) error {
+	if n <= sc.s.cfg.maxValue {
+		return nil
+	}
+	return fmt.Errorf("%w: store %s of %d bytes exceeds the value limit of %d bytes (WithMaxValue)", ErrTooLarge, op, n, sc.s.cfg.maxValue)
+}
+
+// handle runs one request; it reports false when the connection must end.
+func (sc *serverConn) handle(m *message) bool {
+	once := m.code&flagOnce != 0
+	if once {
+		if f, ok := sc.ses.lookup(m.id); ok {
+			sc.sendFrame(f) // a repeat after a reconnect: answer, do not apply again
+			return true
+		}
+	}
+	t := sc.s.t
+	r := message{op: opReply, id: m.id}
+	var err error
+	switch m.op {
+	case opSet:
+		if err = sc.tooLarge("set", len(m.vals[0])); err == nil {
+			err = t.set(m.keys[0], m.vals[0])
+		}
+	case opAppend:
+		if err = sc.tooLarge("append", len(m.vals[0])); err == nil {
+			err = t.appendTo(m.keys[0], m.vals[0], sc.s.cfg.maxValue)
+		}
+	case opMultiSet:
+		n := 0
+		for _, v := range m.vals {
+			n += len(v)
+		}
+		if err = sc.tooLarge("multi-set", n); err == nil {
+			err = t.multiSet(m.keys, m.vals)
+		}
+	case opAdd:
+		r.num, err = t.add(m.keys[0], m.num)
+	case opCompareSet:
+		var v []byte
+		if err = sc.tooLarge("compare-set", len(m.vals[1])); err == nil {
+			v, err = t.compareSet(m.keys[0], m.vals[0], m.vals[1])
+			r.vals = [][]byte{v}
+		}
+	case opDeleteKey:
+		var ok bool
+		ok, err = t.deleteKey(m.keys[0])
+		r.num = boolNum(ok)
+	case opNumKeys:
+		r.num, err = t.numKeys()
+	case opCheck:
+		var ok bool
+		ok, err = t.check(m.keys)
+		r.num = boolNum(ok)
+	case opGet, opMultiGet, opWait:
+		return sc.startWait(m)
+	case opCancel:
+		sc.mu.Lock()
+		pw := sc.pending[uint64(m.num)]
+		sc.mu.Unlock()
+		if pw != nil {
+			pw.finish()
+		}
+		return true
+	case opBye:
+		sc.s.endSession(sc)
+		return true
+	}
+	if err != nil {
+		r = errReply(m.id, err)
+	}
+	f := sc.encode(&r)
+	if once {
+		sc.ses.remember(m.id, f)
+	}
+	if sc.s.loseReply != nil && sc.s.loseReply(m) {
+		sc.drop("test: reply lost on purpose", nil)
+		return false
+	}
+	sc.sendFrame(f)
+	return true
+}
+
+func boolNum(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// pendingWait is a blocked Get, MultiGet or Wait of one connection.
+type pendingWait struct {
+	sc      *serverConn
+	id      uint64
+	op      byte
+	keys    []string
+	timeout time.Duration
+
+	mu       sync.Mutex
+	finished bool
+	w        *waiter
+	timer    *time.Timer
+}
+
+func (sc *serverConn) startWait(m *message) bool {
+	timeout := time.Duration(m.num) * time.Millisecond
+	if timeout <= 0 {
+		timeout = sc.s.cfg.timeout
+	}
+	pw := &pendingWait{sc: sc, id: m.id, op: m.op, keys: m.keys, timeout: timeout}
+	sc.mu.Lock()
+	if sc.closed {
+		sc.mu.Unlock()
+		return false
+	}
+	if sc.pending[m.id] != nil {
+		sc.mu.Unlock()
+		sc.drop("malformed request", fmt.Errorf("%w: request id %d reused while still pending", errMalformed, m.id))
+		return false
+	}
+	sc.pending[m.id] = pw
+	sc.mu.Unlock()
+	pw.mu.Lock()
+	pw.timer = time.AfterFunc(timeout, pw.expire)
+	pw.mu.Unlock()
+	pw.try()
+	return true
+}
+
+// try answers the request if its keys exist, or (re)registers a waiter whose
+// firing calls try again.
+func (pw *pendingWait) try() {
+	pw.mu.Lock()
+	if pw.finished {
+		pw.mu.Unlock()
+		return
+	}
+	vals, w, err := pw.sc.s.t.getOrWait(pw.keys, pw.try)
+	if err == nil && w != nil {
+		pw.w = w
+		pw.mu.Unlock()
+		return
+	}
+	pw.done()
+	pw.mu.Unlock()
+	r := message{op: opReply, id: pw.id}
+	if err == nil && pw.op != opWait {
+		r.vals = vals
+	}
+	pw.sc.reply(&r, err)
+}
+
+// done marks pw finished, with pw.mu held.
+func (pw *pendingWait) done() {
+	pw.finished = true
+	if pw.timer != nil {
+		pw.timer.Stop()
+	}
+	if pw.w != nil {
+		pw.sc.s.t.cancel(pw.w)
+	}
+	sc := pw.sc
+	sc.mu.Lock()
+	if sc.pending[pw.id] == pw {
+		delete(sc.pending, pw.id)
+	}
+	sc.mu.Unlock()
+}
+
+func (pw *pendingWait) expire() {
+	pw.mu.Lock()
+	if pw.finished {
+		pw.mu.Unlock()
+		return
+	}
+	pw.done()
+	pw.mu.Unlock()
+	err := fmt.Errorf("%w: store server: keys %q did not appear within %v", ErrTimeout, pw.keys, pw.timeout)
+	pw.sc.reply(&message{id: pw.id}, err)
+}
+
+// finish abandons pw without a reply (the client cancelled or left).
+func (pw *pendingWait) finish() {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	if !pw.finished {
+		pw.done()
+	}
+}
