@@ -1,0 +1,272 @@
+package rpc
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"sync"
+	"time"
+)
+
+// Sync calls fn on worker to with arg and waits for its result, which must
+// be of type R (the function's registered result type). Errors wrap
+// ErrTimeout (the call's timeout or ctx's deadline passed), ErrPeerLost (the
+// worker died or is unreachable), ErrClosed (this agent shut down),
+// ErrUnknownFunction, ErrWrongType, ErrRemote (the function failed; ErrPanic
+// if it panicked) or ErrTooLarge.
+func Sync[R any](ctx context.Context, a *Agent, to, fn string, arg any, opts ...CallOption) (R, error) {
+	f := a.call(ctx, to, fn, arg, reflect.TypeFor[R](), opts)
+	r, err := f.Wait(ctx)
+	return valueAs[R](r, err)
+}
+
+// Async starts a call like Sync and returns its future at once. It returns
+// after the request is written to the connection, so arg (and its tensors)
+// may be changed as soon as it returns. The call ends with an error if ctx
+// ends first.
+func Async[R any](ctx context.Context, a *Agent, to, fn string, arg any, opts ...CallOption) *Future[R] {
+	f := a.call(ctx, to, fn, arg, reflect.TypeFor[R](), opts)
+	return Then(f, valueAs[R])
+}
+
+func valueAs[R any](r *Response, err error) (R, error) {
+	var zero R
+	if err != nil {
+		return zero, err
+	}
+	if r == nil || r.Value == nil {
+		return zero, nil
+	}
+	v, ok := r.Value.(R)
+	if !ok {
+		return zero, fmt.Errorf("%w: rpc: result of type %T, caller asked for %s", ErrWrongType, r.Value, reflect.TypeFor[R]())
+	}
+	return v, nil
+}
+
+// Call is the untyped form of Async for packages built on rpc: it decodes
+// the result into resultType and hands back the interceptors' view of the
+// outcome.
+func (a *Agent) Call(ctx context.Context, to, fn string, arg any, resultType reflect.Type, opts ...CallOption) *Future[*Response] {
+	return a.call(ctx, to, fn, arg, resultType, opts)
+}
+
+func (a *Agent) call(ctx context.Context, to, fn string, arg any, resType reflect.Type, opts []CallOption) *Future[*Response] {
+	if err := a.running(); err != nil {
+		return Ready[*Response](nil, fmt.Errorf("rpc: call %q to %q: %w", fn, to, err))
+	}
+	w, err := a.WorkerInfo(to)
+	if err != nil {
+		return Ready[*Response](nil, fmt.Errorf("rpc: call %q: %w", fn, err))
+	}
+	var co callOptions
+	for _, o := range opts {
+		if o != nil {
+			o(&co)
+		}
+	}
+	if co.timeout <= 0 {
+		co.timeout = a.opts.timeout
+	}
+	call := &ClientCall{To: w, Function: fn, Arg: arg, ResultType: resType, Meta: co.meta, Timeout: co.timeout}
+	ics := *a.clientIC.Load()
+	if len(ics) == 0 {
+		return a.invoke(ctx, call)
+	}
+	return chainClient(ics, a.invoke)(ctx, call)
+}
+
+// pendingCall is a call awaiting its reply.
+type pendingCall struct {
+	a       *Agent
+	c       *conn
+	id      uint64
+	fn      string
+	resType reflect.Type
+	fut     *Future[*Response]
+	start   time.Time
+	timer   *time.Timer
+	stopCtx func() bool
+	mu      sync.Mutex // guards timer and stopCtx against finish
+	ended   bool
+}
+
+// finish completes the call once (the caller has removed it from pending).
+func (p *pendingCall) finish(r *Response, err error) {
+	p.mu.Lock()
+	p.ended = true
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	if p.stopCtx != nil {
+		p.stopCtx()
+	}
+	p.mu.Unlock()
+	p.a.m.callDone(time.Since(p.start), err)
+	p.fut.Complete(r, err)
+}
+
+func (c *conn) register(p *pendingCall) bool {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if c.dead.Load() {
+		return false
+	}
+	c.nextID++
+	p.id = c.nextID
+	c.pending[p.id] = p
+	return true
+}
+
+func (c *conn) take(id uint64) *pendingCall {
+	c.pmu.Lock()
+	p := c.pending[id]
+	delete(c.pending, id)
+	c.pmu.Unlock()
+	return p
+}
+
+// invoke is the innermost Invoker: it encodes the call and writes it.
+func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response] {
+	fut := NewFuture[*Response]()
+	start := time.Now()
+	if err := ctx.Err(); err != nil {
+		fut.Complete(nil, ctxError(ctx, fmt.Sprintf("rpc: call %q to worker %s", call.Function, call.To)))
+		return fut
+	}
+	timeout := call.Timeout
+	if timeout <= 0 {
+		timeout = a.opts.timeout
+	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	buf := getBuf()
+	defer putBuf(buf)
+	enc := Encoder{buf: (*buf)[:0], agent: a, to: call.To}
+	typ, err := enc.encodeTop(call.Arg)
+	*buf = enc.buf
+	if err != nil {
+		fut.Complete(nil, fmt.Errorf("rpc: call %q to worker %s: cannot send the argument (%T): %w", call.Function, call.To, call.Arg, err))
+		return fut
+	}
+	f := frame{kind: kindRequest, fn: call.Function, typ: typ, aux: uint64(timeout), meta: call.Meta, payload: enc.buf, tensors: enc.tensors}
+	hb := getBuf()
+	defer putBuf(hb)
+	head, data, err := appendHead((*hb)[:0], &f)
+	*hb = head
+	if err == nil && int64(len(head)-frameHeaderLen)+int64(data) > a.opts.maxMessage {
+		err = fmt.Errorf("%w: rpc: the argument makes a message of %d bytes, over the limit of %d (WithMaxMessageSize)", ErrTooLarge, len(head)-frameHeaderLen+int(data), a.opts.maxMessage)
+	}
+	if err != nil {
+		fut.Complete(nil, fmt.Errorf("rpc: call %q to worker %s: %w", call.Function, call.To, err))
+		return fut
+	}
+	p := &pendingCall{a: a, fn: call.Function, resType: call.ResultType, fut: fut, start: start}
+	var c *conn
+	for attempt := 0; ; attempt++ {
+		c, err = a.connTo(dctx, call.To.ID)
+		if err != nil {
+			if ctx.Err() == nil && dctx.Err() != nil {
+				err = fmt.Errorf("%w: rpc: call %q to worker %s: no connection within the call's timeout of %v: %w", ErrTimeout, call.Function, call.To, timeout, err)
+			}
+			fut.Complete(nil, err)
+			return fut
+		}
+		p.c = c
+		a.m.callStart()
+		if c.register(p) {
+			break
+		}
+		a.m.clientInFlight.Add(-1)
+		if attempt > 0 {
+			fut.Complete(nil, fmt.Errorf("%w: rpc: call %q to worker %s: connection lost", ErrPeerLost, call.Function, call.To))
+			return fut
+		}
+	}
+	id := p.id
+	binary.LittleEndian.PutUint64(head[16:24], id)
+	p.mu.Lock()
+	if !p.ended {
+		p.timer = time.AfterFunc(timeout, func() {
+			if q := c.take(id); q != nil {
+				c.cancelRemote(id)
+				q.finish(nil, fmt.Errorf("%w: rpc: call %q to worker %s got no reply within %v", ErrTimeout, call.Function, call.To, timeout))
+			}
+		})
+		if ctx.Done() != nil {
+			p.stopCtx = context.AfterFunc(ctx, func() {
+				if q := c.take(id); q != nil {
+					c.cancelRemote(id)
+					q.finish(nil, ctxError(ctx, fmt.Sprintf("rpc: call %q to worker %s", call.Function, call.To)))
+				}
+			})
+		}
+	}
+	p.mu.Unlock()
+	if err := c.write(frameBuffers(head, &f)); err != nil {
+		if q := c.take(id); q != nil {
+			q.finish(nil, fmt.Errorf("%w: rpc: call %q to worker %s: sending failed: %v", ErrPeerLost, call.Function, call.To, err))
+		}
+		return fut
+	}
+	a.m.sent.Add(1)
+	return fut
+}
+
+// cancelRemote tells the callee to cancel the handler of call id.
+func (c *conn) cancelRemote(id uint64) {
+	go func() {
+		var b [frameHeaderLen + 8]byte
+		f := frame{kind: kindCancel, id: id}
+		head, _, err := appendHead(b[:0], &f)
+		if err == nil {
+			c.write(net.Buffers{head})
+		}
+	}()
+}
+
+// onReply completes the call a reply frame answers.
+func (a *Agent) onReply(c *conn, f *frame) {
+	if f.kind != kindResponse && f.kind != kindError {
+		c.close(malformed("worker %s sent a frame of kind %d on a client connection", c.peer, f.kind))
+		return
+	}
+	p := c.take(f.id)
+	if p == nil {
+		return // the call timed out or was cancelled; drop the late reply
+	}
+	if f.kind == kindError {
+		p.finish(nil, newRemoteError(c.peer.Name, p.fn, errCode(f.code), f.aux, string(f.payload)))
+		return
+	}
+	v, err := decodeTop(p.resType, f.typ, f.payload, f.tensors, a, c.peer)
+	if err != nil {
+		if errors.Is(err, ErrWrongType) {
+			err = fmt.Errorf("rpc: %q on worker %s returned %s but the caller asked for %s: %w", p.fn, c.peer, f.typ, p.resType, err)
+		} else {
+			err = fmt.Errorf("rpc: reply of %q from worker %s: %w", p.fn, c.peer, err)
+		}
+		p.finish(nil, err)
+		return
+	}
+	var val any
+	if v.IsValid() {
+		val = v.Interface()
+	}
+	p.finish(&Response{Value: val, Meta: f.meta}, nil)
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+func putBuf(b *[]byte) {
+	if cap(*b) <= 1<<20 {
+		*b = (*b)[:0]
+		bufPool.Put(b)
+	}
+}

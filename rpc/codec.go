@@ -1,0 +1,847 @@
+package rpc
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"gorgonia.org/tensor"
+)
+
+// The value codec. Arguments and results travel as a compact, schema-less
+// byte encoding of their Go value plus raw tensor sections:
+//
+//   - *tensor.Dense anywhere in a value (field, slice element, map value)
+//     becomes a reference to a raw section of the frame: dtype, shape and the
+//     bytes as they lie in memory, never re-encoded. A tensor passed as the
+//     whole argument or result has no encoded part at all.
+//   - bool, integers (zig-zag varints), floats and complex numbers (IEEE bits),
+//     strings, slices and arrays (numeric ones as one raw block), maps,
+//     structs (exported fields in declaration order; a field tagged
+//     `rpc:"-"` is skipped) and pointers (nil or the value).
+//   - a type whose pointer implements Marshaler and Unmarshaler encodes
+//     itself (rref.RRef does: it travels as owner, id and fork).
+//   - Any carries a value whose type the receiver picks later.
+//
+// Both sides must use the same Go type (its name, reflect.Type.String, is
+// checked at the top level); interface-typed fields may hold nil or a
+// *tensor.Dense only; channels and functions cannot travel.
+
+// Marshaler is implemented by types that encode themselves; the Encoder
+// tells them where the value goes (To) and through which agent.
+type Marshaler interface {
+	MarshalRPC(e *Encoder) error
+}
+
+// Unmarshaler is implemented (on the pointer) by types that decode
+// themselves; the Decoder tells them who sent the value (From).
+type Unmarshaler interface {
+	UnmarshalRPC(d *Decoder) error
+}
+
+var (
+	denseType       = reflect.TypeFor[*tensor.Dense]()
+	marshalerType   = reflect.TypeFor[Marshaler]()
+	unmarshalerType = reflect.TypeFor[Unmarshaler]()
+	anyType         = reflect.TypeFor[Any]()
+	emptyIfaceType  = reflect.TypeFor[any]()
+	littleEndian    = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+)
+
+const maxDepth = 100
+
+// nilTypeName is the type name sent for a nil argument or result.
+const nilTypeName = "nil"
+
+// Encoder writes one value's wire form. Marshaler implementations use its
+// methods; they must read back exactly what they wrote, in order.
+type Encoder struct {
+	buf     []byte
+	tensors []*tensor.Dense
+	seen    map[*tensor.Dense]int
+	agent   *Agent
+	to      WorkerInfo
+	depth   int
+}
+
+// Agent returns the agent sending the value (nil when encoding outside one).
+func (e *Encoder) Agent() *Agent { return e.agent }
+
+// To returns the worker the value is sent to.
+func (e *Encoder) To() WorkerInfo { return e.to }
+
+// Uvarint writes an unsigned integer.
+func (e *Encoder) Uvarint(v uint64) { e.buf = binary.AppendUvarint(e.buf, v) }
+
+// Bytes writes a byte string.
+func (e *Encoder) Bytes(b []byte) {
+	e.Uvarint(uint64(len(b)))
+	e.buf = append(e.buf, b...)
+}
+
+// String writes a string.
+func (e *Encoder) String(s string) {
+	e.Uvarint(uint64(len(s)))
+	e.buf = append(e.buf, s...)
+}
+
+// Tensor writes a tensor (nil allowed) as a raw section of the frame.
+func (e *Encoder) Tensor(t *tensor.Dense) error {
+	if t == nil {
+		e.buf = append(e.buf, 0)
+		return nil
+	}
+	i, err := e.addTensor(t)
+	if err != nil {
+		return err
+	}
+	e.buf = append(e.buf, 1)
+	e.Uvarint(uint64(i))
+	return nil
+}
+
+// Encode writes a nested value of any supported type.
+func (e *Encoder) Encode(v any) error {
+	if v == nil {
+		e.buf = append(e.buf, 0)
+		return nil
+	}
+	e.buf = append(e.buf, 1)
+	return e.value(reflect.ValueOf(v))
+}
+
+func (e *Encoder) addTensor(t *tensor.Dense) (int, error) {
+	if i, ok := e.seen[t]; ok {
+		return i, nil
+	}
+	if !littleEndian {
+		return 0, fmt.Errorf("%w: rpc: tensors travel in little-endian order; this host is big-endian", ErrInvalidArgument)
+	}
+	c, err := contiguous(t)
+	if err != nil {
+		return 0, err
+	}
+	if e.seen == nil {
+		e.seen = make(map[*tensor.Dense]int)
+	}
+	e.seen[t] = len(e.tensors)
+	e.tensors = append(e.tensors, c)
+	return len(e.tensors) - 1, nil
+}
+
+// encodeTop encodes a whole argument or result and returns its type name.
+func (e *Encoder) encodeTop(v any) (string, error) {
+	if v == nil {
+		return nilTypeName, nil
+	}
+	if t, ok := v.(*tensor.Dense); ok && t != nil {
+		_, err := e.addTensor(t)
+		return denseType.String(), err
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Type().String(), e.value(rv)
+}
+
+func (e *Encoder) value(v reflect.Value) error {
+	t := v.Type()
+	if t == denseType {
+		return e.Tensor(v.Interface().(*tensor.Dense))
+	}
+	if t.Kind() != reflect.Pointer && t.Kind() != reflect.Interface && reflect.PointerTo(t).Implements(marshalerType) {
+		if !v.CanAddr() {
+			p := reflect.New(t)
+			p.Elem().Set(v)
+			v = p.Elem()
+		}
+		return v.Addr().Interface().(Marshaler).MarshalRPC(e)
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		b := byte(0)
+		if v.Bool() {
+			b = 1
+		}
+		e.buf = append(e.buf, b)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		e.buf = binary.AppendVarint(e.buf, v.Int())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		e.buf = binary.AppendUvarint(e.buf, v.Uint())
+	case reflect.Float32:
+		e.buf = binary.LittleEndian.AppendUint32(e.buf, math.Float32bits(float32(v.Float())))
+	case reflect.Float64:
+		e.buf = binary.LittleEndian.AppendUint64(e.buf, math.Float64bits(v.Float()))
+	case reflect.Complex64:
+		c := v.Complex()
+		e.buf = binary.LittleEndian.AppendUint32(e.buf, math.Float32bits(float32(real(c))))
+		e.buf = binary.LittleEndian.AppendUint32(e.buf, math.Float32bits(float32(imag(c))))
+	case reflect.Complex128:
+		c := v.Complex()
+		e.buf = binary.LittleEndian.AppendUint64(e.buf, math.Float64bits(real(c)))
+		e.buf = binary.LittleEndian.AppendUint64(e.buf, math.Float64bits(imag(c)))
+	case reflect.String:
+		e.String(v.String())
+	case reflect.Slice:
+		if v.IsNil() {
+			e.Uvarint(0)
+			return nil
+		}
+		e.Uvarint(uint64(v.Len()) + 1)
+		return e.elements(v)
+	case reflect.Array:
+		return e.elements(v)
+	case reflect.Map:
+		if v.IsNil() {
+			e.Uvarint(0)
+			return nil
+		}
+		e.Uvarint(uint64(v.Len()) + 1)
+		if err := e.enter(t); err != nil {
+			return err
+		}
+		defer e.leave()
+		it := v.MapRange()
+		for it.Next() {
+			if err := e.value(it.Key()); err != nil {
+				return err
+			}
+			if err := e.value(it.Value()); err != nil {
+				return err
+			}
+		}
+	case reflect.Struct:
+		if err := e.enter(t); err != nil {
+			return err
+		}
+		defer e.leave()
+		for _, i := range structFields(t) {
+			if err := e.value(v.Field(i)); err != nil {
+				return err
+			}
+		}
+	case reflect.Pointer:
+		if v.IsNil() {
+			e.buf = append(e.buf, 0)
+			return nil
+		}
+		if err := e.enter(t); err != nil {
+			return err
+		}
+		defer e.leave()
+		e.buf = append(e.buf, 1)
+		return e.value(v.Elem())
+	case reflect.Interface:
+		if v.IsNil() {
+			e.buf = append(e.buf, 0)
+			return nil
+		}
+		if d, ok := v.Elem().Interface().(*tensor.Dense); ok && d != nil {
+			i, err := e.addTensor(d)
+			if err != nil {
+				return err
+			}
+			e.buf = append(e.buf, 1)
+			e.Uvarint(uint64(i))
+			return nil
+		}
+		return fmt.Errorf("%w: rpc: cannot send a %s held in an interface of type %s: the receiver could not know its type; use a concrete type or rpc.Any", ErrInvalidArgument, v.Elem().Type(), t)
+	default:
+		return fmt.Errorf("%w: rpc: values of type %s cannot be sent", ErrInvalidArgument, t)
+	}
+	return nil
+}
+
+func (e *Encoder) enter(t reflect.Type) error {
+	e.depth++
+	if e.depth > maxDepth {
+		return fmt.Errorf("%w: rpc: value nested more than %d levels deep (a cycle through %s?)", ErrInvalidArgument, maxDepth, t)
+	}
+	return nil
+}
+
+func (e *Encoder) leave() { e.depth-- }
+
+func (e *Encoder) elements(v reflect.Value) error {
+	n := v.Len()
+	et := v.Type().Elem()
+	if rawElem(et) {
+		size := n * int(et.Size())
+		if size == 0 {
+			return nil
+		}
+		var p unsafe.Pointer
+		if v.Kind() == reflect.Slice {
+			p = v.UnsafePointer()
+		} else if v.CanAddr() {
+			p = v.Addr().UnsafePointer()
+		} else {
+			c := reflect.New(v.Type()).Elem()
+			c.Set(v)
+			p = c.Addr().UnsafePointer()
+		}
+		e.buf = append(e.buf, unsafe.Slice((*byte)(p), size)...)
+		return nil
+	}
+	if err := e.enter(v.Type()); err != nil {
+		return err
+	}
+	defer e.leave()
+	for i := 0; i < n; i++ {
+		if err := e.value(v.Index(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rawElem reports whether elements of type t travel as their memory bytes.
+func rawElem(t reflect.Type) bool {
+	if !littleEndian {
+		return t.Kind() == reflect.Uint8 || t.Kind() == reflect.Int8
+	}
+	switch t.Kind() {
+	case reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Int,
+		reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uint,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return !reflect.PointerTo(t).Implements(marshalerType)
+	}
+	return false
+}
+
+var fieldCache sync.Map // reflect.Type -> []int
+
+// structFields returns the indexes of the exported fields of t that travel.
+func structFields(t reflect.Type) []int {
+	if f, ok := fieldCache.Load(t); ok {
+		return f.([]int)
+	}
+	var idx []int
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() || f.Tag.Get("rpc") == "-" {
+			continue
+		}
+		idx = append(idx, i)
+	}
+	fieldCache.Store(t, idx)
+	return idx
+}
+
+// Decoder reads one value's wire form; Unmarshaler implementations use its
+// methods.
+type Decoder struct {
+	b       []byte
+	tensors []*tensor.Dense
+	agent   *Agent
+	from    WorkerInfo
+	depth   int
+}
+
+// Agent returns the agent receiving the value (nil outside one).
+func (d *Decoder) Agent() *Agent { return d.agent }
+
+// From returns the worker that sent the value.
+func (d *Decoder) From() WorkerInfo { return d.from }
+
+func (d *Decoder) short(what string) error {
+	return fmt.Errorf("%w: value ends inside %s", ErrMalformed, what)
+}
+
+// Uvarint reads an unsigned integer.
+func (d *Decoder) Uvarint() (uint64, error) {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		return 0, d.short("an integer")
+	}
+	d.b = d.b[n:]
+	return v, nil
+}
+
+func (d *Decoder) varint() (int64, error) {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		return 0, d.short("an integer")
+	}
+	d.b = d.b[n:]
+	return v, nil
+}
+
+func (d *Decoder) byte() (byte, error) {
+	if len(d.b) == 0 {
+		return 0, d.short("a value")
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c, nil
+}
+
+func (d *Decoder) fixed(n int) ([]byte, error) {
+	if len(d.b) < n {
+		return nil, d.short("a number")
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v, nil
+}
+
+// Bytes reads a byte string (aliasing the message; copy it to keep it).
+func (d *Decoder) Bytes() ([]byte, error) {
+	n, err := d.Uvarint()
+	if err != nil {
+		return nil, err
+	}
+	if n > uint64(len(d.b)) {
+		return nil, d.short("a byte string")
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v, nil
+}
+
+// String reads a string.
+func (d *Decoder) String() (string, error) {
+	b, err := d.Bytes()
+	return string(b), err
+}
+
+// Tensor reads a tensor written by Encoder.Tensor.
+func (d *Decoder) Tensor() (*tensor.Dense, error) {
+	flag, err := d.byte()
+	if err != nil || flag == 0 {
+		return nil, err
+	}
+	if flag != 1 {
+		return nil, fmt.Errorf("%w: tensor flag %d", ErrMalformed, flag)
+	}
+	i, err := d.Uvarint()
+	if err != nil {
+		return nil, err
+	}
+	if i >= uint64(len(d.tensors)) {
+		return nil, fmt.Errorf("%w: tensor %d of %d", ErrMalformed, i, len(d.tensors))
+	}
+	return d.tensors[i], nil
+}
+
+// Decode reads a nested value written by Encoder.Encode into *ptr.
+func (d *Decoder) Decode(ptr any) error {
+	pv := reflect.ValueOf(ptr)
+	if pv.Kind() != reflect.Pointer || pv.IsNil() {
+		return fmt.Errorf("%w: rpc: Decode needs a non-nil pointer, got %T", ErrInvalidArgument, ptr)
+	}
+	flag, err := d.byte()
+	if err != nil {
+		return err
+	}
+	if flag == 0 {
+		pv.Elem().SetZero()
+		return nil
+	}
+	return d.value(pv.Elem())
+}
+
+// decodeTop decodes a whole argument or result of type want, sent as typ.
+func decodeTop(want reflect.Type, typ string, payload []byte, tensors []*tensor.Dense, agent *Agent, from WorkerInfo) (reflect.Value, error) {
+	if typ == nilTypeName {
+		switch want.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+			return reflect.Zero(want), nil
+		}
+		return reflect.Value{}, fmt.Errorf("%w: expected %s, got nil", ErrWrongType, want)
+	}
+	if want.Kind() == reflect.Interface {
+		if typ == denseType.String() && denseType.AssignableTo(want) && len(payload) == 0 && len(tensors) == 1 {
+			v := reflect.New(want).Elem()
+			v.Set(reflect.ValueOf(tensors[0]))
+			return v, nil
+		}
+		if anyType.AssignableTo(want) {
+			a := Any{typ: typ, data: payload, tensors: tensors, agent: agent, from: from}
+			v := reflect.New(want).Elem()
+			v.Set(reflect.ValueOf(a))
+			return v, nil
+		}
+		return reflect.Value{}, fmt.Errorf("%w: cannot receive %s as interface type %s; use a concrete type", ErrWrongType, typ, want)
+	}
+	if typ != want.String() {
+		return reflect.Value{}, fmt.Errorf("%w: expected %s, got %s", ErrWrongType, want, typ)
+	}
+	if want == denseType && len(payload) == 0 && len(tensors) == 1 {
+		return reflect.ValueOf(tensors[0]), nil
+	}
+	d := Decoder{b: payload, tensors: tensors, agent: agent, from: from}
+	v := reflect.New(want).Elem()
+	if err := d.value(v); err != nil {
+		return reflect.Value{}, err
+	}
+	if len(d.b) != 0 {
+		return reflect.Value{}, fmt.Errorf("%w: %d stray bytes after a %s", ErrMalformed, len(d.b), want)
+	}
+	return v, nil
+}
+
+func (d *Decoder) enter(t reflect.Type) error {
+	d.depth++
+	if d.depth > maxDepth {
+		return fmt.Errorf("%w: value nested more than %d levels deep (%s)", ErrMalformed, maxDepth, t)
+	}
+	return nil
+}
+
+func (d *Decoder) leave() { d.depth-- }
+
+// count reads a nil-or-length prefix; ok is false for nil.
+func (d *Decoder) count(et reflect.Type) (n int, ok bool, err error) {
+	c, err := d.Uvarint()
+	if err != nil || c == 0 {
+		return 0, false, err
+	}
+	c--
+	limit := uint64(len(d.b))
+	if mayBeEmpty(et) {
+		limit += 1 << 16
+	}
+	if c > limit {
+		return 0, false, fmt.Errorf("%w: %d elements announced, %d bytes left", ErrMalformed, c, len(d.b))
+	}
+	return int(c), true, nil
+}
+
+// mayBeEmpty reports whether a value of type t may encode to zero bytes.
+func mayBeEmpty(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Array:
+		return t.Len() == 0 || mayBeEmpty(t.Elem())
+	case reflect.Struct:
+		if reflect.PointerTo(t).Implements(unmarshalerType) {
+			return true
+		}
+		for _, i := range structFields(t) {
+			if !mayBeEmpty(t.Field(i).Type) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func (d *Decoder) value(v reflect.Value) error {
+	t := v.Type()
+	if t == denseType {
+		x, err := d.Tensor()
+		if err != nil {
+			return err
+		}
+		v.Set(reflect.ValueOf(x))
+		return nil
+	}
+	if t.Kind() != reflect.Pointer && t.Kind() != reflect.Interface && reflect.PointerTo(t).Implements(unmarshalerType) {
+		return v.Addr().Interface().(Unmarshaler).UnmarshalRPC(d)
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		b, err := d.byte()
+		if err != nil {
+			return err
+		}
+		if b > 1 {
+			return fmt.Errorf("%w: bool byte %d", ErrMalformed, b)
+		}
+		v.SetBool(b == 1)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		x, err := d.varint()
+		if err != nil {
+			return err
+		}
+		if v.OverflowInt(x) {
+			return fmt.Errorf("%w: %d overflows %s", ErrMalformed, x, t)
+		}
+		v.SetInt(x)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		x, err := d.Uvarint()
+		if err != nil {
+			return err
+		}
+		if v.OverflowUint(x) {
+			return fmt.Errorf("%w: %d overflows %s", ErrMalformed, x, t)
+		}
+		v.SetUint(x)
+	case reflect.Float32:
+		b, err := d.fixed(4)
+		if err != nil {
+			return err
+		}
+		v.SetFloat(float64(math.Float32frombits(binary.LittleEndian.Uint32(b))))
+	case reflect.Float64:
+		b, err := d.fixed(8)
+		if err != nil {
+			return err
+		}
+		v.SetFloat(math.Float64frombits(binary.LittleEndian.Uint64(b)))
+	case reflect.Complex64:
+		b, err := d.fixed(8)
+		if err != nil {
+			return err
+		}
+		v.SetComplex(complex(float64(math.Float32frombits(binary.LittleEndian.Uint32(b))), float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4:])))))
+	case reflect.Complex128:
+		b, err := d.fixed(16)
+		if err != nil {
+			return err
+		}
+		v.SetComplex(complex(math.Float64frombits(binary.LittleEndian.Uint64(b)), math.Float64frombits(binary.LittleEndian.Uint64(b[8:]))))
+	case reflect.String:
+		s, err := d.String()
+		if err != nil {
+			return err
+		}
+		v.SetString(s)
+	case reflect.Slice:
+		n, ok, err := d.count(t.Elem())
+		if err != nil || !ok {
+			return err
+		}
+		s := reflect.MakeSlice(t, n, n)
+		if err := d.elements(s, n); err != nil {
+			return err
+		}
+		v.Set(s)
+	case reflect.Array:
+		return d.elements(v, v.Len())
+	case reflect.Map:
+		n, ok, err := d.count(t.Elem())
+		if err != nil || !ok {
+			return err
+		}
+		if err := d.enter(t); err != nil {
+			return err
+		}
+		defer d.leave()
+		m := reflect.MakeMapWithSize(t, min(n, 1024))
+		for i := 0; i < n; i++ {
+			k := reflect.New(t.Key()).Elem()
+			if err := d.value(k); err != nil {
+				return err
+			}
+			x := reflect.New(t.Elem()).Elem()
+			if err := d.value(x); err != nil {
+				return err
+			}
+			m.SetMapIndex(k, x)
+		}
+		v.Set(m)
+	case reflect.Struct:
+		if err := d.enter(t); err != nil {
+			return err
+		}
+		defer d.leave()
+		for _, i := range structFields(t) {
+			if err := d.value(v.Field(i)); err != nil {
+				return err
+			}
+		}
+	case reflect.Pointer:
+		flag, err := d.byte()
+		if err != nil {
+			return err
+		}
+		switch flag {
+		case 0:
+			v.SetZero()
+			return nil
+		case 1:
+		default:
+			return fmt.Errorf("%w: pointer flag %d", ErrMalformed, flag)
+		}
+		if err := d.enter(t); err != nil {
+			return err
+		}
+		defer d.leave()
+		p := reflect.New(t.Elem())
+		if err := d.value(p.Elem()); err != nil {
+			return err
+		}
+		v.Set(p)
+	case reflect.Interface:
+		x, err := d.Tensor()
+		if err != nil {
+			return err
+		}
+		if x == nil {
+			v.SetZero()
+			return nil
+		}
+		if !denseType.AssignableTo(t) {
+			return fmt.Errorf("%w: a tensor cannot go in a field of type %s", ErrWrongType, t)
+		}
+		v.Set(reflect.ValueOf(x))
+	default:
+		return fmt.Errorf("%w: values of type %s cannot be received", ErrWrongType, t)
+	}
+	return nil
+}
+
+func (d *Decoder) elements(v reflect.Value, n int) error {
+	et := v.Type().Elem()
+	if rawElem(et) {
+		size := n * int(et.Size())
+		if size == 0 {
+			return nil
+		}
+		b, err := d.fixed(size)
+		if err != nil {
+			return err
+		}
+		var p unsafe.Pointer
+		if v.Kind() == reflect.Slice {
+			p = v.UnsafePointer()
+		} else {
+			p = v.Addr().UnsafePointer()
+		}
+		copy(unsafe.Slice((*byte)(p), size), b)
+		return nil
+	}
+	if err := d.enter(v.Type()); err != nil {
+		return err
+	}
+	defer d.leave()
+	for i := 0; i < n; i++ {
+		if err := d.value(v.Index(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Any carries a value whose type the receiver chooses when it decodes it:
+// heterogeneous argument lists (rref.Call sends its arguments this way), or
+// a result received as `any`. Make one with AnyOf; a received one is decoded
+// with Decode. A received Any can be sent on unchanged.
+type Any struct {
+	val     any
+	set     bool
+	typ     string
+	data    []byte
+	tensors []*tensor.Dense
+	agent   *Agent
+	from    WorkerInfo
+}
+
+// AnyOf wraps v for sending.
+func AnyOf(v any) Any { return Any{val: v, set: true} }
+
+// TypeName returns the Go type name of the value (reflect.Type.String), or
+// "nil".
+func (a Any) TypeName() string {
+	if a.set {
+		if a.val == nil {
+			return nilTypeName
+		}
+		return reflect.TypeOf(a.val).String()
+	}
+	if a.typ == "" {
+		return nilTypeName
+	}
+	return a.typ
+}
+
+// Decode stores the value in *ptr, whose type must be the value's type.
+func (a Any) Decode(ptr any) error {
+	pv := reflect.ValueOf(ptr)
+	if pv.Kind() != reflect.Pointer || pv.IsNil() {
+		return fmt.Errorf("%w: rpc: Any.Decode needs a non-nil pointer, got %T", ErrInvalidArgument, ptr)
+	}
+	v, err := a.DecodeType(pv.Elem().Type())
+	if err != nil {
+		return err
+	}
+	pv.Elem().Set(v)
+	return nil
+}
+
+// DecodeType returns the value as type t (the value's own type, or an
+// interface it satisfies when the value is a tensor or nil).
+func (a Any) DecodeType(t reflect.Type) (reflect.Value, error) {
+	if a.set {
+		if a.val == nil {
+			return decodeTop(t, nilTypeName, nil, nil, nil, WorkerInfo{})
+		}
+		rv := reflect.ValueOf(a.val)
+		if rv.Type() == t || (t.Kind() == reflect.Interface && rv.Type().AssignableTo(t)) {
+			out := reflect.New(t).Elem()
+			out.Set(rv)
+			return out, nil
+		}
+		return reflect.Value{}, fmt.Errorf("%w: expected %s, got %s", ErrWrongType, t, rv.Type())
+	}
+	typ := a.typ
+	if typ == "" {
+		typ = nilTypeName
+	}
+	return decodeTop(t, typ, a.data, a.tensors, a.agent, a.from)
+}
+
+// MarshalRPC writes the type name, the value's bytes and its own table of
+// tensors, so that the value can be decoded (or forwarded) later.
+func (a *Any) MarshalRPC(e *Encoder) error {
+	typ, data, tensors := a.typ, a.data, a.tensors
+	if a.set || typ == "" {
+		sub := Encoder{agent: e.agent, to: e.to, depth: e.depth}
+		var err error
+		if typ, err = sub.encodeTop(a.val); err != nil {
+			return err
+		}
+		data, tensors = sub.buf, sub.tensors
+	}
+	e.String(typ)
+	e.Uvarint(uint64(len(tensors)))
+	for _, t := range tensors {
+		i, err := e.addTensor(t)
+		if err != nil {
+			return err
+		}
+		e.Uvarint(uint64(i))
+	}
+	e.Bytes(data)
+	return nil
+}
+
+// UnmarshalRPC reads what MarshalRPC wrote; decoding the value itself waits
+// for Decode.
+func (a *Any) UnmarshalRPC(d *Decoder) error {
+	typ, err := d.String()
+	if err != nil {
+		return err
+	}
+	if len(typ) > maxNameLen || strings.TrimSpace(typ) == "" {
+		return fmt.Errorf("%w: bad type name in an Any", ErrMalformed)
+	}
+	n, err := d.Uvarint()
+	if err != nil {
+		return err
+	}
+	if n > uint64(len(d.b)) {
+		return fmt.Errorf("%w: Any with %d tensors", ErrMalformed, n)
+	}
+	tensors := make([]*tensor.Dense, n)
+	for i := range tensors {
+		j, err := d.Uvarint()
+		if err != nil {
+			return err
+		}
+		if j >= uint64(len(d.tensors)) {
+			return fmt.Errorf("%w: tensor %d of %d", ErrMalformed, j, len(d.tensors))
+		}
+		tensors[i] = d.tensors[j]
+	}
+	data, err := d.Bytes()
+	if err != nil {
+		return err
+	}
+	*a = Any{typ: typ, data: data, tensors: tensors, agent: d.agent, from: d.from}
+	return nil
+}

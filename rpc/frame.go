@@ -1,0 +1,392 @@
+package rpc
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"net"
+
+	"gorgonia.org/tensor"
+)
+
+// Wire format of one frame (all integers little-endian):
+//
+//	fixed header, 24 bytes:
+//	  [0:4]   head length (u32): bytes of the head that follows
+//	  [4:12]  data length (u64): bytes of raw tensor data after the head
+//	  [12]    kind: 1 request, 2 response, 3 error, 4 cancel
+//	  [13]    code: error frames carry an error code, others 0
+//	  [14]    version: 1
+//	  [15]    reserved: 0
+//	  [16:24] call id (u64)
+//	head:
+//	  uvarint n, n bytes   function name (requests)
+//	  uvarint n, n bytes   type name of the value carried
+//	  uvarint              aux: a request's timeout in ns (0: none); an
+//	                       error's sentinel mask
+//	  uvarint m            metadata pairs, then m × (uvarint n, key, uvarint n, value)
+//	  uvarint n, n bytes   payload: the value's encoding, tensors excepted
+//	  uvarint t            tensors, then t × (dtype byte, uvarint ndim, ndim × uvarint dim)
+//	data: the tensors' bytes, one after another, in native little-endian
+//	  element order; their sizes follow from dtype and shape and must add up
+//	  to the data length.
+//
+// A frame whose head does not parse exactly, whose sizes disagree, or whose
+// length passes the connection's limit is malformed: the connection that
+// carried it is closed, nothing else.
+const (
+	frameHeaderLen = 24
+	frameVersion   = 1
+
+	kindRequest  = 1
+	kindResponse = 2
+	kindError    = 3
+	kindCancel   = 4
+
+	maxNameLen   = 4096
+	maxMetaPairs = 1024
+	maxTensors   = 1 << 20
+	maxDims      = 64
+)
+
+// Metadata carries small key/value pairs with a call (and with its reply),
+// for interceptors such as distributed autograd's context propagation.
+type Metadata map[string]string
+
+// frame is one message.
+type frame struct {
+	kind    byte
+	code    byte
+	id      uint64
+	fn      string
+	typ     string
+	aux     uint64
+	meta    Metadata
+	payload []byte
+	tensors []*tensor.Dense
+}
+
+// dtype codes on the wire.
+var dtypeCodes = []tensor.Dtype{
+	1: tensor.Float64, 2: tensor.Float32, 3: tensor.Int64, 4: tensor.Int32,
+	5: tensor.Int16, 6: tensor.Int8, 7: tensor.Uint64, 8: tensor.Uint32,
+	9: tensor.Uint16, 10: tensor.Uint8, 11: tensor.Bool, 12: tensor.Complex64,
+	13: tensor.Complex128, 14: tensor.Int, 15: tensor.Uint,
+}
+
+func dtypeCode(dt tensor.Dtype) (byte, bool) {
+	for i, d := range dtypeCodes {
+		if i > 0 && d == dt {
+			return byte(i), true
+		}
+	}
+	return 0, false
+}
+
+// protocolError marks a malformed or oversized frame: the connection is
+// closed, the agent keeps serving others.
+type protocolError struct{ err error }
+
+func (e *protocolError) Error() string { return e.err.Error() }
+func (e *protocolError) Unwrap() error { return e.err }
+
+func malformed(format string, args ...any) error {
+	return &protocolError{fmt.Errorf("%w: "+format, append([]any{ErrMalformed}, args...)...)}
+}
+
+// contiguous returns t itself when its backing bytes are exactly its elements
+// in row-major order, else a materialized copy.
+func contiguous(t *tensor.Dense) (*tensor.Dense, error) {
+	if !t.RequiresIterator() && sameSize(t) {
+		return t, nil
+	}
+	if m, ok := t.Materialize().(*tensor.Dense); ok && sameSize(m) {
+		return m, nil
+	}
+	return nil, fmt.Errorf("%w: rpc: a tensor of shape %v holds %d bytes, not %d; pass a contiguous tensor", ErrInvalidArgument, t.Shape(), len(t.Header.Raw), tensorElems(t.Shape())*int(t.Dtype().Size()))
+}
+
+func sameSize(t *tensor.Dense) bool {
+	return len(t.Header.Raw) == tensorElems(t.Shape())*int(t.Dtype().Size())
+}
+
+func tensorElems(shape tensor.Shape) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// appendHead appends the fixed header and head of f to dst and returns it
+// with the data length. Tensors in f must be contiguous (see contiguous).
+func appendHead(dst []byte, f *frame) ([]byte, uint64, error) {
+	start := len(dst)
+	dst = append(dst, make([]byte, frameHeaderLen)...)
+	dst = appendString(dst, f.fn)
+	dst = appendString(dst, f.typ)
+	dst = binary.AppendUvarint(dst, f.aux)
+	dst = binary.AppendUvarint(dst, uint64(len(f.meta)))
+	for k, v := range f.meta {
+		dst = appendString(dst, k)
+		dst = appendString(dst, v)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(f.payload)))
+	dst = append(dst, f.payload...)
+	dst = binary.AppendUvarint(dst, uint64(len(f.tensors)))
+	var data uint64
+	for _, t := range f.tensors {
+		code, ok := dtypeCode(t.Dtype())
+		if !ok {
+			return nil, 0, fmt.Errorf("%w: rpc: tensors of dtype %v cannot travel (supported: bool, ints, uints, floats, complex)", ErrInvalidArgument, t.Dtype())
+		}
+		dst = append(dst, code)
+		shape := t.Shape()
+		if t.IsScalar() {
+			shape = nil
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(shape)))
+		for _, d := range shape {
+			dst = binary.AppendUvarint(dst, uint64(d))
+		}
+		data += uint64(len(t.Header.Raw))
+	}
+	head := len(dst) - start - frameHeaderLen
+	if head > math.MaxUint32 {
+		return nil, 0, fmt.Errorf("%w: rpc: message head of %d bytes", ErrTooLarge, head)
+	}
+	h := dst[start : start+frameHeaderLen]
+	binary.LittleEndian.PutUint32(h[0:4], uint32(head))
+	binary.LittleEndian.PutUint64(h[4:12], data)
+	h[12], h[13], h[14], h[15] = f.kind, f.code, frameVersion, 0
+	binary.LittleEndian.PutUint64(h[16:24], f.id)
+	return dst, data, nil
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// frameBuffers returns the buffers that make up f on the wire: head first,
+// then each tensor's bytes, without copying them.
+func frameBuffers(head []byte, f *frame) net.Buffers {
+	bufs := make(net.Buffers, 0, 1+len(f.tensors))
+	bufs = append(bufs, head)
+	for _, t := range f.tensors {
+		if len(t.Header.Raw) > 0 {
+			bufs = append(bufs, t.Header.Raw)
+		}
+	}
+	return bufs
+}
+
+// headDecoder reads the head's fields and remembers the first failure.
+type headDecoder struct {
+	b   []byte
+	err error
+}
+
+func (d *headDecoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = malformed("bad %s", what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *headDecoder) bytes(what string, limit int) []byte {
+	n := d.uvarint(what + " length")
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(limit) || n > uint64(len(d.b)) {
+		d.err = malformed("%s of %d bytes (limit %d, %d left in head)", what, n, limit, len(d.b))
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *headDecoder) byte(what string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) == 0 {
+		d.err = malformed("head ends before %s", what)
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+type tensorDesc struct {
+	dt    tensor.Dtype
+	shape []int
+	size  uint64 // bytes
+}
+
+// parseHeader validates the fixed header and returns its lengths.
+func parseHeader(h []byte, maxSize int64) (f frame, headLen uint32, dataLen uint64, err error) {
+	headLen = binary.LittleEndian.Uint32(h[0:4])
+	dataLen = binary.LittleEndian.Uint64(h[4:12])
+	f.kind, f.code = h[12], h[13]
+	f.id = binary.LittleEndian.Uint64(h[16:24])
+	if h[14] != frameVersion || h[15] != 0 {
+		return f, 0, 0, malformed("frame version %d.%d, this side speaks %d.0", h[14], h[15], frameVersion)
+	}
+	if f.kind < kindRequest || f.kind > kindCancel {
+		return f, 0, 0, malformed("frame kind %d", f.kind)
+	}
+	if dataLen > uint64(maxSize) || uint64(headLen) > uint64(maxSize)-dataLen {
+		return f, 0, 0, &protocolError{fmt.Errorf("%w: rpc: frame of %d bytes passes the limit of %d bytes (WithMaxMessageSize)", ErrTooLarge, uint64(headLen)+dataLen, maxSize)}
+	}
+	return f, headLen, dataLen, nil
+}
+
+// parseHead fills f from the head bytes and returns the tensors' layout.
+func parseHead(f *frame, head []byte, dataLen uint64) ([]tensorDesc, error) {
+	d := headDecoder{b: head}
+	f.fn = string(d.bytes("function name", maxNameLen))
+	f.typ = string(d.bytes("type name", maxNameLen))
+	f.aux = d.uvarint("aux")
+	nmeta := d.uvarint("metadata count")
+	if d.err == nil && nmeta > maxMetaPairs {
+		d.err = malformed("%d metadata pairs (limit %d)", nmeta, maxMetaPairs)
+	}
+	if d.err == nil && nmeta > 0 {
+		f.meta = make(Metadata, nmeta)
+		for i := uint64(0); i < nmeta && d.err == nil; i++ {
+			k := d.bytes("metadata key", len(head))
+			v := d.bytes("metadata value", len(head))
+			f.meta[string(k)] = string(v)
+		}
+	}
+	f.payload = d.bytes("payload", len(head))
+	nt := d.uvarint("tensor count")
+	if d.err == nil && (nt > maxTensors || nt > uint64(len(d.b))) {
+		d.err = malformed("%d tensors with %d head bytes left", nt, len(d.b))
+	}
+	var descs []tensorDesc
+	var total uint64
+	for i := uint64(0); i < nt && d.err == nil; i++ {
+		code := d.byte("tensor dtype")
+		if d.err != nil {
+			break
+		}
+		if int(code) >= len(dtypeCodes) || code == 0 {
+			d.err = malformed("tensor %d has unknown dtype code %d", i, code)
+			break
+		}
+		dt := dtypeCodes[code]
+		ndim := d.uvarint("tensor rank")
+		if d.err == nil && ndim > maxDims {
+			d.err = malformed("tensor %d has %d dimensions (limit %d)", i, ndim, maxDims)
+		}
+		if d.err != nil {
+			break
+		}
+		shape := make([]int, ndim)
+		elems := uint64(1)
+		for j := range shape {
+			dim := d.uvarint("tensor dimension")
+			if d.err != nil {
+				break
+			}
+			hi, lo := bits.Mul64(elems, dim)
+			if hi != 0 || dim > math.MaxInt32*8 {
+				d.err = malformed("tensor %d shape overflows", i)
+				break
+			}
+			elems = lo
+			shape[j] = int(dim)
+		}
+		if d.err != nil {
+			break
+		}
+		hi, size := bits.Mul64(elems, uint64(dt.Size()))
+		if hi != 0 || size > dataLen-total {
+			d.err = malformed("tensor %d of %v×%v needs more than the %d data bytes left", i, shape, dt, dataLen-total)
+			break
+		}
+		total += size
+		descs = append(descs, tensorDesc{dt: dt, shape: shape, size: size})
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if len(d.b) != 0 {
+		return nil, malformed("%d stray bytes at the end of the head", len(d.b))
+	}
+	if total != dataLen {
+		return nil, malformed("tensors hold %d bytes, header says %d", total, dataLen)
+	}
+	switch f.kind {
+	case kindRequest:
+		if f.fn == "" {
+			return nil, malformed("request without a function name")
+		}
+	case kindCancel:
+		if len(descs) != 0 || len(f.payload) != 0 {
+			return nil, malformed("cancel frame with a body")
+		}
+	case kindError:
+		if len(descs) != 0 {
+			return nil, malformed("error frame with tensors")
+		}
+	}
+	return descs, nil
+}
+
+// readFrame reads one frame from r, receiving tensor data straight into the
+// tensors' own backing arrays. I/O errors come back as they are; a malformed
+// or oversized frame yields a *protocolError.
+func readFrame(r io.Reader, hdr []byte, maxSize int64) (*frame, error) {
+	if _, err := io.ReadFull(r, hdr[:frameHeaderLen]); err != nil {
+		return nil, err
+	}
+	f, headLen, dataLen, err := parseHeader(hdr, maxSize)
+	if err != nil {
+		return nil, err
+	}
+	head := make([]byte, headLen)
+	if _, err := io.ReadFull(r, head); err != nil {
+		return nil, unexpectedEOF(err)
+	}
+	descs, err := parseHead(&f, head, dataLen)
+	if err != nil {
+		return nil, err
+	}
+	if len(descs) > 0 {
+		f.tensors = make([]*tensor.Dense, len(descs))
+		for i, d := range descs {
+			t := tensor.New(tensor.Of(d.dt), tensor.WithShape(d.shape...))
+			raw := t.Header.Raw
+			if uint64(len(raw)) != d.size {
+				return nil, malformed("tensor %d: %d bytes allocated for %d", i, len(raw), d.size)
+			}
+			if _, err := io.ReadFull(r, raw); err != nil {
+				return nil, unexpectedEOF(err)
+			}
+			f.tensors[i] = t
+		}
+	}
+	return &f, nil
+}
+
+func unexpectedEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

@@ -1,0 +1,119 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Future is the result of an asynchronous call (or of any asynchronous work an
+// async handler hands back): it completes once, with a value or an error.
+// A Future is safe for concurrent use.
+type Future[R any] struct {
+	mu        sync.Mutex
+	done      chan struct{}
+	completed bool
+	val       R
+	err       error
+	callbacks []func(R, error)
+}
+
+// NewFuture returns an incomplete future; complete it with Complete.
+func NewFuture[R any]() *Future[R] {
+	return &Future[R]{done: make(chan struct{})}
+}
+
+// Ready returns a future that is already complete.
+func Ready[R any](v R, err error) *Future[R] {
+	f := NewFuture[R]()
+	f.Complete(v, err)
+	return f
+}
+
+// Complete sets the future's outcome and runs its callbacks (in the calling
+// goroutine). Only the first call has an effect; it reports whether this call
+// was the one.
+func (f *Future[R]) Complete(v R, err error) bool {
+	f.mu.Lock()
+	if f.completed {
+		f.mu.Unlock()
+		return false
+	}
+	f.completed, f.val, f.err = true, v, err
+	cbs := f.callbacks
+	f.callbacks = nil
+	close(f.done)
+	f.mu.Unlock()
+	for _, cb := range cbs {
+		cb(v, err)
+	}
+	return true
+}
+
+// Done returns a channel closed when the future completes.
+func (f *Future[R]) Done() <-chan struct{} { return f.done }
+
+// Result returns the outcome if the future is complete; ok is false otherwise.
+func (f *Future[R]) Result() (v R, err error, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.val, f.err, f.completed
+}
+
+// Wait blocks until the future completes or ctx ends. A context that ends
+// first yields an error wrapping ErrTimeout and the context's error; the
+// work the future stands for is not cancelled by that (a call made with the
+// same ctx is: it ends with the same error).
+func (f *Future[R]) Wait(ctx context.Context) (R, error) {
+	select {
+	case <-f.done:
+		return f.val, f.err
+	default:
+	}
+	select {
+	case <-f.done:
+		return f.val, f.err
+	case <-ctx.Done():
+		var zero R
+		return zero, ctxError(ctx, "waiting for a future")
+	}
+}
+
+// Then runs fn with the outcome once the future completes: at once (in the
+// calling goroutine) if it already has, else in the goroutine that completes
+// it. fn must not block for long: it may run on a connection's read loop.
+func (f *Future[R]) Then(fn func(R, error)) {
+	f.mu.Lock()
+	if !f.completed {
+		f.callbacks = append(f.callbacks, fn)
+		f.mu.Unlock()
+		return
+	}
+	v, err := f.val, f.err
+	f.mu.Unlock()
+	fn(v, err)
+}
+
+// Then returns a future completed with fn's result once f completes. No
+// goroutine waits in between: fn runs in the goroutine completing f.
+func Then[R, S any](f *Future[R], fn func(R, error) (S, error)) *Future[S] {
+	out := NewFuture[S]()
+	f.Then(func(v R, err error) {
+		s, err := fn(v, err)
+		out.Complete(s, err)
+	})
+	return out
+}
+
+// ctxError explains a context that ended: a deadline wraps ErrTimeout and the
+// context's error, a cancellation wraps the context's error.
+func ctxError(ctx context.Context, what string) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		err = fmt.Errorf("%w (%w)", err, cause)
+	}
+	if ctx.Err() == context.DeadlineExceeded {
+		return fmt.Errorf("%w: %s: %w", ErrTimeout, what, err)
+	}
+	return fmt.Errorf("rpc: %s: %w", what, err)
+}

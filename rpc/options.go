@@ -1,0 +1,171 @@
+package rpc
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"time"
+
+	"github.com/tandemml/tandem/comm/store"
+)
+
+// Defaults.
+const (
+	// DefaultTimeout bounds a call whose context has no earlier deadline and
+	// that sets no WithTimeout, and the agent's rendezvous and graceful
+	// shutdown when their context has no deadline.
+	DefaultTimeout = 60 * time.Second
+	// DefaultMaxMessageSize bounds one frame (head and tensor data).
+	DefaultMaxMessageSize = 1 << 30
+	// TokenEnv names the variable that supplies the shared token when
+	// WithToken is not given.
+	TokenEnv = "TANDEM_TOKEN"
+)
+
+// Option configures an agent (Init, InitFromEnv).
+type Option func(*options)
+
+type options struct {
+	store          store.Store
+	storePrefix    string
+	registry       *Registry
+	listenAddr     string
+	advertiseHost  string
+	token          string
+	tokenSet       bool
+	tls            *tls.Config
+	timeout        time.Duration
+	maxMessage     int64
+	logger         *slog.Logger
+	clientIC       []ClientInterceptor
+	serverIC       []ServerInterceptor
+	socketBuffer   int
+	handshakeLimit time.Duration
+}
+
+func newOptions(opts []Option) options {
+	o := options{
+		storePrefix:    "rpc/",
+		timeout:        DefaultTimeout,
+		maxMessage:     DefaultMaxMessageSize,
+		socketBuffer:   4 << 20,
+		handshakeLimit: 10 * time.Second,
+	}
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	if o.registry == nil {
+		o.registry = NewRegistry()
+	}
+	return o
+}
+
+// WithStore makes the agent rendezvous through s (shared with a process
+// group, say) instead of a TCP store built from MASTER_ADDR and MASTER_PORT.
+// The agent does not close a store it was given.
+func WithStore(s store.Store) Option { return func(o *options) { o.store = s } }
+
+// WithStorePrefix sets the prefix of the agent's keys in the store (default
+// "rpc/"); two agent groups sharing one store need different prefixes.
+func WithStorePrefix(p string) Option { return func(o *options) { o.storePrefix = p } }
+
+// WithRegistry serves the functions of r (shared, not copied). Without it the
+// agent starts with an empty registry of its own.
+func WithRegistry(r *Registry) Option { return func(o *options) { o.registry = r } }
+
+// WithListenAddr sets where the agent listens (host:port; port 0 picks one).
+// The default is port 0 on the address this host uses to reach MASTER_ADDR
+// (127.0.0.1 when MASTER_ADDR is unset or a loopback address).
+func WithListenAddr(addr string) Option { return func(o *options) { o.listenAddr = addr } }
+
+// WithAdvertiseHost sets the host that other workers dial, when it differs
+// from the listening host (a NAT, a listening address of 0.0.0.0).
+func WithAdvertiseHost(host string) Option { return func(o *options) { o.advertiseHost = host } }
+
+// WithToken sets the shared secret every connection presents. Without it the
+// agent uses TANDEM_TOKEN, and if that is unset too, the workers agree on a
+// random token through the store (the first to ask creates it), so that only
+// processes that can reach the store can connect.
+func WithToken(token string) Option {
+	return func(o *options) { o.token, o.tokenSet = token, true }
+}
+
+// WithTLS runs every connection over TLS with cfg, on both sides: as server
+// cfg needs Certificates (and, for mutual TLS, ClientAuth
+// tls.RequireAndVerifyClientCert with ClientCAs); as client it needs RootCAs
+// (and Certificates for mutual TLS). When cfg.ServerName is empty the client
+// side verifies the peer's host as dialled. The token is checked as well.
+func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
+
+// WithDefaultTimeout sets the agent's default call timeout (DefaultTimeout
+// unless set). Non-positive values are ignored.
+func WithDefaultTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.timeout = d
+		}
+	}
+}
+
+// WithMaxMessageSize bounds the size of one frame (argument or result with
+// its tensors). A larger frame received closes the connection that carried
+// it; a larger one sent fails the call with ErrTooLarge.
+func WithMaxMessageSize(n int64) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxMessage = n
+		}
+	}
+}
+
+// WithLogger sets where the agent logs connection failures and leaks
+// (slog.Default otherwise).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithClientInterceptor adds an interceptor around every outgoing call (the
+// first added is the outermost).
+func WithClientInterceptor(ic ClientInterceptor) Option {
+	return func(o *options) { o.clientIC = append(o.clientIC, ic) }
+}
+
+// WithServerInterceptor adds an interceptor around every incoming call (the
+// first added is the outermost).
+func WithServerInterceptor(ic ServerInterceptor) Option {
+	return func(o *options) { o.serverIC = append(o.serverIC, ic) }
+}
+
+// WithSocketBuffer sets the kernel send and receive buffer of each
+// connection in bytes (default 4 MiB; 0 keeps the system's).
+func WithSocketBuffer(n int) Option { return func(o *options) { o.socketBuffer = n } }
+
+// CallOption configures one call.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	timeout time.Duration
+	meta    Metadata
+}
+
+// WithTimeout bounds the call: past d it fails with ErrTimeout (and the
+// callee's handler sees its context cancelled). Non-positive d means the
+// agent's default.
+func WithTimeout(d time.Duration) CallOption {
+	return func(c *callOptions) { c.timeout = d }
+}
+
+// WithMetadata sends key/value pairs with the call; the callee reads them
+// with MetadataFromContext.
+func WithMetadata(md Metadata) CallOption {
+	return func(c *callOptions) {
+		if c.meta == nil {
+			c.meta = Metadata{}
+		}
+		for k, v := range md {
+			c.meta[k] = v
+		}
+	}
+}

@@ -1,0 +1,203 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Registry maps function names to handlers, the way net/http's ServeMux maps
+// paths. Register functions before the agent starts serving (build a
+// Registry and pass it with WithRegistry to Init) so that no peer can call a
+// name that is not there yet; functions may also be added to a running agent.
+// A Registry is safe for concurrent use.
+type Registry struct {
+	mu  sync.RWMutex
+	fns map[string]*entry
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{fns: map[string]*entry{}} }
+
+// Registrar is where functions can be registered: a *Registry or an *Agent
+// (which registers in its own registry).
+type Registrar interface {
+	rpcRegistry() *Registry
+}
+
+func (r *Registry) rpcRegistry() *Registry { return r }
+
+// entry is one registered function, with its types erased.
+type entry struct {
+	name    string
+	argType reflect.Type
+	resType reflect.Type
+	async   bool
+	// invoke runs the function on a decoded argument of type argType.
+	invoke func(ctx context.Context, arg any) *Future[any]
+}
+
+// Register adds fn under name: a call to name on this worker decodes its
+// argument as an A, runs fn on a goroutine of its own, and sends back the R
+// (or the error: the caller gets an error wrapping ErrRemote that carries
+// the message). A panic in fn is recovered: the caller gets ErrPanic with
+// the panic value and a trimmed stack, and the worker keeps serving.
+// Registering a name twice is an error.
+func Register[A, R any](r Registrar, name string, fn func(ctx context.Context, arg A) (R, error)) error {
+	if fn == nil {
+		return fmt.Errorf("%w: rpc: Register(%q) with a nil function", ErrInvalidArgument, name)
+	}
+	return r.rpcRegistry().add(&entry{
+		name:    name,
+		argType: reflect.TypeFor[A](),
+		resType: reflect.TypeFor[R](),
+		invoke: func(ctx context.Context, arg any) *Future[any] {
+			a, err := argAs[A](name, arg)
+			if err != nil {
+				return Ready[any](nil, err)
+			}
+			res, err := fn(ctx, a)
+			return Ready[any](res, err)
+		},
+	})
+}
+
+// RegisterAsync adds fn under name like Register, for functions that finish
+// their work later: fn returns at once with a Future, and the reply is sent
+// when the future completes, with no goroutine waiting for it in between.
+// fn runs in the goroutine that received the call's frame, so it must not
+// block.
+func RegisterAsync[A, R any](r Registrar, name string, fn func(ctx context.Context, arg A) *Future[R]) error {
+	if fn == nil {
+		return fmt.Errorf("%w: rpc: RegisterAsync(%q) with a nil function", ErrInvalidArgument, name)
+	}
+	return r.rpcRegistry().add(&entry{
+		name:    name,
+		argType: reflect.TypeFor[A](),
+		resType: reflect.TypeFor[R](),
+		async:   true,
+		invoke: func(ctx context.Context, arg any) *Future[any] {
+			a, err := argAs[A](name, arg)
+			if err != nil {
+				return Ready[any](nil, err)
+			}
+			f := fn(ctx, a)
+			if f == nil {
+				return Ready[any](nil, fmt.Errorf("rpc: async function %q returned a nil future", name))
+			}
+			return Then(f, func(v R, err error) (any, error) { return v, err })
+		},
+	})
+}
+
+func argAs[A any](name string, v any) (A, error) {
+	var a A
+	if v == nil {
+		return a, nil
+	}
+	x, ok := v.(A)
+	if !ok {
+		return a, wrongTypef("function %q takes an argument of type %s, an interceptor passed %T", name, reflect.TypeFor[A](), v)
+	}
+	return x, nil
+}
+
+func (r *Registry) add(e *entry) error {
+	if e.name == "" || len(e.name) > maxNameLen || strings.TrimSpace(e.name) != e.name {
+		return fmt.Errorf("%w: rpc: function name %q: want a non-empty name without surrounding spaces, at most %d bytes", ErrInvalidArgument, e.name, maxNameLen)
+	}
+	for _, t := range []reflect.Type{e.argType, e.resType} {
+		if err := checkWireType(t, 0); err != nil {
+			return fmt.Errorf("rpc: function %q: %w", e.name, err)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fns == nil {
+		r.fns = map[string]*entry{}
+	}
+	if _, ok := r.fns[e.name]; ok {
+		return fmt.Errorf("%w: rpc: function %q is already registered", ErrInvalidArgument, e.name)
+	}
+	r.fns[e.name] = e
+	return nil
+}
+
+// checkWireType refuses types that can never travel (channels, functions),
+// at registration rather than at the first call.
+func checkWireType(t reflect.Type, depth int) error {
+	if depth > 20 || t == denseType {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		return fmt.Errorf("%w: values of type %s cannot travel", ErrInvalidArgument, t)
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return checkWireType(t.Elem(), depth+1)
+	case reflect.Map:
+		if err := checkWireType(t.Key(), depth+1); err != nil {
+			return err
+		}
+		return checkWireType(t.Elem(), depth+1)
+	case reflect.Struct:
+		if reflect.PointerTo(t).Implements(marshalerType) {
+			return nil
+		}
+		for _, i := range structFields(t) {
+			if err := checkWireType(t.Field(i).Type, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Registry) lookup(name string) *entry {
+	r.mu.RLock()
+	e := r.fns[name]
+	r.mu.RUnlock()
+	return e
+}
+
+// Names returns the registered names, sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	names := make([]string, 0, len(r.fns))
+	for n := range r.fns {
+		names = append(names, n)
+	}
+	r.mu.RUnlock()
+	sort.Strings(names)
+	return names
+}
+
+// unknownFunction explains a call to a name that is not registered.
+func (r *Registry) unknownFunction(worker, name string) error {
+	names := r.Names()
+	var b strings.Builder
+	fmt.Fprintf(&b, "worker %q has no function %q", worker, name)
+	if s := suggest(name, names); len(s) > 0 {
+		fmt.Fprintf(&b, "; did you mean %s?", strings.Join(quoteAll(s), " or "))
+	}
+	const show = 20
+	switch {
+	case len(names) == 0:
+		b.WriteString("; it has no functions registered (register them before Init, with WithRegistry)")
+	case len(names) <= show:
+		fmt.Fprintf(&b, "; registered: %s", strings.Join(names, ", "))
+	default:
+		fmt.Fprintf(&b, "; registered: %s and %d more", strings.Join(names[:show], ", "), len(names)-show)
+	}
+	return &handlerError{code: codeUnknownFunction, msg: b.String(), err: ErrUnknownFunction}
+}
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, x := range s {
+		out[i] = fmt.Sprintf("%q", x)
+	}
+	return out
+}

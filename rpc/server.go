@@ -1,0 +1,195 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+// onRequest handles a frame read from a server connection.
+func (a *Agent) onRequest(c *conn, f *frame) {
+	switch f.kind {
+	case kindRequest:
+	case kindCancel:
+		c.rmu.Lock()
+		cancel := c.running[f.id]
+		c.rmu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+		return
+	default:
+		c.close(malformed("worker %s sent a frame of kind %d on a server connection", c.peer, f.kind))
+		return
+	}
+	a.m.requestStart()
+	e := a.reg.lookup(f.fn)
+	if e == nil {
+		a.reply(c, f.id, f.fn, nil, nil, a.reg.unknownFunction(a.self.Name, f.fn))
+		return
+	}
+	if e.async {
+		a.serve(c, f, e)
+		return
+	}
+	go a.serve(c, f, e)
+}
+
+// serve decodes the argument, runs the interceptors and the function, and
+// sends the reply when the function's future completes.
+func (a *Agent) serve(c *conn, f *frame, e *entry) {
+	ctx, cancel := context.WithCancel(a.baseCtx)
+	if f.aux > 0 {
+		ctx, cancel = context.WithTimeout(a.baseCtx, time.Duration(f.aux))
+	}
+	ctx = context.WithValue(ctx, callerKey, c.peer)
+	ctx = context.WithValue(ctx, agentKey, a)
+	if f.meta != nil {
+		ctx = context.WithValue(ctx, metaKey, f.meta)
+	}
+	c.rmu.Lock()
+	c.running[f.id] = cancel
+	c.rmu.Unlock()
+	done := func() {
+		c.rmu.Lock()
+		delete(c.running, f.id)
+		c.rmu.Unlock()
+		cancel()
+	}
+	argV, err := decodeTop(e.argType, f.typ, f.payload, f.tensors, a, c.peer)
+	if err != nil {
+		a.reply(c, f.id, f.fn, nil, nil, wrongTypef("function %q takes an argument of type %s, the caller sent %s: %v", e.name, e.argType, displayType(f.typ), err))
+		done()
+		return
+	}
+	sc := &ServerCall{From: c.peer, Function: e.name, ArgType: e.argType, ResultType: e.resType, Meta: f.meta}
+	if argV.IsValid() {
+		sc.Arg = argV.Interface()
+	}
+	final := func(ctx context.Context, sc *ServerCall) *Future[any] { return safeInvoke(ctx, e, sc.Arg) }
+	var fut *Future[any]
+	if ics := *a.serverIC.Load(); len(ics) > 0 {
+		fut = safeHandle(ctx, sc, chainServer(ics, final))
+	} else {
+		fut = final(ctx, sc)
+	}
+	fut.Then(func(v any, err error) {
+		if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == context.DeadlineExceeded {
+			err = &handlerError{code: codeTimeout, msg: fmt.Sprintf("the call's timeout of %v passed while %q ran: %v", time.Duration(f.aux), e.name, err), err: err}
+		}
+		a.reply(c, f.id, e.name, sc.ReplyMeta, v, err)
+		done()
+	})
+}
+
+func displayType(t string) string {
+	if t == nilTypeName {
+		return "nil"
+	}
+	return t
+}
+
+// safeInvoke runs the registered function, turning a panic into an error.
+func safeInvoke(ctx context.Context, e *entry, arg any) (f *Future[any]) {
+	defer func() {
+		if r := recover(); r != nil {
+			f = Ready[any](nil, panicError(r))
+		}
+	}()
+	return e.invoke(ctx, arg)
+}
+
+func safeHandle(ctx context.Context, sc *ServerCall, h Handler) (f *Future[any]) {
+	defer func() {
+		if r := recover(); r != nil {
+			f = Ready[any](nil, panicError(r))
+		}
+	}()
+	f = h(ctx, sc)
+	if f == nil {
+		f = Ready[any](nil, fmt.Errorf("rpc: a server interceptor returned a nil future"))
+	}
+	return f
+}
+
+func panicError(r any) error {
+	return &handlerError{code: codePanic, msg: fmt.Sprintf("panic: %v\n%s", r, trimStack(debug.Stack()))}
+}
+
+// trimStack keeps the frames from the panicking function down to the
+// registered function, without the runtime's frames above or this package's
+// frames below.
+func trimStack(stack []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(stack)), "\n")
+	// Frames come in pairs: "pkg.func(args)" then "\tfile:line".
+	var out []string
+	seenPanic := false
+	for i := 1; i+1 < len(lines); i += 2 {
+		fn, loc := lines[i], lines[i+1]
+		if !seenPanic {
+			seenPanic = strings.HasPrefix(fn, "panic(")
+			continue
+		}
+		if strings.HasPrefix(fn, "runtime.") {
+			continue
+		}
+		if isOwnFrame(fn) {
+			break
+		}
+		out = append(out, fn, loc)
+		if len(out) >= 20 {
+			break
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func isOwnFrame(fn string) bool {
+	for _, p := range []string{"tandem/rpc.Register", "tandem/rpc.safeInvoke", "tandem/rpc.safeHandle", "tandem/rpc.chainServer", "tandem/rpc.(*Agent).serve"} {
+		if strings.Contains(fn, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// reply sends a call's result or error back.
+func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, v any, err error) {
+	buf := getBuf()
+	defer putBuf(buf)
+	f := frame{id: id, meta: meta}
+	if err == nil {
+		enc := Encoder{buf: (*buf)[:0], agent: a, to: c.peer}
+		typ, eerr := enc.encodeTop(v)
+		*buf = enc.buf
+		if eerr != nil {
+			err = fmt.Errorf("rpc: cannot send the result (%T) of %q: %w", v, fn, eerr)
+		} else {
+			f.kind, f.typ, f.payload, f.tensors = kindResponse, typ, enc.buf, enc.tensors
+		}
+	}
+	hb := getBuf()
+	defer putBuf(hb)
+	var head []byte
+	if err == nil {
+		var data uint64
+		head, data, err = appendHead((*hb)[:0], &f)
+		if err == nil && int64(len(head)-frameHeaderLen)+int64(data) > a.opts.maxMessage {
+			err = &handlerError{code: codeTooLarge, msg: fmt.Sprintf("the result of %q makes a message of %d bytes, over the limit of %d (WithMaxMessageSize)", fn, len(head)-frameHeaderLen+int(data), a.opts.maxMessage), err: ErrTooLarge}
+		}
+	}
+	if err != nil {
+		code, mask, msg := classify(err)
+		if len(msg) > 64<<10 {
+			msg = msg[:64<<10] + "…"
+		}
+		f = frame{kind: kindError, code: byte(code), id: id, aux: mask, payload: []byte(msg), meta: meta}
+		head, _, _ = appendHead((*hb)[:0], &f)
+	}
+	*hb = head
+	c.write(frameBuffers(head, &f))
+	a.m.requestDone(err)
+}
