@@ -441,6 +441,10 @@ func (s *TCPStore) do(ctx context.Context, rq *request) (message, error) {
 		timeout = s.cfg.timeout
 	}
 	dl, ctxBound := deadline(ctx, timeout, s.cfg.timeout)
+	// Reconnecting stops at the deadline; waiting for an answer already sent
+	// goes on a little longer, since the server answers at the deadline.
+	dctx, dcancel := context.WithDeadline(ctx, dl)
+	defer dcancel()
 	cctx, cancel := context.WithDeadline(ctx, dl.Add(replyGrace))
 	defer cancel()
 	if rq.blocking {
@@ -467,15 +471,15 @@ func (s *TCPStore) do(ctx context.Context, rq *request) (message, error) {
 			// (more each time) so a server that keeps dropping us is not hammered.
 			select {
 			case <-time.After(min(time.Millisecond<<min(attempt, 10), time.Second)):
-			case <-cctx.Done():
+			case <-dctx.Done():
 				return message{}, timedOut()
 			case <-s.done:
 				return message{}, closedError(rq.op)
 			}
 		}
-		cc, err := s.conn(cctx)
+		cc, err := s.conn(dctx)
 		if err != nil {
-			if cctx.Err() != nil && ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			if dctx.Err() != nil && ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return message{}, fmt.Errorf("%w (%w)", timedOut(), err)
 			}
 			return message{}, err

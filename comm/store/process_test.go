@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +50,8 @@ func runRank(spec string) error {
 	switch f[0] {
 	case "tcp":
 		s, err = Dial(ctx, f[1], WithToken("proc-secret"), WithLogger(quietLogger()))
+	case "file":
+		s, err = NewFile(f[1], WithPollInterval(10*time.Millisecond))
 	default:
 		err = fmt.Errorf("unknown store kind %q", f[0])
 	}
@@ -144,6 +147,20 @@ func TestTCPManyProcesses(t *testing.T) {
 		return fmt.Sprintf("tcp %s %d %d", srv.Addr(), rank, world)
 	})
 	s := dialT(t, srv.Addr(), WithToken("proc-secret"))
+	if n := must(s.Add(ctxFor(t, long), "finished", 0)).get(t); n != world {
+		t.Fatalf("%d ranks finished, want %d", n, world)
+	}
+}
+
+func TestFileManyProcesses(t *testing.T) {
+	const world = 4
+	path := filepath.Join(t.TempDir(), "store")
+	runProcesses(t, world, func(rank int) string {
+		return fmt.Sprintf("file %s %d %d", path, rank, world)
+	})
+	s, err := NewFile(path)
+	noErr(t, err)
+	defer s.Close()
 	if n := must(s.Add(ctxFor(t, long), "finished", 0)).get(t); n != world {
 		t.Fatalf("%d ranks finished, want %d", n, world)
 	}

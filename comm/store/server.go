@@ -365,10 +365,11 @@ func (sc *serverConn) handshake(br *bufio.Reader) bool {
 		return false
 	}
 	refuse := func(code byte, reason string) bool {
-		reply := message{op: opReply, code: code, id: m.id, vals: [][]byte{[]byte(reason)}}
+		sc.s.log.Warn("store server: refusing connection", "remote", sc.remote, "reason", reason)
+		reply := message{op: opReply, code: code, id: m.id, vals: [][]byte{[]byte("store server: " + reason)}}
 		sc.c.SetWriteDeadline(time.Now().Add(time.Second))
 		sc.c.Write(appendFrame(nil, &reply))
-		sc.drop(reason, nil)
+		sc.close()
 		return false
 	}
 	if m.num != protoVersion {

@@ -167,8 +167,8 @@ func TestServerCloseReleasesClients(t *testing.T) {
 	noErr(t, srv.Close())
 	noErr(t, <-served)
 	// The client tries to reconnect for the rest of its timeout, then gives up.
-	if err := <-errc; !errors.Is(err, ErrTimeout) {
-		t.Fatalf("Get on a server that closed: %v, want ErrTimeout", err)
+	if err := <-errc; !errors.Is(err, ErrTimeout) || !errors.Is(err, ErrPeerLost) {
+		t.Fatalf("Get on a server that closed: %v, want ErrTimeout and ErrPeerLost", err)
 	}
 	noErr(t, c.Close())
 }
