@@ -1,0 +1,267 @@
+package models
+
+import (
+	"fmt"
+	"hash"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// The channel ops view x as [outer, C, inner], where C is the product of the
+// axes [axis, axis+n) of x, and apply a per-channel vector c (of C elements,
+// any shape) along those axes: Linear's bias is axis=last, n=1; Conv2d's and
+// BatchNorm2d's are axis=1, n=1 on NCHW; LayerNorm's affine covers the
+// trailing normalised axes. Each op is one pass with no broadcast copies.
+
+type chanKind int
+
+const (
+	chanAdd chanKind = iota // (x, c) -> x + c
+	chanMul                 // (x, c) -> x * c
+	chanSum                 // (x) -> Σ_{outer,inner} x            (shape of c)
+	chanDot                 // (x, y) -> Σ_{outer,inner} x*y       (shape of c)
+)
+
+func (k chanKind) String() string {
+	return [...]string{"ChanAdd", "ChanMul", "ChanSum", "ChanDot"}[k]
+}
+
+type chanOp struct {
+	kind    chanKind
+	axis, n int
+	inDims  int   // dims of x
+	cShape  []int // shape of the per-channel tensor
+}
+
+func (op chanOp) Arity() int {
+	if op.kind == chanSum {
+		return 1
+	}
+	return 2
+}
+
+func (op chanOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	x := G.TensorType{Dims: op.inDims, Of: a}
+	var c hm.Type = G.TensorType{Dims: len(op.cShape), Of: a}
+	if len(op.cShape) == 0 {
+		c = a
+	}
+	switch op.kind {
+	case chanAdd, chanMul:
+		return hm.NewFnType(x, c, x)
+	case chanSum:
+		return hm.NewFnType(x, c)
+	default:
+		return hm.NewFnType(x, x, c)
+	}
+}
+
+func (op chanOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("models: %v takes %d inputs, got %d", op, op.Arity(), len(in))
+	}
+	if op.kind == chanAdd || op.kind == chanMul {
+		s, err := shapeOf(in[0])
+		return s.Clone(), err
+	}
+	return tensor.Shape(append([]int(nil), op.cShape...)), nil
+}
+
+// split returns outer, C, inner for shape s.
+func (op chanOp) split(s tensor.Shape) (outer, c, inner int, err error) {
+	if len(s) != op.inDims || op.axis+op.n > len(s) {
+		return 0, 0, 0, fmt.Errorf("models: %v expects a %d-dimensional input, got shape %v", op, op.inDims, s)
+	}
+	outer, c, inner = 1, 1, 1
+	for i, d := range s {
+		switch {
+		case i < op.axis:
+			outer *= d
+		case i < op.axis+op.n:
+			c *= d
+		default:
+			inner *= d
+		}
+	}
+	want := 1
+	for _, d := range op.cShape {
+		want *= d
+	}
+	if want != c {
+		return 0, 0, 0, fmt.Errorf("models: %v: input shape %v has %d channels on axes [%d,%d), parameter has %d", op, s, c, op.axis, op.axis+op.n, want)
+	}
+	return outer, c, inner, nil
+}
+
+func (op chanOp) Do(in ...G.Value) (G.Value, error) {
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("models: %v takes %d inputs, got %d", op, op.Arity(), len(in))
+	}
+	x, err := denseOf(in[0])
+	if err != nil {
+		return nil, err
+	}
+	var y *tensor.Dense
+	if len(in) == 2 {
+		if y, err = denseOf(in[1]); err != nil {
+			return nil, err
+		}
+		if y.Dtype() != x.Dtype() {
+			return nil, fmt.Errorf("models: %v dtype mismatch: %v and %v", op, x.Dtype(), y.Dtype())
+		}
+	}
+	outer, c, inner, err := op.split(x.Shape())
+	if err != nil {
+		return nil, err
+	}
+	var out *tensor.Dense
+	if op.kind == chanAdd || op.kind == chanMul {
+		out = newDense(x.Dtype(), x.Shape()...)
+	} else {
+		out = newDense(x.Dtype(), op.cShape...)
+		if len(op.cShape) == 0 {
+			out = newDense(x.Dtype(), 1)
+		}
+	}
+	switch x.Dtype() {
+	case tensor.Float64:
+		err = chanKernel(op.kind, outer, c, inner, out.Float64s(), x.Float64s(), floats[float64](y))
+	case tensor.Float32:
+		err = chanKernel(op.kind, outer, c, inner, out.Float32s(), x.Float32s(), floats[float32](y))
+	default:
+		err = checkFloat(x.Dtype())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("models: %v: %w", op, err)
+	}
+	return out, nil
+}
+
+func floats[T float](t *tensor.Dense) []T {
+	if t == nil {
+		return nil
+	}
+	d, _ := sliceOf[T](t)
+	return d
+}
+
+func chanKernel[T float](k chanKind, outer, c, inner int, out, x, y []T) error {
+	switch k {
+	case chanAdd, chanMul:
+		if len(y) != c {
+			return fmt.Errorf("per-channel tensor has %d elements, want %d", len(y), c)
+		}
+		i := 0
+		for o := 0; o < outer; o++ {
+			for ch := 0; ch < c; ch++ {
+				v := y[ch]
+				seg := x[i : i+inner]
+				dst := out[i : i+inner]
+				if k == chanAdd {
+					for j, xv := range seg {
+						dst[j] = xv + v
+					}
+				} else {
+					for j, xv := range seg {
+						dst[j] = xv * v
+					}
+				}
+				i += inner
+			}
+		}
+	case chanSum:
+		i := 0
+		for o := 0; o < outer; o++ {
+			for ch := 0; ch < c; ch++ {
+				var s T
+				for _, xv := range x[i : i+inner] {
+					s += xv
+				}
+				out[ch] += s
+				i += inner
+			}
+		}
+	case chanDot:
+		if len(y) != len(x) {
+			return fmt.Errorf("operands have %d and %d elements", len(x), len(y))
+		}
+		i := 0
+		for o := 0; o < outer; o++ {
+			for ch := 0; ch < c; ch++ {
+				var s T
+				for j, xv := range x[i : i+inner] {
+					s += xv * y[i+j]
+				}
+				out[ch] += s
+				i += inner
+			}
+		}
+	}
+	return nil
+}
+
+func (op chanOp) ReturnsPtr() bool      { return false }
+func (op chanOp) CallsExtern() bool     { return false }
+func (op chanOp) OverwritesInput() int  { return -1 }
+func (op chanOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op chanOp) Hashcode() uint32      { return hashOf(op) }
+func (op chanOp) String() string {
+	return fmt.Sprintf("%v{axis:%d,n:%d,dims:%d,c:%v}", op.kind, op.axis, op.n, op.inDims, op.cShape)
+}
+
+func (op chanOp) DiffWRT(int) []bool {
+	switch op.kind {
+	case chanAdd, chanMul:
+		return []bool{true, true}
+	}
+	if op.kind == chanSum {
+		return []bool{false}
+	}
+	return []bool{false, false}
+}
+
+// SymDiff: for x + c, dx = dy and dc = Σ dy; for x * c, dx = dy * c and
+// dc = Σ dy*x (sums over outer and inner positions).
+func (op chanOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	switch op.kind {
+	case chanAdd:
+		dc, err := G.ApplyOp(chanOp{chanSum, op.axis, op.n, op.inDims, op.cShape}, grad)
+		if err != nil {
+			return nil, err
+		}
+		return G.Nodes{grad, dc}, nil
+	case chanMul:
+		dx, err := G.ApplyOp(op, grad, in[1])
+		if err != nil {
+			return nil, err
+		}
+		dc, err := G.ApplyOp(chanOp{chanDot, op.axis, op.n, op.inDims, op.cShape}, grad, in[0])
+		if err != nil {
+			return nil, err
+		}
+		return G.Nodes{dx, dc}, nil
+	}
+	return nil, fmt.Errorf("models: second derivatives of %v are not implemented", op.kind)
+}
+
+// applyChan applies x (+ or *) c along axes [axis, axis+len(c.Shape())).
+func applyChan(kind chanKind, x, c *G.Node, axis int) (*G.Node, error) {
+	cs := c.Shape()
+	n := len(cs)
+	if x.Dtype() != c.Dtype() {
+		return nil, fmt.Errorf("models: %v dtype mismatch: input %v, parameter %v", kind, x.Dtype(), c.Dtype())
+	}
+	xs := x.Shape()
+	if axis < 0 || axis+n > len(xs) {
+		return nil, fmt.Errorf("models: %v: parameter of shape %v does not fit input %v at axis %d", kind, cs, xs, axis)
+	}
+	for i, d := range cs {
+		if xs[axis+i] != d {
+			return nil, fmt.Errorf("models: %v: parameter of shape %v does not fit input %v at axis %d", kind, cs, xs, axis)
+		}
+	}
+	return G.ApplyOp(chanOp{kind, axis, n, len(xs), append([]int(nil), cs...)}, x, c)
+}

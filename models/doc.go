@@ -1,0 +1,28 @@
+// Package models holds neural-network layers and ready models that match
+// PyTorch's torch.nn: the same parameter names, shapes, state_dict order and
+// default initialisation, so weights move between the two through
+// safetensors checkpoints (package checkpoint) and optimizers reproduce
+// PyTorch's trajectories.
+//
+// A Module owns Params (learnable tensors) and Buffers (running statistics)
+// as *Param values whose Value tensors it keeps for its whole life, and
+// builds its computation into a gorgonia graph on demand through a Builder.
+// The Builder binds each Param's Value to one graph node, so an optimizer
+// updating Value in place changes the next run without rebuilding the graph:
+//
+//	model, _ := models.NewMLP([]int{784, 256, 10}, models.ActReLU, true, rand.New(rand.NewPCG(1, 2)))
+//	b := models.NewBuilder(nil)                 // a new graph, training mode
+//	x := b.Bind("x", xBatch)                    // refill xBatch in place per step
+//	y := b.Bind("y", labels)                    // int64 class indices [N]
+//	logits, _ := model.Forward(b, x)
+//	loss, _ := models.CrossEntropy(logits, y)
+//	_ = b.Backward(loss)                        // gradient nodes for every parameter
+//	vm := gorgonia.NewTapeMachine(b.Graph())    // or the graph package's executor
+//	_ = vm.RunAll()
+//	_ = b.CopyGrads()                           // Param.Grad now holds dLoss/dParam
+//
+// Layers: Linear, ReLU, Tanh, GELU and Sequential; losses CrossEntropy and
+// MSE; model NewMLP. Float32 and float64 are both supported
+// (WithDtype). Ops gorgonia lacks or gets subtly different from PyTorch are
+// custom gorgonia ops with exact, hand-written backward rules.
+package models

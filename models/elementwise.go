@@ -1,0 +1,178 @@
+package models
+
+import (
+	"fmt"
+	"hash"
+	"math"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// eltKind names an elementwise function with a hand-written derivative.
+type eltKind int
+
+const (
+	eltReLU eltKind = iota
+	eltGELU
+)
+
+func (k eltKind) String() string {
+	switch k {
+	case eltReLU:
+		return "ReLU"
+	case eltGELU:
+		return "GELU"
+	}
+	return fmt.Sprintf("elt(%d)", int(k))
+}
+
+// eltOp applies an elementwise function; its gradient is an eltGradOp
+// taking (x, dy). Both compute in one pass without temporaries.
+type eltOp struct{ kind eltKind }
+
+// eltGradOp computes dx = dy · f'(x) for eltOp's function.
+type eltGradOp struct{ kind eltKind }
+
+func (op eltOp) Arity() int { return 1 }
+func (op eltOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	return hm.NewFnType(a, a)
+}
+func (op eltOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	if len(in) != 1 {
+		return nil, fmt.Errorf("models: %v takes 1 input, got %d", op, len(in))
+	}
+	s, err := shapeOf(in[0])
+	return s.Clone(), err
+}
+func (op eltOp) Do(in ...G.Value) (G.Value, error) {
+	if len(in) != 1 {
+		return nil, fmt.Errorf("models: %v takes 1 input, got %d", op, len(in))
+	}
+	x, err := denseOf(in[0])
+	if err != nil {
+		return nil, err
+	}
+	out := newDense(x.Dtype(), x.Shape()...)
+	switch x.Dtype() {
+	case tensor.Float64:
+		eltForward(op.kind, out.Float64s(), x.Float64s())
+	case tensor.Float32:
+		eltForward(op.kind, out.Float32s(), x.Float32s())
+	default:
+		return nil, checkFloat(x.Dtype())
+	}
+	return out, nil
+}
+func (op eltOp) ReturnsPtr() bool      { return false }
+func (op eltOp) CallsExtern() bool     { return false }
+func (op eltOp) OverwritesInput() int  { return -1 }
+func (op eltOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op eltOp) Hashcode() uint32      { return hashOf(op) }
+func (op eltOp) String() string        { return op.kind.String() }
+func (op eltOp) DiffWRT(int) []bool    { return []bool{true} }
+func (op eltOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	if len(in) != 1 {
+		return nil, fmt.Errorf("models: %v takes 1 input, got %d", op, len(in))
+	}
+	dx, err := G.ApplyOp(eltGradOp(op), in[0], grad)
+	if err != nil {
+		return nil, err
+	}
+	return G.Nodes{dx}, nil
+}
+
+func (op eltGradOp) Arity() int { return 2 }
+func (op eltGradOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	return hm.NewFnType(a, a, a)
+}
+func (op eltGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	if len(in) != 2 {
+		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+	}
+	s, err := shapeOf(in[0])
+	return s.Clone(), err
+}
+func (op eltGradOp) Do(in ...G.Value) (G.Value, error) {
+	if len(in) != 2 {
+		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+	}
+	x, err := denseOf(in[0])
+	if err != nil {
+		return nil, err
+	}
+	dy, err := denseOf(in[1])
+	if err != nil {
+		return nil, err
+	}
+	if x.Dtype() != dy.Dtype() || x.Size() != dy.Size() {
+		return nil, fmt.Errorf("models: %v: input %v %v and gradient %v %v differ", op, x.Dtype(), x.Shape(), dy.Dtype(), dy.Shape())
+	}
+	out := newDense(x.Dtype(), x.Shape()...)
+	switch x.Dtype() {
+	case tensor.Float64:
+		eltBackward(op.kind, out.Float64s(), x.Float64s(), dy.Float64s())
+	case tensor.Float32:
+		eltBackward(op.kind, out.Float32s(), x.Float32s(), dy.Float32s())
+	default:
+		return nil, checkFloat(x.Dtype())
+	}
+	return out, nil
+}
+func (op eltGradOp) ReturnsPtr() bool      { return false }
+func (op eltGradOp) CallsExtern() bool     { return false }
+func (op eltGradOp) OverwritesInput() int  { return -1 }
+func (op eltGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op eltGradOp) Hashcode() uint32      { return hashOf(op) }
+func (op eltGradOp) String() string        { return op.kind.String() + "Grad" }
+func (op eltGradOp) DiffWRT(int) []bool    { return []bool{false, false} }
+func (op eltGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+	return nil, fmt.Errorf("models: second derivatives of %v are not implemented", op.kind)
+}
+
+const invSqrt2 = 0.7071067811865476   // 1/√2
+const invSqrt2Pi = 0.3989422804014327 // 1/√(2π)
+
+func eltForward[T float](k eltKind, out, x []T) {
+	switch k {
+	case eltReLU:
+		for i, v := range x {
+			if v > 0 {
+				out[i] = v
+			} else {
+				out[i] = 0
+			}
+		}
+	case eltGELU:
+		// exact GELU, x·Φ(x), PyTorch's default (approximate="none").
+		for i, v := range x {
+			f := float64(v)
+			out[i] = T(0.5 * f * (1 + math.Erf(f*invSqrt2)))
+		}
+	}
+}
+
+func eltBackward[T float](k eltKind, out, x, dy []T) {
+	switch k {
+	case eltReLU:
+		// PyTorch's threshold backward: the derivative at 0 is 0.
+		for i, v := range x {
+			if v > 0 {
+				out[i] = dy[i]
+			} else {
+				out[i] = 0
+			}
+		}
+	case eltGELU:
+		// d/dx x·Φ(x) = Φ(x) + x·φ(x)
+		for i, v := range x {
+			f := float64(v)
+			cdf := 0.5 * (1 + math.Erf(f*invSqrt2))
+			pdf := invSqrt2Pi * math.Exp(-0.5*f*f)
+			out[i] = T(float64(dy[i]) * (cdf + f*pdf))
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package models
+
+import (
+	"fmt"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// float is the element type of every floating-point kernel in this package.
+type float interface{ ~float32 | ~float64 }
+
+// denseOf returns v as a contiguous dense tensor, materialising views.
+func denseOf(v G.Value) (*tensor.Dense, error) {
+	t, ok := v.(*tensor.Dense)
+	if !ok {
+		return nil, fmt.Errorf("models: expected a *tensor.Dense value, got %T", v)
+	}
+	if t.RequiresIterator() || t.IsView() {
+		m, ok := t.Materialize().(*tensor.Dense)
+		if !ok {
+			return nil, fmt.Errorf("models: cannot materialise a view of shape %v", t.Shape())
+		}
+		return m, nil
+	}
+	return t, nil
+}
+
+// sliceOf returns the backing slice of a contiguous dense tensor of element type T.
+func sliceOf[T float](t *tensor.Dense) ([]T, error) {
+	if t.IsScalar() {
+		switch d := t.Data().(type) {
+		case T:
+			return []T{d}, nil
+		case []T:
+			return d, nil
+		}
+		return nil, fmt.Errorf("models: scalar of dtype %v where %T was expected", t.Dtype(), T(0))
+	}
+	d, ok := t.Data().([]T)
+	if !ok {
+		return nil, fmt.Errorf("models: tensor of dtype %v where %T was expected", t.Dtype(), T(0))
+	}
+	return d, nil
+}
+
+// scalarOf reads a scalar Value (gorgonia's *F64/*F32, or a one-element tensor).
+func scalarOf(v G.Value) (float64, error) {
+	switch s := v.(type) {
+	case *G.F64:
+		return float64(*s), nil
+	case *G.F32:
+		return float64(*s), nil
+	case *tensor.Dense:
+		if s.Size() != 1 {
+			return 0, fmt.Errorf("models: expected a scalar, got a tensor of shape %v", s.Shape())
+		}
+		d, err := denseOf(s)
+		if err != nil {
+			return 0, err
+		}
+		switch x := d.Data().(type) {
+		case float64:
+			return x, nil
+		case float32:
+			return float64(x), nil
+		case []float64:
+			return x[0], nil
+		case []float32:
+			return float64(x[0]), nil
+		}
+		return 0, fmt.Errorf("models: expected a floating-point scalar, got dtype %v", s.Dtype())
+	}
+	return 0, fmt.Errorf("models: expected a scalar value, got %T", v)
+}
+
+// scalarValue wraps x as a gorgonia scalar of dtype dt.
+func scalarValue(dt tensor.Dtype, x float64) (G.Value, error) {
+	switch dt {
+	case tensor.Float64:
+		return G.NewF64(x), nil
+	case tensor.Float32:
+		return G.NewF32(float32(x)), nil
+	}
+	return nil, fmt.Errorf("models: unsupported dtype %v (want float32 or float64)", dt)
+}
+
+// checkFloat reports whether dt is a dtype the layers compute in.
+func checkFloat(dt tensor.Dtype) error {
+	if dt != tensor.Float32 && dt != tensor.Float64 {
+		return fmt.Errorf("models: unsupported dtype %v (want float32 or float64)", dt)
+	}
+	return nil
+}
+
+// newLike allocates a zeroed dense tensor of dtype dt and the given shape.
+func newDense(dt tensor.Dtype, shape ...int) *tensor.Dense {
+	return tensor.New(tensor.Of(dt), tensor.WithShape(shape...))
+}
+
+// shapeOf returns the shape behind a DimSizer handed to InferShape.
+func shapeOf(d G.DimSizer) (tensor.Shape, error) {
+	s, ok := d.(tensor.Shape)
+	if !ok {
+		return nil, fmt.Errorf("models: expected a tensor.Shape, got %T", d)
+	}
+	return s, nil
+}

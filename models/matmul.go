@@ -1,0 +1,165 @@
+package models
+
+import (
+	"fmt"
+	"hash"
+
+	"github.com/chewxy/hm"
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/gonum"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// matMulOp computes op(A)·op(B) for row-major matrices, where op transposes
+// its operand when the matching flag is set. The transposes are handed to
+// GEMM as flags, so no transposed copy is ever made; its gradients are again
+// matMulOps with other flags (see SymDiff).
+type matMulOp struct {
+	transA, transB bool
+}
+
+// MatMulT returns op(a)·op(b) where op transposes a (b) when transA (transB)
+// is true. It is the product Linear uses (x·Wᵀ with W stored [out, in]) and
+// costs one GEMM forward and one per input gradient backward.
+func MatMulT(a, b *G.Node, transA, transB bool) (*G.Node, error) {
+	if a.Dims() != 2 || b.Dims() != 2 {
+		return nil, fmt.Errorf("models: MatMulT needs two matrices, got shapes %v and %v", a.Shape(), b.Shape())
+	}
+	if a.Dtype() != b.Dtype() {
+		return nil, fmt.Errorf("models: MatMulT dtype mismatch: %v and %v", a.Dtype(), b.Dtype())
+	}
+	op := matMulOp{transA, transB}
+	if _, err := op.InferShape(a.Shape(), b.Shape()); err != nil {
+		return nil, err
+	}
+	return G.ApplyOp(op, a, b)
+}
+
+func (op matMulOp) Arity() int { return 2 }
+
+func (op matMulOp) Type() hm.Type {
+	m := G.TensorType{Dims: 2, Of: hm.TypeVariable('a')}
+	return hm.NewFnType(m, m, m)
+}
+
+func (op matMulOp) dims(a, b tensor.Shape) (m, k, n int, err error) {
+	if len(a) != 2 || len(b) != 2 {
+		return 0, 0, 0, fmt.Errorf("models: %v needs two matrices, got shapes %v and %v", op, a, b)
+	}
+	m, k = a[0], a[1]
+	if op.transA {
+		m, k = k, m
+	}
+	kb, n := b[0], b[1]
+	if op.transB {
+		kb, n = n, kb
+	}
+	if k != kb {
+		return 0, 0, 0, fmt.Errorf("models: %v inner dimensions differ: shapes %v and %v", op, a, b)
+	}
+	return m, k, n, nil
+}
+
+func (op matMulOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	if len(in) != 2 {
+		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+	}
+	a, err := shapeOf(in[0])
+	if err != nil {
+		return nil, err
+	}
+	b, err := shapeOf(in[1])
+	if err != nil {
+		return nil, err
+	}
+	m, _, n, err := op.dims(a, b)
+	if err != nil {
+		return nil, err
+	}
+	return tensor.Shape{m, n}, nil
+}
+
+func (op matMulOp) Do(in ...G.Value) (G.Value, error) {
+	if len(in) != 2 {
+		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+	}
+	a, err := denseOf(in[0])
+	if err != nil {
+		return nil, err
+	}
+	b, err := denseOf(in[1])
+	if err != nil {
+		return nil, err
+	}
+	if a.Dtype() != b.Dtype() {
+		return nil, fmt.Errorf("models: %v dtype mismatch: %v and %v", op, a.Dtype(), b.Dtype())
+	}
+	m, k, n, err := op.dims(a.Shape(), b.Shape())
+	if err != nil {
+		return nil, err
+	}
+	out := newDense(a.Dtype(), m, n)
+	ta, tb := blas.NoTrans, blas.NoTrans
+	if op.transA {
+		ta = blas.Trans
+	}
+	if op.transB {
+		tb = blas.Trans
+	}
+	lda, ldb := a.Shape()[1], b.Shape()[1]
+	var impl gonum.Implementation
+	switch a.Dtype() {
+	case tensor.Float64:
+		impl.Dgemm(ta, tb, m, n, k, 1, a.Float64s(), lda, b.Float64s(), ldb, 0, out.Float64s(), n)
+	case tensor.Float32:
+		impl.Sgemm(ta, tb, m, n, k, 1, a.Float32s(), lda, b.Float32s(), ldb, 0, out.Float32s(), n)
+	default:
+		return nil, checkFloat(a.Dtype())
+	}
+	return out, nil
+}
+
+func (op matMulOp) ReturnsPtr() bool      { return false }
+func (op matMulOp) CallsExtern() bool     { return false }
+func (op matMulOp) OverwritesInput() int  { return -1 }
+func (op matMulOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op matMulOp) Hashcode() uint32      { return hashOf(op) }
+func (op matMulOp) String() string {
+	return fmt.Sprintf("MatMulT{a:%t,b:%t}", op.transA, op.transB)
+}
+
+func (op matMulOp) DiffWRT(int) []bool { return []bool{true, true} }
+
+// SymDiff: with C = A'·B' (A' = op(A), B' = op(B)) and upstream dC,
+// dA' = dC·B'ᵀ and dB' = A'ᵀ·dC; undoing the transposes gives
+//
+//	dA = dC·op(B)ᵀ          (A not transposed)   dA = op(B)·dCᵀ   (A transposed)
+//	dB = op(A)ᵀ·dC          (B not transposed)   dB = dCᵀ·op(A)   (B transposed)
+//
+// each a single GEMM with flags.
+func (op matMulOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	if len(in) != 2 {
+		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+	}
+	a, b := in[0], in[1]
+	var da, db *G.Node
+	var err error
+	if !op.transA {
+		da, err = G.ApplyOp(matMulOp{false, !op.transB}, grad, b)
+	} else {
+		da, err = G.ApplyOp(matMulOp{op.transB, true}, b, grad)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !op.transB {
+		db, err = G.ApplyOp(matMulOp{!op.transA, false}, a, grad)
+	} else {
+		db, err = G.ApplyOp(matMulOp{true, op.transA}, grad, a)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return G.Nodes{da, db}, nil
+}
