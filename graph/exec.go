@@ -76,7 +76,7 @@ func (p *Program) step(ctx context.Context, i int32) error {
 			p.changed.Store(true)
 		}
 	}
-	if v != nil {
+	if v != nil && !sameObject(n.Value(), v) {
 		if err := bindValue(n, v); err != nil {
 			return fmt.Errorf("graph: node %q (%v): %w", n.Name(), n.Op(), err)
 		}
@@ -124,6 +124,23 @@ func indexBefore(s []int32, j int, v int32) int {
 		}
 	}
 	return -1
+}
+
+// sameObject reports whether a and b are the same value object (only pointer
+// kinds are compared; anything else counts as different).
+func sameObject(a, b G.Value) bool {
+	switch x := a.(type) {
+	case *tensor.Dense:
+		y, ok := b.(*tensor.Dense)
+		return ok && x == y
+	case *G.F32:
+		y, ok := b.(*G.F32)
+		return ok && x == y
+	case *G.F64:
+		y, ok := b.(*G.F64)
+		return ok && x == y
+	}
+	return false
 }
 
 // bindValue makes n.Value() return v, keeping a dual value if n has one.
