@@ -1,0 +1,272 @@
+package main
+
+// `tandem run`: start one node's share of a distributed job. The flags and
+// the environment each worker sees are set up here; starting, watching and
+// stopping the workers lives in run_launch.go, the rank prefixes on their
+// output in run_prefix.go.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tandemml/tandem/internal/errs"
+)
+
+func init() {
+	commands["run"] = command{
+		summary: "start N workers with RANK, WORLD_SIZE, MASTER_ADDR... set: tandem run -nproc N -- CMD ARGS",
+		run:     runRun,
+	}
+}
+
+// Defaults of `tandem run`.
+const (
+	defaultGrace = 5 * time.Second
+	tokenEnv     = "TANDEM_TOKEN"
+)
+
+// runConfig is a parsed and checked `tandem run` command line.
+type runConfig struct {
+	nproc      int           // workers on this node
+	nnodes     int           // nodes in the job
+	nodeRank   int           // this node's index, 0 <= nodeRank < nnodes
+	masterAddr string        // host of rank 0's store
+	masterPort int           // its port
+	token      string        // shared secret every worker gets as TANDEM_TOKEN
+	prefix     bool          // prefix every output line with the worker's rank
+	grace      time.Duration // SIGTERM to SIGKILL delay when stopping workers
+	argv       []string      // the worker command and its arguments
+}
+
+// worldSize is the number of workers on all nodes together.
+func (c runConfig) worldSize() int { return c.nproc * c.nnodes }
+
+// rank is the global rank of this node's worker number local.
+func (c runConfig) rank(local int) int { return c.nodeRank*c.nproc + local }
+
+// workerEnv is the environment of this node's worker number local: the
+// launcher's own environment with the job's variables set over it.
+func (c runConfig) workerEnv(base []string, local int) []string {
+	set := [][2]string{
+		{"RANK", strconv.Itoa(c.rank(local))},
+		{"WORLD_SIZE", strconv.Itoa(c.worldSize())},
+		{"LOCAL_RANK", strconv.Itoa(local)},
+		{"LOCAL_WORLD_SIZE", strconv.Itoa(c.nproc)},
+		{"GROUP_RANK", strconv.Itoa(c.nodeRank)},
+		{"MASTER_ADDR", c.masterAddr},
+		{"MASTER_PORT", strconv.Itoa(c.masterPort)},
+		{tokenEnv, c.token},
+	}
+	env := make([]string, 0, len(base)+len(set))
+	for _, kv := range base {
+		name, _, _ := strings.Cut(kv, "=")
+		overridden := false
+		for _, s := range set {
+			if name == s[0] {
+				overridden = true
+				break
+			}
+		}
+		if !overridden {
+			env = append(env, kv)
+		}
+	}
+	for _, s := range set {
+		env = append(env, s[0]+"="+s[1])
+	}
+	return env
+}
+
+// usageError is a mistake on the command line: it wraps errs.InvalidArgument
+// and makes tandem exit with status 2.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+func (e *usageError) ExitCode() int { return 2 }
+
+func badUsage(format string, a ...any) error {
+	return &usageError{fmt.Errorf("%w: "+format, append([]any{errs.InvalidArgument}, a...)...)}
+}
+
+// exitError ends `tandem run` with a chosen exit status: the failed worker's
+// code, 128+signal, 127 for a command that cannot be found.
+type exitError struct {
+	code int
+	msg  string
+	err  error // optional cause, reachable with errors.Is/As
+}
+
+func (e *exitError) Error() string { return e.msg }
+func (e *exitError) Unwrap() error { return e.err }
+func (e *exitError) ExitCode() int { return e.code }
+
+const runUsage = `usage: tandem run [flags] -- CMD [ARGS...]
+
+Starts -nproc copies of CMD on this node, each in its own process group, with
+RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
+MASTER_PORT and TANDEM_TOKEN set. Every line a worker prints is prefixed with
+its rank ("[3] "), stdout to stdout and stderr to stderr.
+
+If a worker fails, the others get SIGTERM, then SIGKILL after -grace, and
+tandem run exits with the failed worker's code (128+N if signal N killed it).
+SIGINT or SIGTERM to tandem run is passed on to every worker the same way, and
+tandem run then exits with 128+N. A second signal kills the workers at once.
+
+One node: the master is 127.0.0.1 on a free port and a random token is made
+unless -master or -token (or $TANDEM_TOKEN) say otherwise.
+Several nodes: run tandem run on each node with the same -nnodes, -master and
+token and its own -node-rank, for example
+  TANDEM_TOKEN=$(cat secret) tandem run -nproc 4 -nnodes 2 -node-rank 0 -master node0:29500 -- ./train
+  TANDEM_TOKEN=$(cat secret) tandem run -nproc 4 -nnodes 2 -node-rank 1 -master node0:29500 -- ./train
+Rank 0 (on node 0) serves the store on the master's port.
+
+flags:
+`
+
+// parseRunFlags reads the command line of `tandem run`. getenv supplies
+// TANDEM_TOKEN when -token is not given; out receives the usage text for -h
+// and flag syntax errors.
+func parseRunFlags(args []string, getenv func(string) string, out io.Writer) (runConfig, error) {
+	fs := flag.NewFlagSet("tandem run", flag.ContinueOnError)
+	fs.SetOutput(out)
+	cfg := runConfig{}
+	fs.IntVar(&cfg.nproc, "nproc", 1, "number of worker `processes` to start on this node")
+	fs.IntVar(&cfg.nnodes, "nnodes", 1, "number of `nodes` in the job, each running its own tandem run")
+	fs.IntVar(&cfg.nodeRank, "node-rank", 0, "this node's `index`, from 0 to nnodes-1; its workers get ranks node-rank*nproc ...")
+	master := fs.String("master", "", "where rank 0 serves the store, as `host:port` (required with -nnodes > 1; default 127.0.0.1 on a free port)")
+	fs.StringVar(&cfg.token, "token", "", "shared `secret` for the job (default $TANDEM_TOKEN, or a random one on a single node); prefer the variable, flags show in ps")
+	noPrefix := fs.Bool("no-prefix", false, "pass worker output through unchanged, without the \"[rank] \" prefix")
+	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "how long stopped workers get between SIGTERM and SIGKILL")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), runUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, err
+		}
+		return cfg, &usageError{fmt.Errorf("%w: %w", errs.InvalidArgument, err)}
+	}
+	cfg.prefix = !*noPrefix
+	cfg.argv = fs.Args()
+
+	switch {
+	case len(cfg.argv) == 0:
+		return cfg, badUsage("no command to run: write it after the flags, as in tandem run -nproc 2 -- python train.py")
+	case cfg.nproc < 1:
+		return cfg, badUsage("-nproc %d: need at least 1 worker per node", cfg.nproc)
+	case cfg.nnodes < 1:
+		return cfg, badUsage("-nnodes %d: need at least 1 node", cfg.nnodes)
+	case cfg.nodeRank < 0 || cfg.nodeRank >= cfg.nnodes:
+		return cfg, badUsage("-node-rank %d is out of range for -nnodes %d: use 0 to %d", cfg.nodeRank, cfg.nnodes, cfg.nnodes-1)
+	case cfg.grace < 0:
+		return cfg, badUsage("-grace %v: must not be negative", cfg.grace)
+	}
+
+	if *master != "" {
+		host, port, err := parseMaster(*master)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.masterAddr, cfg.masterPort = host, port
+	} else if cfg.nnodes > 1 {
+		return cfg, badUsage("-nnodes %d needs -master HOST:PORT, the address of node 0 that every node can reach (rank 0 serves the store there), the same on every node", cfg.nnodes)
+	}
+
+	if cfg.token == "" {
+		cfg.token = getenv(tokenEnv)
+	}
+	if cfg.token == "" {
+		if cfg.nnodes > 1 {
+			return cfg, badUsage("-nnodes %d needs a token shared by all nodes: set TANDEM_TOKEN (or -token) to the same secret on every node, e.g. TANDEM_TOKEN=$(openssl rand -hex 16)", cfg.nnodes)
+		}
+		tok, err := randomToken()
+		if err != nil {
+			return cfg, err
+		}
+		cfg.token = tok
+	}
+	return cfg, nil
+}
+
+// parseMaster checks a -master value and splits it into host and port.
+func parseMaster(s string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, badUsage("-master %q: want HOST:PORT, as in node0:29500 or [fd00::1]:29500 (%v)", s, err)
+	}
+	if host == "" {
+		return "", 0, badUsage("-master %q: the host is missing; want HOST:PORT, as in node0:29500", s)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, badUsage("-master %q: port %q is not a number from 1 to 65535", s, portStr)
+	}
+	return host, port, nil
+}
+
+// randomToken makes a fresh 128-bit secret for a single-node job.
+func randomToken() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("making a random token: %w (pass -token or set TANDEM_TOKEN)", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// defaultMaster fills in the master of a single-node job that has no
+// -master: 127.0.0.1 on a free port.
+func (c *runConfig) defaultMaster() error {
+	if c.masterAddr != "" {
+		return nil
+	}
+	port, err := freeLoopbackPort()
+	if err != nil {
+		return err
+	}
+	c.masterAddr, c.masterPort = "127.0.0.1", port
+	return nil
+}
+
+// freeLoopbackPort asks the kernel for a TCP port on 127.0.0.1 that nobody
+// uses right now; rank 0 binds it a moment later.
+func freeLoopbackPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port on 127.0.0.1 for the master: %w (pass -master 127.0.0.1:PORT)", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		return 0, fmt.Errorf("releasing the free port %d: %w", port, err)
+	}
+	return port, nil
+}
+
+// runRun is `tandem run`: it parses the flags, passes SIGINT and SIGTERM on
+// to the workers and returns an error whose ExitCode is the job's status.
+func runRun(ctx context.Context, args []string) error {
+	cfg, err := parseRunFlags(args, os.Getenv, os.Stderr)
+	if err != nil {
+		return err
+	}
+	if err := cfg.defaultMaster(); err != nil {
+		return err
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	return launch(ctx, cfg, os.Stdout, os.Stderr, sigs)
+}
