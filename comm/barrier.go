@@ -31,7 +31,7 @@ func (pg *ProcessGroup) MonitoredBarrier(ctx context.Context, timeout time.Durat
 		timeout = pg.opts.timeout
 	}
 	return pg.start(ctx, collective{name: "monitored_barrier", desc: "monitored_barrier()",
-		run: func(ctx context.Context, c *opCtx) error { return monitoredBarrier(ctx, c, timeout, waitAll) },
+		run:       func(ctx context.Context, c *opCtx) error { return monitoredBarrier(ctx, c, timeout, waitAll) },
 		unchecked: true}).Wait(ctx)
 }
 
@@ -49,12 +49,15 @@ func monitoredBarrier(ctx context.Context, c *opCtx, timeout time.Duration, wait
 		if err := c.send(ctx, 0, stepMonitorReport, []byte{1}); err != nil {
 			return err
 		}
-		tctx, cancel := context.WithTimeout(ctx, timeout)
+		// Rank 0 answers within timeout of its own arrival; allow for ranks
+		// that arrive up to timeout before it.
+		wait := 2*timeout + time.Second
+		tctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		verdict := make([]byte, verdictSize)
 		if err := c.recv(tctx, 0, stepMonitor, verdict); err != nil {
 			if tctx.Err() != nil && ctx.Err() == nil {
-				return fmt.Errorf("%w: monitored barrier: rank 0 gave no verdict within %v: %w", ErrTimeout, timeout, err)
+				return fmt.Errorf("%w: monitored barrier: rank 0 gave no verdict within %v (is rank 0 stuck?): %w", ErrTimeout, wait, err)
 			}
 			return err
 		}

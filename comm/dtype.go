@@ -66,12 +66,12 @@ func tensorBuffer(t *tensor.Dense, what string) (buffer, error) {
 	if dt == dtInvalid {
 		return buffer{}, errorf(ErrInvalidArgument, "%s has dtype %v; collectives support float32, float64, int8, uint8, int32 and int64", what, t.Dtype())
 	}
-	if t.RequiresIterator() {
-		return buffer{}, errorf(ErrInvalidArgument, "%s is a strided view; call Materialize (or Clone) to get a contiguous tensor", what)
-	}
 	n := t.Shape().TotalSize()
 	if t.IsScalar() {
 		n = 1
+	}
+	if n > 0 && t.RequiresIterator() {
+		return buffer{}, errorf(ErrInvalidArgument, "%s is a strided view or masked; call Materialize (or Clone) to get a contiguous tensor", what)
 	}
 	raw := t.Raw
 	if len(raw) < n*dt.size() {

@@ -18,7 +18,7 @@ type collective struct {
 	// the group (the monitored barrier, whose point is to survive absent
 	// ranks).
 	unchecked bool
-	run     func(ctx context.Context, c *opCtx) error
+	run       func(ctx context.Context, c *opCtx) error
 }
 
 // opCtx is what an algorithm needs: the group, its collective's sequence
@@ -146,8 +146,20 @@ func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint
 	}
 	stoppedByFingerprint := algCtx.Err() != nil && ctx.Err() == nil
 	if algErr != nil && !isDisagreement(algErr) && !stoppedByFingerprint {
-		// A lost peer or an expired deadline: abort first, so that the
-		// fingerprint exchange (and every peer) stops waiting.
+		if ctx.Err() != nil {
+			// The deadline expired. The fingerprint exchange, bounded by the
+			// same context, knows which rank never joined: prefer its word.
+			fpErr := <-fpDone
+			switch {
+			case fpErr != nil && errors.Is(fpErr, ErrMismatch):
+				return fpErr
+			case fpErr != nil:
+				return pg.fail(ctx, label, fpErr)
+			}
+			return pg.fail(ctx, label, algErr)
+		}
+		// A lost peer: abort first, so that the fingerprint exchange (and
+		// every peer) stops waiting.
 		err := pg.fail(ctx, label, algErr)
 		<-fpDone
 		return err

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Scratch buffers are pooled, so that steady-state collectives do not
@@ -51,13 +52,16 @@ type sendJob struct {
 // sender sends queued messages in order from its own goroutine, so that an
 // algorithm receives (and reduces) while its previous chunk is on the wire.
 type sender struct {
-	jobs chan sendJob
-	done chan struct{}
-	err  error
+	jobs     chan sendJob
+	done     chan struct{}
+	err      error       // the first send's failure; read after done
+	stopping atomic.Bool // body failed: drop what is left
 }
 
 // withSender runs body with a sender that can queue up to capacity messages
-// without blocking. A failed send cancels body's context; the first error wins.
+// without blocking. A failed send cancels body's context (and its error is
+// returned); when body fails first, the sends still queued are dropped and
+// body's error is returned.
 func withSender(ctx context.Context, c *opCtx, capacity int, body func(ctx context.Context, s *sender) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -65,22 +69,23 @@ func withSender(ctx context.Context, c *opCtx, capacity int, body func(ctx conte
 	go func() {
 		defer close(s.done)
 		for j := range s.jobs {
-			if s.err != nil {
+			if s.err != nil || s.stopping.Load() {
 				continue
 			}
-			if err := c.send(ctx, j.peer, j.step, j.b); err != nil {
+			if err := c.send(ctx, j.peer, j.step, j.b); err != nil && !s.stopping.Load() {
 				s.err = err
 				cancel()
 			}
 		}
 	}()
 	err := body(ctx, s)
-	close(s.jobs)
 	if err != nil {
+		s.stopping.Store(true)
 		cancel()
 	}
+	close(s.jobs)
 	<-s.done
-	if s.err != nil && (err == nil || ctx.Err() != nil) {
+	if s.err != nil {
 		return s.err
 	}
 	return err

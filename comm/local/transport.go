@@ -1,0 +1,254 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/tandemml/tandem/comm/transport"
+)
+
+// hub joins the endpoints of one in-process world.
+type hub struct {
+	eps []*endpoint
+}
+
+// NewTransports returns the n transports of a world whose ranks are
+// goroutines of this process: transports[r] is rank r's.
+func NewTransports(n int) ([]transport.Transport, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("%w: world size %d; need at least 1", transport.ErrInvalidArgument, n)
+	}
+	h := newHub(n)
+	ts := make([]transport.Transport, n)
+	for i, ep := range h.eps {
+		ts[i] = ep
+	}
+	return ts, nil
+}
+
+func newHub(n int) *hub {
+	h := &hub{eps: make([]*endpoint, n)}
+	for r := range h.eps {
+		h.eps[r] = &endpoint{hub: h, rank: r, queues: map[key]*queue{}, lost: make([]error, n)}
+	}
+	return h
+}
+
+type key struct {
+	src int
+	tag transport.Tag
+}
+
+// queue holds, for one (source, tag), either messages that arrived before a
+// receive (msgs) or receives posted before their message (waiters); never
+// both.
+type queue struct {
+	msgs    [][]byte
+	waiters []*waiter
+}
+
+type waiter struct {
+	buf  []byte
+	done chan error // buffered 1; written once, under the endpoint's lock
+}
+
+// endpoint is one rank's transport.
+type endpoint struct {
+	hub  *hub
+	rank int
+
+	mu     sync.Mutex
+	queues map[key]*queue
+	lost   []error // per source: why it is gone (aborted or closed), nil while alive
+	dead   error   // this endpoint's own abort or close
+}
+
+func (e *endpoint) Rank() int { return e.rank }
+func (e *endpoint) Size() int { return len(e.hub.eps) }
+
+func (e *endpoint) checkPeer(peer int) error {
+	if peer < 0 || peer >= len(e.hub.eps) {
+		return fmt.Errorf("%w: rank %d: peer %d is outside the world of %d ranks", transport.ErrInvalidArgument, e.rank, peer, len(e.hub.eps))
+	}
+	return nil
+}
+
+func ctxError(ctx context.Context, what string) error {
+	return fmt.Errorf("%w: %s: %w", transport.ErrTimeout, what, ctx.Err())
+}
+
+// Send copies buf into peer's mailbox (straight into a waiting receive's
+// buffer when one is posted), so it never waits for the receiver.
+func (e *endpoint) Send(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
+	if err := e.checkPeer(peer); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return ctxError(ctx, fmt.Sprintf("rank %d sending to rank %d", e.rank, peer))
+	}
+	e.mu.Lock()
+	dead := e.dead
+	e.mu.Unlock()
+	if dead != nil {
+		return dead
+	}
+	return e.hub.eps[peer].deliver(e.rank, tag, buf)
+}
+
+// deliver hands a message from src to this endpoint.
+func (e *endpoint) deliver(src int, tag transport.Tag, buf []byte) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.dead != nil {
+		return fmt.Errorf("%w: rank %d sending to rank %d: %w", transport.ErrPeerLost, src, e.rank, e.dead)
+	}
+	k := key{src, tag}
+	q := e.queues[k]
+	if q != nil && len(q.waiters) > 0 {
+		w := q.waiters[0]
+		q.waiters = q.waiters[1:]
+		if len(q.waiters) == 0 {
+			delete(e.queues, k)
+		}
+		w.done <- fill(w.buf, buf, src, e.rank, tag)
+		return nil
+	}
+	if q == nil {
+		q = &queue{}
+		e.queues[k] = q
+	}
+	q.msgs = append(q.msgs, append(make([]byte, 0, len(buf)), buf...))
+	return nil
+}
+
+// fill copies a message into a receive buffer of the same length.
+func fill(dst, msg []byte, src, dstRank int, tag transport.Tag) error {
+	if len(dst) != len(msg) {
+		return fmt.Errorf("%w: rank %d received %d bytes from rank %d under tag %#x but its receive buffer holds %d bytes",
+			transport.ErrMismatch, dstRank, len(msg), src, uint64(tag), len(dst))
+	}
+	copy(dst, msg)
+	return nil
+}
+
+func (e *endpoint) Recv(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
+	if err := e.checkPeer(peer); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	if e.dead != nil {
+		err := e.dead
+		e.mu.Unlock()
+		return err
+	}
+	k := key{peer, tag}
+	q := e.queues[k]
+	if q != nil && len(q.msgs) > 0 {
+		msg := q.msgs[0]
+		q.msgs[0] = nil
+		q.msgs = q.msgs[1:]
+		if len(q.msgs) == 0 {
+			delete(e.queues, k)
+		}
+		e.mu.Unlock()
+		return fill(buf, msg, peer, e.rank, tag)
+	}
+	if e.lost[peer] != nil {
+		err := e.lost[peer]
+		e.mu.Unlock()
+		return fmt.Errorf("%w: rank %d receiving from rank %d: %w", transport.ErrPeerLost, e.rank, peer, err)
+	}
+	if err := ctx.Err(); err != nil {
+		e.mu.Unlock()
+		return ctxError(ctx, fmt.Sprintf("rank %d receiving from rank %d", e.rank, peer))
+	}
+	w := &waiter{buf: buf, done: make(chan error, 1)}
+	if q == nil {
+		q = &queue{}
+		e.queues[k] = q
+	}
+	q.waiters = append(q.waiters, w)
+	e.mu.Unlock()
+
+	select {
+	case err := <-w.done:
+		return err
+	case <-ctx.Done():
+	}
+	// Withdraw the receive, unless a message or failure reached it first
+	// (then its buffer is already written and the result stands).
+	e.mu.Lock()
+	if q := e.queues[k]; q != nil {
+		for i, x := range q.waiters {
+			if x == w {
+				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+				if len(q.waiters) == 0 && len(q.msgs) == 0 {
+					delete(e.queues, k)
+				}
+				e.mu.Unlock()
+				return ctxError(ctx, fmt.Sprintf("rank %d receiving from rank %d under tag %#x", e.rank, peer, uint64(tag)))
+			}
+		}
+	}
+	e.mu.Unlock()
+	return <-w.done
+}
+
+// Abort fails this endpoint's pending and future operations with cause and
+// tells every peer that this rank is lost.
+func (e *endpoint) Abort(cause error) {
+	if cause == nil {
+		cause = fmt.Errorf("%w: rank %d aborted", transport.ErrClosed, e.rank)
+	}
+	e.shutdown(fmt.Errorf("rank %d aborted: %w", e.rank, cause),
+		fmt.Errorf("rank %d aborted: %w", e.rank, cause))
+}
+
+// Close fails pending operations with ErrClosed; peers see this rank as lost
+// once they have drained the messages it sent.
+func (e *endpoint) Close() error {
+	e.shutdown(fmt.Errorf("%w: rank %d's transport was closed", transport.ErrClosed, e.rank),
+		fmt.Errorf("rank %d closed its transport", e.rank))
+	return nil
+}
+
+func (e *endpoint) shutdown(self, toPeers error) {
+	e.mu.Lock()
+	if e.dead != nil {
+		e.mu.Unlock()
+		return
+	}
+	e.dead = self
+	for k, q := range e.queues {
+		for _, w := range q.waiters {
+			w.done <- self
+		}
+		delete(e.queues, k)
+	}
+	e.mu.Unlock()
+	for _, p := range e.hub.eps {
+		if p != e {
+			p.peerLost(e.rank, toPeers)
+		}
+	}
+}
+
+// peerLost records that src is gone and fails receives waiting on it.
+func (e *endpoint) peerLost(src int, why error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lost[src] != nil {
+		return
+	}
+	e.lost[src] = why
+	for k, q := range e.queues {
+		if k.src != src || len(q.waiters) == 0 {
+			continue
+		}
+		for _, w := range q.waiters {
+			w.done <- fmt.Errorf("%w: rank %d receiving from rank %d: %w", transport.ErrPeerLost, e.rank, src, why)
+		}
+		delete(e.queues, k)
+	}
+}
