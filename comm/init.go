@@ -1,0 +1,390 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/comm/tcp"
+	"github.com/tandemml/tandem/comm/transport"
+)
+
+// The TCP backend is built in: comm imports comm/tcp (which imports neither
+// comm nor anything above comm/transport and comm/store) and registers it
+// here, so InitFromEnv works without a blank import. Other backends
+// (comm/local, later shared memory or MPI) import comm and register
+// themselves by name from their own init.
+func init() { Register("tcp", tcp.Backend{}) }
+
+// DefaultBackend is the backend Init uses when WithBackend is not given.
+const DefaultBackend = "tcp"
+
+// TokenEnv names the environment variable holding the job's shared secret,
+// the default of WithToken.
+const TokenEnv = "TANDEM_TOKEN"
+
+// InitOption configures Init and InitFromEnv.
+type InitOption func(*initConfig)
+
+type initConfig struct {
+	rank, world int // -1: not given
+	backend     string
+	timeout     time.Duration
+	token       string
+	tokenSet    bool
+	st          store.Store
+	groupOpts   []Option
+	noDefault   bool
+	lookup      func(string) (string, bool) // the environment; os.LookupEnv unless a test says otherwise
+}
+
+// WithRank sets this process's rank, overriding RANK (and its fallbacks).
+func WithRank(rank int) InitOption { return func(c *initConfig) { c.rank = rank } }
+
+// WithWorldSize sets the number of processes, overriding WORLD_SIZE.
+func WithWorldSize(n int) InitOption { return func(c *initConfig) { c.world = n } }
+
+// WithBackend picks the registered backend by name ("tcp", the default;
+// "local" for goroutine ranks once comm/local is imported). To use the TCP
+// backend on one network of a machine with several, register a configured
+// copy, e.g. comm.Register("tcp-ib", tcp.NewBackend(tcp.WithHost("10.1.0.5")))
+// and pass WithBackend("tcp-ib").
+func WithBackend(name string) InitOption { return func(c *initConfig) { c.backend = name } }
+
+// WithInitTimeout bounds the whole initialisation (store, rendezvous,
+// connection set-up) when ctx has no earlier deadline, and becomes the
+// group's default operation timeout unless WithGroupOptions passes
+// WithTimeout. Default: DefaultTimeout. (The name differs from WithTimeout,
+// the group option, because Go has no overloading.)
+func WithInitTimeout(d time.Duration) InitOption {
+	return func(c *initConfig) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
+}
+
+// WithToken sets the shared secret that the store and every connection
+// demand (default: $TANDEM_TOKEN; empty means no secret). Every rank must
+// use the same one.
+func WithToken(token string) InitOption {
+	return func(c *initConfig) { c.token, c.tokenSet = token, true }
+}
+
+// WithStore makes the ranks rendezvous through st instead of a store named by
+// the URL or MASTER_ADDR/MASTER_PORT. The caller keeps ownership of st and
+// closes it after the group. A store serves one world: give concurrent
+// worlds separate stores or store.NewPrefix views.
+func WithStore(st store.Store) InitOption { return func(c *initConfig) { c.st = st } }
+
+// WithGroupOptions passes options to NewProcessGroup.
+func WithGroupOptions(opts ...Option) InitOption {
+	return func(c *initConfig) { c.groupOpts = append(c.groupOpts, opts...) }
+}
+
+// WithoutDefault keeps Init from installing the new group as the default
+// group (see Default) when none is installed yet.
+func WithoutDefault() InitOption { return func(c *initConfig) { c.noDefault = true } }
+
+// withLookupEnv replaces the environment (tests).
+func withLookupEnv(f func(string) (string, bool)) InitOption {
+	return func(c *initConfig) { c.lookup = f }
+}
+
+// InitFromEnv is Init(ctx, "env://", opts...): it reads RANK, WORLD_SIZE,
+// MASTER_ADDR and MASTER_PORT (see EnvFromOS for the fallbacks), rendezvous
+// with the other ranks through the TCP store that rank 0 serves at
+// MASTER_ADDR:MASTER_PORT, connects the backend and returns the world group.
+func InitFromEnv(ctx context.Context, opts ...InitOption) (*ProcessGroup, error) {
+	return Init(ctx, "env://", opts...)
+}
+
+// Init joins this process to a world and returns its world process group.
+// The URL says where the ranks meet:
+//
+//	env://                                     MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from the environment
+//	tcp://HOST:PORT?rank=R&world_size=N        rank 0 serves a TCP store at HOST:PORT, the others dial it
+//	file:///PATH?rank=R&world_size=N           a file store at PATH, on a file system every rank shares
+//
+// Rank and world size come from WithRank and WithWorldSize, else the URL's
+// query, else the environment; giving one twice with different values is an
+// error. Init then claims this rank in the store (two processes with one
+// rank fail on the second), checks that every rank agrees on the world size,
+// waits for all ranks (naming those that never arrive), connects the
+// backend (WithBackend, default "tcp") and returns the group. Everything is
+// bounded by ctx and WithInitTimeout. Unless WithoutDefault is given, the first
+// group Init returns in a process also becomes the default group.
+//
+// The group owns the store that Init created (not one passed with WithStore)
+// and closes it with itself.
+func Init(ctx context.Context, rawURL string, opts ...InitOption) (*ProcessGroup, error) {
+	cfg := initConfig{rank: -1, world: -1, backend: DefaultBackend, timeout: DefaultTimeout, lookup: os.LookupEnv}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if !cfg.tokenSet {
+		cfg.token, _ = cfg.lookup(TokenEnv)
+	}
+	plan, err := planInit(rawURL, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
+		defer cancel()
+	}
+	backend, err := plan.backendFor(cfg.backend)
+	if err != nil {
+		return nil, err
+	}
+
+	st, owned, err := plan.openStore(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	closeStore := func() {
+		if owned {
+			st.Close()
+		}
+	}
+	ns := store.NewPrefix("tandem", st)
+	r := rendezvous{st: ns, rank: plan.env.Rank, world: plan.env.WorldSize, where: plan.where, timeout: cfg.timeout}
+	tr, err := r.run(ctx, func(ctx context.Context) (transport.Transport, error) {
+		tr, err := backend.Connect(ctx, transport.Config{
+			Rank: plan.env.Rank, Size: plan.env.WorldSize, Store: ns, Timeout: cfg.timeout, Token: cfg.token,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("comm: init: rank %d connecting backend %q: %w", plan.env.Rank, cfg.backend, err)
+		}
+		return tr, nil
+	}, owned && plan.env.Rank == 0)
+	if err != nil {
+		ns.Close()
+		closeStore()
+		return nil, err
+	}
+	var closers []func() error
+	closers = append(closers, ns.Close)
+	if owned {
+		closers = append(closers, st.Close)
+	}
+	groupOpts := append([]Option{WithTimeout(cfg.timeout)}, cfg.groupOpts...)
+	pg, err := NewProcessGroup(ctx, &owningTransport{Transport: tr, closers: closers}, groupOpts...)
+	if err != nil {
+		tr.Close()
+		ns.Close()
+		closeStore()
+		return nil, err
+	}
+	if !cfg.noDefault {
+		defaultGroup.CompareAndSwap(nil, pg)
+	}
+	return pg, nil
+}
+
+// initPlan is what Init resolved from its URL, options and environment.
+type initPlan struct {
+	env       Env
+	scheme    string // "env", "tcp", "file"; "" for a world of one without a store
+	storeAddr string // tcp: host:port of rank 0's store
+	filePath  string // file: the store's path
+	where     string // the store, for error messages
+}
+
+func planInit(rawURL string, cfg *initConfig) (*initPlan, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: comm: init URL %q: %v; use env://, tcp://HOST:PORT?rank=R&world_size=N or file:///PATH?rank=R&world_size=N",
+			ErrInvalidArgument, rawURL, err)
+	}
+	found, err := readEnv(cfg.lookup)
+	if err != nil {
+		return nil, fmt.Errorf("comm: init: %w", err)
+	}
+	p := &initPlan{scheme: u.Scheme}
+	switch u.Scheme {
+	case "env":
+		if u.Host != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			return nil, fmt.Errorf("%w: comm: init URL %q: env:// takes no address or parameters; the environment supplies them",
+				ErrInvalidArgument, rawURL)
+		}
+	case "tcp", "file":
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			return nil, fmt.Errorf("%w: comm: init URL %q: bad query: %v", ErrInvalidArgument, rawURL, err)
+		}
+		for k := range q {
+			if k != "rank" && k != "world_size" {
+				return nil, fmt.Errorf("%w: comm: init URL %q: unknown parameter %q (known: rank, world_size)", ErrInvalidArgument, rawURL, k)
+			}
+		}
+		for _, v := range []struct {
+			key  string
+			dst  *int
+			name string
+		}{{"rank", &found.Rank, "rank"}, {"world_size", &found.WorldSize, "world_size"}} {
+			if s := q.Get(v.key); s != "" {
+				x, err := strconv.Atoi(s)
+				if err != nil || x < 0 {
+					return nil, fmt.Errorf("%w: comm: init URL %q: %s=%q is not a non-negative integer", ErrInvalidArgument, rawURL, v.key, s)
+				}
+				*v.dst = x
+				if v.key == "rank" {
+					found.rankVar = "the URL's rank"
+				} else {
+					found.worldVar = "the URL's world_size"
+				}
+			}
+		}
+		if u.Scheme == "tcp" {
+			host, port, err := net.SplitHostPort(u.Host)
+			if err != nil || host == "" {
+				return nil, fmt.Errorf("%w: comm: init URL %q: want tcp://HOST:PORT?rank=R&world_size=N", ErrInvalidArgument, rawURL)
+			}
+			n, err := strconv.Atoi(port)
+			if err != nil || n < 1 || n > 65535 {
+				return nil, fmt.Errorf("%w: comm: init URL %q: port %q is not a port number (1..65535)", ErrInvalidArgument, rawURL, port)
+			}
+			found.MasterAddr, found.MasterPort, found.portVar = host, n, "the URL"
+			p.storeAddr = u.Host
+			p.where = "the TCP store at " + u.Host
+		} else {
+			if u.Host != "" && u.Host != "localhost" {
+				return nil, fmt.Errorf("%w: comm: init URL %q: a file store needs a local path: file:///PATH (three slashes)", ErrInvalidArgument, rawURL)
+			}
+			if u.Path == "" {
+				return nil, fmt.Errorf("%w: comm: init URL %q: no path; use file:///PATH?rank=R&world_size=N", ErrInvalidArgument, rawURL)
+			}
+			p.filePath = u.Path
+			p.where = "the file store " + u.Path
+		}
+	case "":
+		return nil, fmt.Errorf("%w: comm: init URL %q has no scheme; use env://, tcp://HOST:PORT?rank=R&world_size=N or file:///PATH?rank=R&world_size=N",
+			ErrInvalidArgument, rawURL)
+	default:
+		return nil, fmt.Errorf("%w: comm: init URL %q: unknown scheme %q; use env://, tcp:// or file://", ErrInvalidArgument, rawURL, u.Scheme)
+	}
+	if cfg.rank >= 0 {
+		if found.rankVar != "" && strings.HasPrefix(found.rankVar, "the URL") && found.Rank != cfg.rank {
+			return nil, fmt.Errorf("%w: comm: init: rank given twice: rank=%d in the URL and WithRank(%d)", ErrInvalidArgument, found.Rank, cfg.rank)
+		}
+		found.Rank, found.rankVar = cfg.rank, "comm.WithRank"
+	} else if cfg.rank < -1 {
+		return nil, fmt.Errorf("%w: comm: init: WithRank(%d): ranks are not negative", ErrInvalidArgument, cfg.rank)
+	}
+	if cfg.world >= 0 {
+		if found.worldVar != "" && strings.HasPrefix(found.worldVar, "the URL") && found.WorldSize != cfg.world {
+			return nil, fmt.Errorf("%w: comm: init: world size given twice: world_size=%d in the URL and WithWorldSize(%d)", ErrInvalidArgument, found.WorldSize, cfg.world)
+		}
+		found.WorldSize, found.worldVar = cfg.world, "comm.WithWorldSize"
+	} else if cfg.world < -1 {
+		return nil, fmt.Errorf("%w: comm: init: WithWorldSize(%d): must be at least 1", ErrInvalidArgument, cfg.world)
+	}
+	if cfg.st != nil {
+		if u.Scheme != "env" {
+			return nil, fmt.Errorf("%w: comm: init: WithStore and the URL %q both name a store; use env:// with WithStore", ErrInvalidArgument, rawURL)
+		}
+		p.scheme = "store"
+		p.where = "the given store"
+	}
+	// Only env:// finds its store through MASTER_ADDR and MASTER_PORT.
+	if err := found.complete(p.scheme == "env"); err != nil {
+		return nil, fmt.Errorf("comm: init: %w", err)
+	}
+	p.env = found.Env
+	if p.scheme == "env" {
+		if found.WorldSize == 1 && found.MasterPort == 0 {
+			p.scheme = "" // nothing to meet: a private in-memory store
+			p.where = "an in-memory store"
+		} else {
+			p.storeAddr = found.MasterHostPort()
+			p.where = fmt.Sprintf("the TCP store at MASTER_ADDR:MASTER_PORT = %s", p.storeAddr)
+		}
+	}
+	return p, nil
+}
+
+// masterIsLoopback reports whether the store lives on this machine's loopback,
+// which means that every rank runs here.
+func (p *initPlan) masterIsLoopback() bool {
+	if p.scheme != "env" && p.scheme != "tcp" {
+		return false
+	}
+	h := p.env.MasterAddr
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// backendFor resolves the backend name. When every rank runs on this machine
+// (the store is on loopback), the built-in TCP backend stays on loopback too.
+func (p *initPlan) backendFor(name string) (transport.Backend, error) {
+	if name == DefaultBackend && p.masterIsLoopback() {
+		return tcp.NewBackend(tcp.WithHost("127.0.0.1")), nil
+	}
+	b, err := Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("comm: init: %w", err)
+	}
+	return b, nil
+}
+
+// openStore returns the rendezvous store and whether Init owns it.
+func (p *initPlan) openStore(ctx context.Context, cfg *initConfig) (store.Store, bool, error) {
+	sopts := []store.Option{store.WithToken(cfg.token), store.WithTimeout(cfg.timeout)}
+	switch p.scheme {
+	case "store":
+		return cfg.st, false, nil
+	case "":
+		return store.NewMemory(sopts...), true, nil
+	case "file":
+		return nil, false, fmt.Errorf("%w: comm: init: file:// stores are not available in this build; use env:// or tcp://", ErrInvalidArgument)
+	}
+	if p.env.Rank == 0 {
+		listen := p.storeAddr
+		if !p.masterIsLoopback() {
+			// MASTER_ADDR names this machine as the others see it; listen on
+			// every interface so that it need not resolve to a local one.
+			listen = net.JoinHostPort("", strconv.Itoa(p.env.MasterPort))
+		}
+		st, err := store.NewTCP(ctx, listen, true, sopts...)
+		if err != nil {
+			return nil, false, fmt.Errorf("comm: init: rank 0 could not serve the store at %s (is the port taken by another job? pick another MASTER_PORT): %w",
+				listen, err)
+		}
+		return st, true, nil
+	}
+	st, err := store.NewTCP(ctx, p.storeAddr, false, sopts...)
+	if err != nil {
+		return nil, false, fmt.Errorf("comm: init: rank %d could not reach rank 0's store at %s (is rank 0 running, with the same MASTER_ADDR and MASTER_PORT?): %w",
+			p.env.Rank, p.storeAddr, err)
+	}
+	return st, true, nil
+}
+
+// owningTransport closes the stores Init opened once the group closes its
+// transport.
+type owningTransport struct {
+	transport.Transport
+	closers []func() error
+}
+
+func (o *owningTransport) Close() error {
+	err := o.Transport.Close()
+	for _, c := range o.closers {
+		err = errors.Join(err, c())
+	}
+	return err
+}

@@ -1,0 +1,254 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tandemml/tandem/comm/store"
+	"gorgonia.org/tensor"
+)
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// noEnv is an empty environment, so tests do not depend on the caller's.
+func noEnv() InitOption { return withLookupEnv(lookupMap(map[string]string{})) }
+
+// initAll runs init for ranks 0..n-1 concurrently and returns what each got.
+func initAll(n int, init func(rank int) (*ProcessGroup, error)) ([]*ProcessGroup, []error) {
+	pgs := make([]*ProcessGroup, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); pgs[r], errs[r] = init(r) }()
+	}
+	wg.Wait()
+	return pgs, errs
+}
+
+func closeAll(pgs []*ProcessGroup) {
+	var wg sync.WaitGroup
+	for _, pg := range pgs {
+		if pg != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); pg.Close() }()
+		}
+	}
+	wg.Wait()
+}
+
+// checkAllReduce all-reduces rank+1 on every rank and checks the sum.
+func checkAllReduce(t *testing.T, pgs []*ProcessGroup) {
+	t.Helper()
+	n := len(pgs)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for r, pg := range pgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := tensor.New(tensor.WithShape(1000), tensor.Of(tensor.Float32))
+			for i := range x.Data().([]float32) {
+				x.Data().([]float32)[i] = float32(r + 1)
+			}
+			if err := pg.AllReduce(ctx, x, Sum).Wait(ctx); err != nil {
+				t.Errorf("rank %d: all_reduce: %v", r, err)
+				return
+			}
+			want := float32(n * (n + 1) / 2)
+			if got := x.Data().([]float32)[999]; got != want {
+				t.Errorf("rank %d: all_reduce gave %v, want %v", r, got, want)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func requireAll(t *testing.T, pgs []*ProcessGroup, errs []error) {
+	t.Helper()
+	t.Cleanup(func() { closeAll(pgs) })
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+func TestInitTCPURL(t *testing.T) {
+	const n = 3
+	port := freePort(t)
+	pgs, errs := initAll(n, func(r int) (*ProcessGroup, error) {
+		return Init(context.Background(), fmt.Sprintf("tcp://127.0.0.1:%d?rank=%d&world_size=%d", port, r, n),
+			noEnv(), WithoutDefault(), WithToken("t0k"), WithInitTimeout(30*time.Second))
+	})
+	requireAll(t, pgs, errs)
+	for r, pg := range pgs {
+		if pg.Rank() != r || pg.Size() != n {
+			t.Fatalf("group %d reports rank %d of %d", r, pg.Rank(), pg.Size())
+		}
+	}
+	checkAllReduce(t, pgs)
+}
+
+func TestInitFromEnvVariables(t *testing.T) {
+	const n = 2
+	port := strconv.Itoa(freePort(t))
+	pgs, errs := initAll(n, func(r int) (*ProcessGroup, error) {
+		env := map[string]string{"RANK": strconv.Itoa(r), "WORLD_SIZE": "2", "LOCAL_RANK": strconv.Itoa(r),
+			"LOCAL_WORLD_SIZE": "2", "MASTER_PORT": port, "TANDEM_TOKEN": "from-env"}
+		return InitFromEnv(context.Background(), withLookupEnv(lookupMap(env)), WithoutDefault())
+	})
+	requireAll(t, pgs, errs)
+	checkAllReduce(t, pgs)
+}
+
+func TestInitWithStoreAndOptions(t *testing.T) {
+	const n = 4
+	st := store.NewMemory()
+	defer st.Close()
+	pgs, errs := initAll(n, func(r int) (*ProcessGroup, error) {
+		return Init(context.Background(), "env://", noEnv(), WithStore(st), WithRank(r), WithWorldSize(n),
+			WithoutDefault(), WithGroupOptions(WithName("custom")))
+	})
+	requireAll(t, pgs, errs)
+	if pgs[0].Name() != "custom" {
+		t.Errorf("group options not applied: name %q", pgs[0].Name())
+	}
+	checkAllReduce(t, pgs)
+	closeAll(pgs)
+	// The caller's store stays open.
+	if err := st.Set(context.Background(), "still", []byte("open")); err != nil {
+		t.Errorf("WithStore's store was closed by the group: %v", err)
+	}
+}
+
+func TestInitWorldOfOneNeedsNothing(t *testing.T) {
+	pg, err := Init(context.Background(), "env://", withLookupEnv(lookupMap(map[string]string{"RANK": "0", "WORLD_SIZE": "1"})), WithoutDefault())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close()
+	checkAllReduce(t, []*ProcessGroup{pg})
+}
+
+func TestInitBadArguments(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		url  string
+		opts []InitOption
+		says string
+	}{
+		{"tcp://no-port?rank=0&world_size=2", nil, "tcp://HOST:PORT"},
+		{"tcp://127.0.0.1:99999?rank=0&world_size=2", nil, "99999"},
+		{"tcp://127.0.0.1:5?rank=0&world_size=2&bogus=1", nil, `unknown parameter "bogus"`},
+		{"tcp://127.0.0.1:5?rank=x&world_size=2", nil, `rank="x"`},
+		{"udp://127.0.0.1:5", nil, `unknown scheme "udp"`},
+		{"127.0.0.1:5", nil, "use env://"},
+		{"env://somewhere", nil, "env:// takes no address"},
+		{"file://host/tmp/x?rank=0&world_size=1", nil, "file:///PATH"},
+		{"tcp://127.0.0.1:5?rank=1&world_size=2", []InitOption{WithRank(0)}, "rank given twice"},
+		{"tcp://127.0.0.1:5?rank=0&world_size=2", []InitOption{WithWorldSize(3)}, "world size given twice"},
+		{"tcp://127.0.0.1:5?rank=5&world_size=2", nil, "out of range"},
+		{"env://", []InitOption{WithRank(0)}, "WORLD_SIZE"},
+		{"env://", []InitOption{WithRank(2), WithWorldSize(2)}, "out of range"},
+		{"env://", []InitOption{WithRank(0), WithWorldSize(2), WithStore(store.NewMemory()), WithBackend("carrier-pigeon")}, `no backend named "carrier-pigeon"`},
+		{"tcp://127.0.0.1:5?rank=0&world_size=2", []InitOption{WithStore(store.NewMemory())}, "both name a store"},
+	} {
+		_, err := Init(ctx, tc.url, append([]InitOption{noEnv(), WithoutDefault()}, tc.opts...)...)
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: want ErrInvalidArgument, got %v", tc.url, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: error %q does not mention %q", tc.url, err, tc.says)
+		}
+	}
+}
+
+func TestInitFromEnvMissingVariable(t *testing.T) {
+	_, err := InitFromEnv(context.Background(), noEnv(), WithoutDefault())
+	if !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("want ErrInvalidArgument, got %v", err)
+	}
+	for _, s := range []string{"WORLD_SIZE", "tandem run"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not mention %q", err, s)
+		}
+	}
+	_, err = InitFromEnv(context.Background(), withLookupEnv(lookupMap(map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"})), WithoutDefault())
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "MASTER_PORT") {
+		t.Fatalf("want ErrInvalidArgument naming MASTER_PORT, got %v", err)
+	}
+}
+
+func TestInitSetsDefaultOnce(t *testing.T) {
+	old := SetDefault(nil)
+	defer SetDefault(old)
+	st := store.NewMemory()
+	defer st.Close()
+	pg1, err := Init(context.Background(), "env://", noEnv(), WithStore(st), WithRank(0), WithWorldSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg1.Close()
+	if Default() != pg1 {
+		t.Fatal("the first group Init returns is not the default")
+	}
+	st2 := store.NewMemory()
+	defer st2.Close()
+	pg2, err := Init(context.Background(), "env://", noEnv(), WithStore(st2), WithRank(0), WithWorldSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg2.Close()
+	if Default() != pg1 {
+		t.Fatal("a later Init replaced the default group")
+	}
+	if prev := SetDefault(pg2); prev != pg1 || Default() != pg2 {
+		t.Fatal("SetDefault did not swap the default group")
+	}
+}
+
+func TestInitCloseLeavesNoGoroutines(t *testing.T) {
+	runtime.GC()
+	base := runtime.NumGoroutine()
+	for i := 0; i < 2; i++ {
+		port := freePort(t)
+		pgs, errs := initAll(3, func(r int) (*ProcessGroup, error) {
+			return Init(context.Background(), fmt.Sprintf("tcp://127.0.0.1:%d?rank=%d&world_size=3", port, r), noEnv(), WithoutDefault())
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		checkAllReduce(t, pgs)
+		closeAll(pgs)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if g := runtime.NumGoroutine(); g > base {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines before, %d after closing the groups\n%s", base, g, buf[:runtime.Stack(buf, true)])
+	}
+}
