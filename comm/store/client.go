@@ -263,20 +263,22 @@ func (cc *clientConn) readLoop(s *TCPStore) {
 	}
 }
 
+// liveConn returns the live connection if there is one (nil, nil if not).
+func (s *TCPStore) liveConn() (*clientConn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, closedError("connect")
+	}
+	if s.cur != nil && !s.cur.isDead() {
+		return s.cur, nil
+	}
+	return nil, nil
+}
+
 // conn returns the live connection, dialling a new one if there is none.
 func (s *TCPStore) conn(ctx context.Context) (*clientConn, error) {
-	cur := func() (*clientConn, error) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.closed {
-			return nil, closedError("connect")
-		}
-		if s.cur != nil && !s.cur.isDead() {
-			return s.cur, nil
-		}
-		return nil, nil
-	}
-	if cc, err := cur(); cc != nil || err != nil {
+	if cc, err := s.liveConn(); cc != nil || err != nil {
 		return cc, err
 	}
 	select {
@@ -287,7 +289,7 @@ func (s *TCPStore) conn(ctx context.Context) (*clientConn, error) {
 		return nil, closedError("connect")
 	}
 	defer func() { <-s.dialing }()
-	if cc, err := cur(); cc != nil || err != nil {
+	if cc, err := s.liveConn(); cc != nil || err != nil {
 		return cc, err
 	}
 	cc, err := s.redial(ctx)
@@ -441,57 +443,72 @@ func (s *TCPStore) do(ctx context.Context, rq *request) (message, error) {
 		timeout = s.cfg.timeout
 	}
 	dl, ctxBound := deadline(ctx, timeout, s.cfg.timeout)
-	// Reconnecting stops at the deadline; waiting for an answer already sent
-	// goes on a little longer, since the server answers at the deadline.
-	dctx, dcancel := context.WithDeadline(ctx, dl)
-	defer dcancel()
-	cctx, cancel := context.WithDeadline(ctx, dl.Add(replyGrace))
-	defer cancel()
-	if rq.blocking {
-		rq.m.num = 1 // placeholder so that the size check counts a timeout
-	}
-	if size := len(appendFrame(nil, &rq.m)) - frameHeader + 2*binary.MaxVarintLen64; size > s.cfg.maxFrame {
-		return message{}, fmt.Errorf("%w: store %s request of %d bytes exceeds the frame limit of %d bytes (WithMaxFrame)",
-			ErrTooLarge, rq.op, size, s.cfg.maxFrame)
-	}
 	timedOut := func() error {
 		if rq.blocking {
 			return waitError(ctx, rq.op, rq.m.keys, timeout, ctxBound)
 		}
 		return ctxErrorOr(ctx, rq.op, timeout)
 	}
-	id := s.nextID.Add(1)
-	rq.m.id = id
+	rq.m.id = s.nextID.Add(1)
 	if rq.once {
 		rq.m.code = flagOnce
 	}
+	if rq.blocking {
+		rq.m.num = max(time.Until(dl).Milliseconds(), 1)
+	}
+	if len(rq.m.keys) > maxList {
+		return message{}, fmt.Errorf("%w: store %s names %d keys; at most %d fit in one request", ErrTooLarge, rq.op, len(rq.m.keys), maxList)
+	}
+	frame := appendFrame(nil, &rq.m)
+	// Room for a larger timeout when a blocking request is encoded again.
+	if size := len(frame) - frameHeader + binary.MaxVarintLen64; size > s.cfg.maxFrame {
+		return message{}, fmt.Errorf("%w: store %s request of %d bytes exceeds the frame limit of %d bytes (WithMaxFrame)",
+			ErrTooLarge, rq.op, size, s.cfg.maxFrame)
+	}
+	// Waiting for an answer goes on a little past the deadline, since the
+	// server answers a blocked request at the deadline; reconnecting stops at it.
+	timer := time.NewTimer(time.Until(dl) + replyGrace)
+	defer timer.Stop()
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			// The connection broke with this request in flight. Pause a little
 			// (more each time) so a server that keeps dropping us is not hammered.
+			pause := time.NewTimer(min(time.Millisecond<<min(attempt, 10), time.Second, time.Until(dl)))
 			select {
-			case <-time.After(min(time.Millisecond<<min(attempt, 10), time.Second)):
-			case <-dctx.Done():
+			case <-pause.C:
+			case <-ctx.Done():
+				pause.Stop()
 				return message{}, timedOut()
 			case <-s.done:
+				pause.Stop()
 				return message{}, closedError(rq.op)
 			}
+			if !time.Now().Before(dl) {
+				return message{}, fmt.Errorf("%w (the connection to %s broke and no new one came up in time: %w)", timedOut(), s.addr, ErrPeerLost)
+			}
+			if rq.blocking {
+				rq.m.num = max(time.Until(dl).Milliseconds(), 1)
+				frame = appendFrame(frame[:0], &rq.m)
+			}
 		}
-		cc, err := s.conn(dctx)
-		if err != nil {
-			if dctx.Err() != nil && ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		cc, err := s.liveConn()
+		if cc == nil && err == nil {
+			dctx, cancel := context.WithDeadline(ctx, dl)
+			cc, err = s.conn(dctx)
+			expired := dctx.Err() != nil && ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded)
+			cancel()
+			if err != nil && expired {
 				return message{}, fmt.Errorf("%w (%w)", timedOut(), err)
 			}
+		}
+		if err != nil {
 			return message{}, err
 		}
-		if rq.blocking {
-			rq.m.num = max(time.Until(dl).Milliseconds(), 1)
-		}
-		ch := cc.register(id)
+		ch := cc.register(rq.m.id)
 		if ch == nil {
 			continue
 		}
-		if _, err := cc.write(appendFrame(nil, &rq.m)); err != nil {
+		if _, err := cc.write(frame); err != nil {
 			cc.fail(fmt.Errorf("%w: store connection to %s: %w", ErrPeerLost, s.addr, err))
 			s.cfg.logger.Info("store client: connection lost; reconnecting", "addr", s.addr, "op", rq.op, "err", err)
 			continue
@@ -508,16 +525,18 @@ func (s *TCPStore) do(ctx context.Context, rq *request) (message, error) {
 		case <-cc.dead:
 			s.cfg.logger.Info("store client: connection lost; reconnecting", "addr", s.addr, "op", rq.op, "err", cc.err)
 			continue
-		case <-cctx.Done():
-			cc.unregister(id)
-			if rq.blocking {
-				cancelReq := message{op: opCancel, num: int64(id)}
-				cc.write(appendFrame(nil, &cancelReq))
-			}
-			return message{}, timedOut()
+		case <-ctx.Done():
+		case <-timer.C:
 		case <-s.done:
 			return message{}, closedError(rq.op)
 		}
+		// Gave up waiting: tell the server to drop a blocked request.
+		cc.unregister(rq.m.id)
+		if rq.blocking {
+			cancelReq := message{op: opCancel, num: int64(rq.m.id)}
+			cc.write(appendFrame(nil, &cancelReq))
+		}
+		return message{}, timedOut()
 	}
 }
 

@@ -1,9 +1,56 @@
 // Package store holds the key-value stores that ranks rendezvous through, with
-// the semantics of PyTorch's c10d stores: a TCP store (server embedded in rank 0
-// or standalone), a file store shared by several processes, an in-memory store
-// and a prefix store that namespaces another.
+// the semantics of PyTorch's c10d stores. Ranks use a store to find each other
+// before any collective runs: rank 0 publishes its address, every rank counts
+// itself in with Add, and they Wait for each other's keys.
 //
-// Every call takes a context. Calls that block (Get, Wait) return an error
-// wrapping ErrTimeout when the context's deadline or the store's default timeout
-// expires, whichever comes first.
+// Four kinds implement the Store interface:
+//
+//   - TCP: a server holds the keys in memory and clients reach it over TCP.
+//     NewTCP(ctx, addr, isServer) is c10d's TCPStore: rank 0 passes
+//     isServer=true and embeds the server (it lives until that store's
+//     Close), the others dial it. NewServer/Serve run a server on its own
+//     (as `tandem store` does) and Dial connects a client. Use it across
+//     machines.
+//   - File: NewFile(path) shares one file between processes on one machine
+//     (or a shared file system with working flock), c10d's FileStore.
+//   - Memory: NewMemory() for ranks that are goroutines of one process,
+//     c10d's HashStore.
+//   - Prefix: NewPrefix(prefix, s) puts every key under "prefix/" in s, so
+//     that several groups share one store without collisions.
+//
+// # Semantics
+//
+// Values are opaque bytes; the caller owns what it passes and what it gets.
+// Get, MultiGet and Wait block until their keys exist. Add keeps a counter as
+// decimal text (a missing key counts as 0; a value that is not an integer is
+// refused with ErrInvalidArgument). CompareSet(key, expected, desired) sets
+// desired if the current value equals expected, or if the key is absent and
+// expected is empty, and returns the value afterwards (expected when the key
+// is absent and expected is not empty). DeleteKey does not wake waiters.
+// NumKeys counts every key of the store (through a Prefix store too).
+//
+// # Timeouts and errors
+//
+// Every call takes a context. A blocking call gives up at the context's
+// deadline or after the store's timeout (WithTimeout, default
+// DefaultTimeout; Wait may name its own), whichever comes first, with an
+// error wrapping ErrTimeout (and context.DeadlineExceeded when the context's
+// deadline was the bound). A cancelled context yields an error wrapping
+// context.Canceled. Calls after Close, and calls blocked when Close ran,
+// return ErrClosed. Test errors with errors.Is.
+//
+// # TCP store protocol
+//
+// One connection per client carries length-prefixed binary frames with
+// request ids, so any number of goroutines share it. The first frame is a
+// hello with the shared token (WithToken, default $TANDEM_TOKEN); a wrong one
+// is refused with ErrUnauthorized and logged by the server. The server parks
+// blocked requests on per-key waiter lists (no goroutine or polling per
+// waiting request) and answers them when the keys appear or their timeout
+// ends. A peer that sends a malformed, truncated or oversized frame
+// (WithMaxFrame, WithMaxValue; 64 MiB by default) is disconnected with a
+// logged reason while everyone else is served on. A client whose connection
+// breaks reconnects and sends its in-flight requests again; writes are
+// applied at most once thanks to a per-client session the server remembers
+// (see TCPStore for the exact guarantees).
 package store

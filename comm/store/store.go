@@ -14,9 +14,9 @@ var (
 	ErrTooLarge        = errs.TooLarge
 	ErrUnauthorized    = errs.Unauthorized
 	ErrInvalidArgument = errs.InvalidArgument
-	// ErrPeerLost: the connection to a TCP store server broke while a
-	// non-idempotent request (Add, Append) was in flight and the client could
-	// not learn whether the server applied it.
+	// ErrPeerLost: a TCP store client lost its connection to the server and
+	// could not open a new one before the call's deadline (wrapped together
+	// with ErrTimeout).
 	ErrPeerLost = errs.PeerLost
 )
 

@@ -559,3 +559,41 @@ func TestTCPCancelledWaitIsWithdrawn(t *testing.T) {
 	}
 	t.Fatal("server still holds the waiter of a cancelled Get")
 }
+
+func TestDialUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	noErr(t, err)
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = Dial(ctx, addr, WithLogger(quietLogger()), WithToken(""))
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Dial to a closed port: %v, want ErrTimeout", err)
+	}
+}
+
+func TestDialWaitsForServer(t *testing.T) {
+	// Ranks may dial before rank 0's server is up: Dial keeps trying.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	noErr(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	errc := make(chan error, 1)
+	go func() {
+		s, err := Dial(ctxFor(t, long), addr, WithLogger(quietLogger()), WithToken(""))
+		if err == nil {
+			err = s.Set(ctxFor(t, long), "k", nil)
+			s.Close()
+		}
+		errc <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	srv, err := NewServer(addr, WithLogger(quietLogger()), WithToken(""))
+	if err != nil {
+		t.Skipf("port %s was taken meanwhile: %v", addr, err)
+	}
+	go srv.Serve(context.Background())
+	defer srv.Close()
+	noErr(t, <-errc)
+}

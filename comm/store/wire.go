@@ -190,6 +190,10 @@ func (d *decoder) varint() int64 {
 	return v
 }
 
+// maxList bounds the keys (or values) of one message, so that a frame of
+// tiny elements cannot make the decoder allocate many times its size.
+const maxList = 1 << 20
+
 // count reads a list length; every element takes at least one byte, so a
 // count beyond the bytes left is a lie and is refused before allocating.
 func (d *decoder) count() int {
@@ -197,7 +201,7 @@ func (d *decoder) count() int {
 	if d.err != nil {
 		return 0
 	}
-	if v > uint64(len(d.p)) {
+	if v > uint64(len(d.p)) || v > maxList {
 		d.fail("list length")
 		return 0
 	}
