@@ -119,3 +119,43 @@ func (c *concurrency) enter() {
 func (c *concurrency) leave() { c.now.Add(-1) }
 
 func fnvHash() hash.Hash32 { return fnv.New32a() }
+
+// scaleOp multiplies its input by *factor. Like some real ops it returns its
+// input itself when there is nothing to do (factor 1), and it supports
+// writing into a preallocated result.
+type scaleOp struct{ factor *float64 }
+
+func (op scaleOp) Arity() int { return 1 }
+func (op scaleOp) Type() hm.Type {
+	return hm.NewFnType(hm.TypeVariable('a'), hm.TypeVariable('a'))
+}
+func (op scaleOp) InferShape(ds ...G.DimSizer) (tensor.Shape, error) {
+	return ds[0].(tensor.Shape).Clone(), nil
+}
+func (op scaleOp) ReturnsPtr() bool      { return true }
+func (op scaleOp) CallsExtern() bool     { return false }
+func (op scaleOp) OverwritesInput() int  { return -1 }
+func (op scaleOp) WriteHash(h hash.Hash) { fmt.Fprintf(h, "scale%p", op.factor) }
+func (op scaleOp) Hashcode() uint32 {
+	h := fnvHash()
+	op.WriteHash(h)
+	return h.Sum32()
+}
+func (op scaleOp) String() string { return "scale" }
+func (op scaleOp) Do(in ...G.Value) (G.Value, error) {
+	if *op.factor == 1 {
+		return in[0], nil
+	}
+	return tensor.Mul(in[0].(tensor.Tensor), *op.factor)
+}
+func (op scaleOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	dst := prealloc.(*tensor.Dense).Float64s()
+	src := in[0].(*tensor.Dense).Float64s()
+	if len(dst) != len(src) {
+		return nil, fmt.Errorf("prealloc has %d elements, input %d", len(dst), len(src))
+	}
+	for i, v := range src {
+		dst[i] = v * *op.factor
+	}
+	return prealloc, nil
+}
