@@ -165,8 +165,8 @@ func (s *TCPStore) Close() error {
 	s.mu.Unlock()
 	if cc != nil {
 		bye := message{op: opBye, id: s.nextID.Add(1)}
-		cc.c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		cc.write(appendFrame(nil, &bye))
+		cc.c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond)) // cuts short a write in progress
+		cc.write(appendFrame(nil, &bye), time.Now().Add(100*time.Millisecond))
 		cc.fail(ErrClosed)
 	}
 	s.wg.Wait()
@@ -229,11 +229,15 @@ func (cc *clientConn) unregister(id uint64) {
 	delete(cc.pending, id)
 }
 
-// write sends one frame and reports how many bytes reached the socket.
-func (cc *clientConn) write(frame []byte) (int, error) {
+// write sends one frame, giving up at dl (a server that stopped reading
+// must not hold the caller past its deadline; the connection is then
+// unusable and the caller fails it).
+func (cc *clientConn) write(frame []byte, dl time.Time) error {
 	cc.wmu.Lock()
 	defer cc.wmu.Unlock()
-	return cc.c.Write(frame)
+	cc.c.SetWriteDeadline(dl)
+	_, err := cc.c.Write(frame)
+	return err
 }
 
 func (cc *clientConn) readLoop(s *TCPStore) {
@@ -508,7 +512,7 @@ func (s *TCPStore) do(ctx context.Context, rq *request) (message, error) {
 		if ch == nil {
 			continue
 		}
-		if _, err := cc.write(frame); err != nil {
+		if err := cc.write(frame, dl.Add(replyGrace)); err != nil {
 			cc.fail(fmt.Errorf("%w: store connection to %s: %w", ErrPeerLost, s.addr, err))
 			s.cfg.logger.Info("store client: connection lost; reconnecting", "addr", s.addr, "op", rq.op, "err", err)
 			continue
@@ -534,7 +538,7 @@ func (s *TCPStore) do(ctx context.Context, rq *request) (message, error) {
 		cc.unregister(rq.m.id)
 		if rq.blocking {
 			cancelReq := message{op: opCancel, num: int64(rq.m.id)}
-			cc.write(appendFrame(nil, &cancelReq))
+			cc.write(appendFrame(nil, &cancelReq), time.Now().Add(time.Second))
 		}
 		return message{}, timedOut()
 	}

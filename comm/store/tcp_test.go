@@ -597,3 +597,26 @@ func TestDialWaitsForServer(t *testing.T) {
 	defer srv.Close()
 	noErr(t, <-errc)
 }
+
+func TestTCPLargeValues(t *testing.T) {
+	srv := startServer(t)
+	ctx := ctxFor(t, long)
+	a, b := dialT(t, srv.Addr()), dialT(t, srv.Addr())
+	big := bytes.Repeat([]byte{1, 2, 3, 4, 5, 6, 7}, 1<<20) // 7 MiB
+	got := make(chan []byte, 1)
+	go func() {
+		v, err := b.Get(ctx, "big")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- v
+	}()
+	noErr(t, a.Set(ctx, "big", big))
+	if v := <-got; !bytes.Equal(v, big) {
+		t.Fatalf("7 MiB value came back as %d different bytes", len(v))
+	}
+	vs := must(b.MultiGet(ctx, []string{"big", "big"})).get(t)
+	if !bytes.Equal(vs[0], big) || !bytes.Equal(vs[1], big) {
+		t.Fatal("MultiGet of large values differs")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // The TCP store speaks length-prefixed frames over one TCP connection:
@@ -97,15 +98,26 @@ func readFrame(r io.Reader, maxFrame int) ([]byte, error) {
 	if uint64(n) > uint64(maxFrame) {
 		return nil, fmt.Errorf("%w: frame of %d bytes exceeds the limit of %d", ErrTooLarge, n, maxFrame)
 	}
-	p := make([]byte, n)
-	if _, err := io.ReadFull(r, p); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
+	// Grow the buffer as bytes arrive, so that a peer announcing a large frame
+	// holds only as much memory as it actually sent.
+	p := make([]byte, 0, min(int(n), frameChunk))
+	for len(p) < int(n) {
+		want := min(int(n)-len(p), max(len(p), frameChunk))
+		p = slices.Grow(p, want)
+		got, err := io.ReadFull(r, p[len(p):len(p)+want])
+		p = p[:len(p)+got]
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
 		}
-		return nil, err
 	}
 	return p, nil
 }
+
+// frameChunk is how much of a frame readFrame allocates before its bytes arrive.
+const frameChunk = 1 << 20
 
 // decodeMessage parses a frame's payload. It never panics and never
 // allocates more than the payload's size suggests; values alias p but with

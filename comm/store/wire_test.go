@@ -141,3 +141,20 @@ func FuzzFrameDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestReadFrameLarge(t *testing.T) {
+	big := bytes.Repeat([]byte("0123456789"), 500_000) // 5 MB, read in growing chunks
+	m := message{op: opSet, id: 1, keys: []string{"k"}, vals: [][]byte{big}}
+	p, err := readFrame(bytes.NewReader(appendFrame(nil, &m)), 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeMessage(p)
+	if err != nil || !bytes.Equal(got.vals[0], big) {
+		t.Fatalf("large frame did not survive: %v", err)
+	}
+	f := appendFrame(nil, &m)
+	if _, err := readFrame(bytes.NewReader(f[:3<<20]), 8<<20); err != io.ErrUnexpectedEOF {
+		t.Fatalf("large truncated frame: %v", err)
+	}
+}
