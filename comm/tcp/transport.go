@@ -140,7 +140,10 @@ func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf [
 
 // Abort fails every pending and future operation with an error wrapping
 // cause, and sends an abort frame to every peer so that their operations with
-// this rank fail with ErrPeerLost. Close must still be called.
+// this rank fail with ErrPeerLost. It returns once every peer has
+// acknowledged (by closing its side of the connection) or a grace period of
+// a few seconds has passed, so that afterwards no peer still believes this
+// rank alive. Close must still be called.
 func (t *Transport) Abort(cause error) {
 	if cause == nil {
 		cause = errors.New("no cause given")
@@ -159,6 +162,22 @@ func (t *Transport) Abort(cause error) {
 		text = text[:maxCauseLen]
 	}
 	t.eachConn(func(p *peer) { p.shutdownWrite(frameAbort, text) })
+	// Wait until every peer has taken note: a peer answers the abort frame
+	// by closing its side, which ends our reader. Once Abort returns, no
+	// live peer can still send to this rank successfully.
+	t.drainReaders()
+}
+
+// drainReaders lets every reader run until its peer closes its side, for at
+// most closeGrace, and waits for them.
+func (t *Transport) drainReaders() {
+	deadline := time.Now().Add(closeGrace)
+	for _, p := range t.peers {
+		if p.conn != nil {
+			p.conn.SetReadDeadline(deadline)
+		}
+	}
+	t.readers.Wait()
 }
 
 // Close says goodbye to every peer, waits briefly for them to answer, and
@@ -175,13 +194,7 @@ func (t *Transport) Close() error {
 		t.eachConn(func(p *peer) { p.shutdownWrite(frameBye, nil) })
 		t.life.Unlock()
 		// Let readers drain until each peer closes its side, then cut.
-		deadline := time.Now().Add(closeGrace)
-		for _, p := range t.peers {
-			if p.conn != nil {
-				p.conn.SetReadDeadline(deadline)
-			}
-		}
-		t.readers.Wait()
+		t.drainReaders()
 		for _, p := range t.peers {
 			if p.conn != nil {
 				p.conn.Close()
