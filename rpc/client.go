@@ -270,3 +270,33 @@ func putBuf(b *[]byte) {
 		bufPool.Put(b)
 	}
 }
+
+// CallLocal runs the function registered under fn on this worker, with arg
+// as it is (no encoding: arg must have the function's argument type, or be
+// nil), as if this worker had called itself: a sync function runs on a
+// goroutine of its own, and graceful shutdown waits for it. rref uses it
+// for rref.Remote to the caller's own worker.
+func (a *Agent) CallLocal(ctx context.Context, fn string, arg any) *Future[any] {
+	if err := a.running(); err != nil {
+		return Ready[any](nil, err)
+	}
+	e := a.reg.lookup(fn)
+	if e == nil {
+		return Ready[any](nil, newRemoteError(a.self.Name, fn, codeUnknownFunction, 0, a.reg.unknownFunction(a.self.Name, fn).Error()))
+	}
+	if arg != nil && !reflect.TypeOf(arg).AssignableTo(e.argType) {
+		return Ready[any](nil, fmt.Errorf("%w: rpc: function %q takes an argument of type %s, got %T", ErrWrongType, fn, e.argType, arg))
+	}
+	ctx = context.WithValue(ctx, callerKey, a.self)
+	ctx = context.WithValue(ctx, agentKey, a)
+	if e.async {
+		return safeInvoke(ctx, e, arg)
+	}
+	release := a.Hold()
+	out := NewFuture[any]()
+	go func() {
+		defer release()
+		safeInvoke(ctx, e, arg).Then(func(v any, err error) { out.Complete(v, err) })
+	}()
+	return out
+}

@@ -54,7 +54,7 @@ const (
 
 // sentinel bits carried with a remote error, so that a handler's error that
 // wraps a shared sentinel still matches it at the caller.
-var sentinelBits = []error{ErrTimeout, ErrPeerLost, ErrClosed, ErrInvalidArgument, ErrUnauthorized, ErrTooLarge, ErrMismatch}
+var sentinelBits = []error{ErrTimeout, ErrPeerLost, ErrClosed, ErrInvalidArgument, ErrUnauthorized, ErrTooLarge, ErrMismatch, ErrWrongType, ErrUnknownFunction, ErrMalformed}
 
 func sentinelMask(err error) uint64 {
 	var m uint64

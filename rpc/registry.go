@@ -201,3 +201,16 @@ func quoteAll(s []string) []string {
 	}
 	return out
 }
+
+// Has reports whether name is registered.
+func (r *Registry) Has(name string) bool { return r.lookup(name) != nil }
+
+// Signature returns the argument and result types of the function
+// registered under name.
+func (r *Registry) Signature(name string) (arg, result reflect.Type, ok bool) {
+	e := r.lookup(name)
+	if e == nil {
+		return nil, nil, false
+	}
+	return e.argType, e.resType, true
+}
