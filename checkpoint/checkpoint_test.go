@@ -244,3 +244,39 @@ func TestLoadIntoChecks(t *testing.T) {
 		t.Errorf("missing-entries error: %v", err)
 	}
 }
+
+// Buffers (float running statistics and the int64 scalar
+// num_batches_tracked) round-trip with the parameters, in state_dict order.
+func TestModuleWithBuffersRoundTrip(t *testing.T) {
+	mk := func() *models.Sequential {
+		conv, _ := models.NewConv2d(1, 2, 3, models.WithRand(rand.New(rand.NewPCG(1, 1))))
+		bn, _ := models.NewBatchNorm2d(2)
+		return models.NewSequential(conv, bn)
+	}
+	src := mk()
+	sd := models.StateDict(src)
+	sd[4].Value.Float64s()[1] = 0.5 // 1.running_mean
+	sd[5].Value.Float64s()[0] = 2.5 // 1.running_var
+	sd[6].Value.Set(0, int64(7))    // 1.num_batches_tracked
+	path := filepath.Join(t.TempDir(), "bn.safetensors")
+	if err := SaveModule(path, src, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var", "1.num_batches_tracked"}
+	if !reflect.DeepEqual(f.Names(), want) || f.Dtypes["1.num_batches_tracked"] != "I64" {
+		t.Errorf("file entries %v %v", f.Names(), f.Dtypes)
+	}
+	dst := mk()
+	if err := LoadInto(dst, path); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range models.StateDict(dst) {
+		if !reflect.DeepEqual(p.Value.Data(), sd[i].Value.Data()) {
+			t.Errorf("%s: %v after load, want %v", p.Name, p.Value.Data(), sd[i].Value.Data())
+		}
+	}
+}

@@ -21,8 +21,11 @@
 //	_ = vm.RunAll()
 //	_ = b.CopyGrads()                           // Param.Grad now holds dLoss/dParam
 //
-// Layers: Linear, ReLU, Tanh, GELU and Sequential; losses CrossEntropy and
-// MSE; model NewMLP. Float32 and float64 are both supported
+// Layers: Linear, Conv2d, MaxPool2d, Flatten, ReLU, Tanh, GELU, Dropout,
+// Embedding, LayerNorm, BatchNorm2d, Sequential (children "0", "1", ...) and
+// NewNamedSequential (named children); losses CrossEntropy and MSE; models
+// NewMLP and NewCNN. Dropout and BatchNorm2d follow the Builder's Mode
+// (Train by default, WithMode(Eval)). Float32 and float64 are both supported
 // (WithDtype). Ops gorgonia lacks or gets subtly different from PyTorch are
 // custom gorgonia ops with exact, hand-written backward rules.
 package models

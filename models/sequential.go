@@ -3,25 +3,63 @@ package models
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	G "gorgonia.org/gorgonia"
+
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // Sequential applies its children in order, like torch.nn.Sequential. The
 // children are named "0", "1", ... by position (activations included), so a
-// Linear at position 2 owns "2.weight" and "2.bias".
+// Linear at position 2 owns "2.weight" and "2.bias"; NewNamedSequential
+// gives them names instead ("conv1.weight"), like a Sequential built from an
+// OrderedDict or a PyTorch module with attributes applied in order.
 type Sequential struct {
 	Layers []Module
+	Names  []string // child names, parallel to Layers
 }
 
 // NewSequential returns a Sequential over layers, prefixing each child's
 // tensor names with its index. A module must not be added to two containers.
 func NewSequential(layers ...Module) *Sequential {
-	s := &Sequential{Layers: layers}
-	for i, m := range layers {
-		prefixNames(strconv.Itoa(i), m)
+	names := make([]string, len(layers))
+	for i := range layers {
+		names[i] = strconv.Itoa(i)
 	}
+	s, _ := newSequential(layers, names)
 	return s
+}
+
+// Child is a module with its name in a container.
+type Child struct {
+	Name   string
+	Module Module
+}
+
+// NewNamedSequential returns a Sequential applying the children in order,
+// prefixing each child's tensor names with its name. Names must be unique,
+// non-empty and free of dots.
+func NewNamedSequential(children ...Child) (*Sequential, error) {
+	layers := make([]Module, len(children))
+	names := make([]string, len(children))
+	seen := map[string]bool{}
+	for i, c := range children {
+		if c.Name == "" || strings.Contains(c.Name, ".") || seen[c.Name] || c.Module == nil {
+			return nil, fmt.Errorf("models: child %d has an empty, dotted, repeated name or no module (%q): %w", i, c.Name, errs.InvalidArgument)
+		}
+		seen[c.Name] = true
+		layers[i], names[i] = c.Module, c.Name
+	}
+	return newSequential(layers, names)
+}
+
+func newSequential(layers []Module, names []string) (*Sequential, error) {
+	s := &Sequential{Layers: layers, Names: names}
+	for i, m := range layers {
+		prefixNames(names[i], m)
+	}
+	return s, nil
 }
 
 // prefixNames renames every tensor of m to prefix + "." + name.
@@ -63,8 +101,15 @@ func (s *Sequential) Forward(b *Builder, x *G.Node) (*G.Node, error) {
 	var err error
 	for i, m := range s.Layers {
 		if x, err = m.Forward(b, x); err != nil {
-			return nil, fmt.Errorf("layer %d (%T): %w", i, m, err)
+			return nil, fmt.Errorf("layer %s (%T): %w", s.name(i), m, err)
 		}
 	}
 	return x, nil
+}
+
+func (s *Sequential) name(i int) string {
+	if i < len(s.Names) {
+		return s.Names[i]
+	}
+	return strconv.Itoa(i)
 }

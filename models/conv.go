@@ -1,0 +1,122 @@
+package models
+
+import (
+	"fmt"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/errs"
+)
+
+// Conv2d is PyTorch's nn.Conv2d with groups=1 over NCHW inputs: Weight is
+// [out, in, kh, kw], Bias is [out] (nil without bias), both drawn from
+// U(-1/√fan_in, 1/√fan_in) with fan_in = in·kh·kw, as PyTorch's default.
+// Stride, zero padding and dilation are per axis (height, width).
+type Conv2d struct {
+	In, Out                           int
+	Kernel, Stride, Padding, Dilation [2]int
+	Weight, Bias                      *Param
+}
+
+// NewConv2d returns a Conv2d from in to out channels with a square kernel.
+// Options: WithKernel (rectangular), WithStride, WithPadding, WithDilation,
+// WithBias, WithDtype, WithRand.
+func NewConv2d(in, out, kernel int, opts ...Option) (*Conv2d, error) {
+	c := newConfig(opts)
+	l := &Conv2d{In: in, Out: out, Kernel: [2]int{kernel, kernel}, Stride: [2]int{1, 1}, Dilation: [2]int{1, 1}}
+	if c.kernel != nil {
+		l.Kernel = *c.kernel
+	}
+	if c.stride != nil {
+		l.Stride = *c.stride
+	}
+	if c.padding != nil {
+		l.Padding = *c.padding
+	}
+	if c.dilation != nil {
+		l.Dilation = *c.dilation
+	}
+	if in <= 0 || out <= 0 {
+		return nil, fmt.Errorf("models: Conv2d needs positive channel counts, got in=%d out=%d: %w", in, out, errs.InvalidArgument)
+	}
+	for i := 0; i < 2; i++ {
+		if l.Kernel[i] <= 0 || l.Stride[i] <= 0 || l.Dilation[i] <= 0 || l.Padding[i] < 0 {
+			return nil, fmt.Errorf("models: Conv2d kernel %v stride %v dilation %v padding %v: all must be positive (padding non-negative): %w",
+				l.Kernel, l.Stride, l.Dilation, l.Padding, errs.InvalidArgument)
+		}
+	}
+	if err := checkFloat(c.dtype); err != nil {
+		return nil, fmt.Errorf("%w: %w", err, errs.InvalidArgument)
+	}
+	bound := fanInBound(in * l.Kernel[0] * l.Kernel[1])
+	l.Weight = uniformParam("weight", c.dtype, c.rng, bound, out, in, l.Kernel[0], l.Kernel[1])
+	if c.bias {
+		l.Bias = uniformParam("bias", c.dtype, c.rng, bound, out)
+	}
+	return l, nil
+}
+
+// Params returns weight then bias.
+func (l *Conv2d) Params() []*Param {
+	if l.Bias == nil {
+		return []*Param{l.Weight}
+	}
+	return []*Param{l.Weight, l.Bias}
+}
+
+// Buffers returns nothing.
+func (l *Conv2d) Buffers() []*Param { return nil }
+
+// Forward convolves x of shape [N, in, H, W] into [N, out, H', W'] with
+// H' = floor((H + 2·pad - dilation·(kh-1) - 1)/stride) + 1 (likewise W').
+// It uses gorgonia's im2col convolution and adds the bias per channel.
+func (l *Conv2d) Forward(b *Builder, x *G.Node) (*G.Node, error) {
+	xs := x.Shape()
+	if len(xs) != 4 || xs[1] != l.In {
+		return nil, fmt.Errorf("models: Conv2d(%d, %d) needs input [N, %d, H, W], got %v: %w", l.In, l.Out, l.In, xs, errs.InvalidArgument)
+	}
+	for i := 0; i < 2; i++ {
+		if xs[2+i]+2*l.Padding[i] < l.Dilation[i]*(l.Kernel[i]-1)+1 {
+			return nil, fmt.Errorf("models: Conv2d kernel %v (dilation %v) larger than padded input %v: %w", l.Kernel, l.Dilation, xs, errs.InvalidArgument)
+		}
+	}
+	w, err := b.Node(l.Weight)
+	if err != nil {
+		return nil, err
+	}
+	y, err := G.Conv2d(x, w, tensor.Shape{l.Kernel[0], l.Kernel[1]}, l.Padding[:], l.Stride[:], l.Dilation[:])
+	if err != nil {
+		return nil, fmt.Errorf("models: Conv2d(%d, %d): %w", l.In, l.Out, err)
+	}
+	if l.Bias == nil {
+		return y, nil
+	}
+	bn, err := b.Node(l.Bias)
+	if err != nil {
+		return nil, err
+	}
+	return applyChan(chanAdd, y, bn, 1)
+}
+
+// Flatten reshapes [N, d1, d2, ...] to [N, d1·d2·...], like PyTorch's
+// nn.Flatten() with its defaults (start_dim=1, end_dim=-1).
+type Flatten struct{}
+
+// Params returns nothing.
+func (Flatten) Params() []*Param { return nil }
+
+// Buffers returns nothing.
+func (Flatten) Buffers() []*Param { return nil }
+
+// Forward flattens all axes after the first.
+func (Flatten) Forward(_ *Builder, x *G.Node) (*G.Node, error) {
+	s := x.Shape()
+	if len(s) < 2 {
+		return nil, fmt.Errorf("models: Flatten needs at least 2 axes, got shape %v: %w", s, errs.InvalidArgument)
+	}
+	if len(s) == 2 {
+		return x, nil
+	}
+	return G.Reshape(x, tensor.Shape{s[0], s.TotalSize() / s[0]})
+}

@@ -1,0 +1,234 @@
+package models
+
+import (
+	"fmt"
+	"hash"
+	"math"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/errs"
+)
+
+// MaxPool2d takes the maximum over kernel windows of an NCHW input, like
+// PyTorch's nn.MaxPool2d(kernel, stride, padding) with dilation 1 and
+// ceil_mode false: padding counts as -∞, the output is
+// floor((H + 2·pad - kernel)/stride) + 1 high, a NaN in a window wins, and
+// among equal maxima the first (row-major) gets the gradient.
+type MaxPool2d struct {
+	Kernel, Stride, Padding [2]int
+}
+
+// NewMaxPool2d returns a MaxPool2d with a square kernel; the stride
+// defaults to the kernel (as in PyTorch). Use WithStride and WithPadding to
+// change them, WithKernel for a rectangular kernel.
+func NewMaxPool2d(kernel int, opts ...Option) (*MaxPool2d, error) {
+	c := newConfig(opts)
+	k := [2]int{kernel, kernel}
+	if c.kernel != nil {
+		k = *c.kernel
+	}
+	s := k
+	if c.stride != nil {
+		s = *c.stride
+	}
+	var p [2]int
+	if c.padding != nil {
+		p = *c.padding
+	}
+	m := &MaxPool2d{Kernel: k, Stride: s, Padding: p}
+	for i := 0; i < 2; i++ {
+		if k[i] <= 0 || s[i] <= 0 || p[i] < 0 || 2*p[i] > k[i] {
+			return nil, fmt.Errorf("models: MaxPool2d kernel %v stride %v padding %v: kernel and stride must be positive and padding at most half the kernel: %w", k, s, p, errs.InvalidArgument)
+		}
+	}
+	return m, nil
+}
+
+// Params returns nothing.
+func (m *MaxPool2d) Params() []*Param { return nil }
+
+// Buffers returns nothing.
+func (m *MaxPool2d) Buffers() []*Param { return nil }
+
+// Forward pools x of shape [N, C, H, W].
+func (m *MaxPool2d) Forward(_ *Builder, x *G.Node) (*G.Node, error) {
+	op := poolOp{m.Kernel, m.Stride, m.Padding}
+	if err := checkFloat(x.Dtype()); err != nil {
+		return nil, err
+	}
+	if _, err := op.InferShape(x.Shape()); err != nil {
+		return nil, err
+	}
+	return G.ApplyOp(op, x)
+}
+
+type poolOp struct {
+	k, s, p [2]int
+}
+
+// poolGradOp is poolOp's gradient: inputs (x, dy), output dx. It recomputes
+// each window's argmax from x, so it holds no state between the passes.
+type poolGradOp struct{ poolOp }
+
+func (op poolOp) outHW(h, w int) (int, int) {
+	return (h+2*op.p[0]-op.k[0])/op.s[0] + 1, (w+2*op.p[1]-op.k[1])/op.s[1] + 1
+}
+
+func (op poolOp) Arity() int { return 1 }
+func (op poolOp) Type() hm.Type {
+	t := G.TensorType{Dims: 4, Of: hm.TypeVariable('a')}
+	return hm.NewFnType(t, t)
+}
+func (op poolOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	if len(in) < 1 {
+		return nil, fmt.Errorf("models: %v takes an input", op)
+	}
+	s, err := shapeOf(in[0])
+	if err != nil {
+		return nil, err
+	}
+	if len(s) != 4 {
+		return nil, fmt.Errorf("models: MaxPool2d needs an NCHW input, got shape %v: %w", s, errs.InvalidArgument)
+	}
+	oh, ow := op.outHW(s[2], s[3])
+	if s[2]+2*op.p[0] < op.k[0] || s[3]+2*op.p[1] < op.k[1] {
+		return nil, fmt.Errorf("models: MaxPool2d kernel %v larger than padded input %v: %w", op.k, s, errs.InvalidArgument)
+	}
+	return tensor.Shape{s[0], s[1], oh, ow}, nil
+}
+func (op poolOp) Do(in ...G.Value) (G.Value, error) {
+	if len(in) != 1 {
+		return nil, fmt.Errorf("models: %v takes 1 input, got %d", op, len(in))
+	}
+	x, err := denseOf(in[0])
+	if err != nil {
+		return nil, err
+	}
+	os, err := op.InferShape(x.Shape())
+	if err != nil {
+		return nil, err
+	}
+	out := newDense(x.Dtype(), os...)
+	s := x.Shape()
+	switch x.Dtype() {
+	case tensor.Float64:
+		poolKernel(op, s, x.Float64s(), out.Float64s(), nil, nil)
+	case tensor.Float32:
+		poolKernel(op, s, x.Float32s(), out.Float32s(), nil, nil)
+	default:
+		return nil, checkFloat(x.Dtype())
+	}
+	return out, nil
+}
+
+// poolKernel writes the window maxima of x into out; when dy is given it
+// instead adds dy at each window's argmax into dx.
+func poolKernel[T float](op poolOp, s tensor.Shape, x, out, dy, dx []T) {
+	h, w := s[2], s[3]
+	oh, ow := op.outHW(h, w)
+	planes := s[0] * s[1]
+	for pl := 0; pl < planes; pl++ {
+		xp := x[pl*h*w : (pl+1)*h*w]
+		for i := 0; i < oh; i++ {
+			h0 := i*op.s[0] - op.p[0]
+			h1 := min(h0+op.k[0], h)
+			h0 = max(h0, 0)
+			for j := 0; j < ow; j++ {
+				w0 := j*op.s[1] - op.p[1]
+				w1 := min(w0+op.k[1], w)
+				w0 = max(w0, 0)
+				best := T(math.Inf(-1))
+				arg := -1
+			window:
+				for r := h0; r < h1; r++ {
+					for c := w0; c < w1; c++ {
+						v := xp[r*w+c]
+						if v > best || arg < 0 {
+							best, arg = v, r*w+c
+						}
+						if v != v { // NaN propagates, as in PyTorch
+							best, arg = v, r*w+c
+							break window
+						}
+					}
+				}
+				o := pl*oh*ow + i*ow + j
+				if dy == nil {
+					out[o] = best
+				} else {
+					dx[pl*h*w+arg] += dy[o]
+				}
+			}
+		}
+	}
+}
+
+func (op poolOp) ReturnsPtr() bool      { return false }
+func (op poolOp) CallsExtern() bool     { return false }
+func (op poolOp) OverwritesInput() int  { return -1 }
+func (op poolOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op poolOp) Hashcode() uint32      { return hashOf(op) }
+func (op poolOp) String() string {
+	return fmt.Sprintf("MaxPool2d{k:%v,s:%v,p:%v}", op.k, op.s, op.p)
+}
+func (op poolOp) DiffWRT(int) []bool { return []bool{true} }
+func (op poolOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	dx, err := G.ApplyOp(poolGradOp{op}, in[0], grad)
+	if err != nil {
+		return nil, err
+	}
+	return G.Nodes{dx}, nil
+}
+
+func (op poolGradOp) Arity() int { return 2 }
+func (op poolGradOp) Type() hm.Type {
+	t := G.TensorType{Dims: 4, Of: hm.TypeVariable('a')}
+	return hm.NewFnType(t, t, t)
+}
+func (op poolGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	if len(in) != 2 {
+		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+	}
+	s, err := shapeOf(in[0])
+	return s.Clone(), err
+}
+func (op poolGradOp) Do(in ...G.Value) (G.Value, error) {
+	if len(in) != 2 {
+		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+	}
+	x, err := denseOf(in[0])
+	if err != nil {
+		return nil, err
+	}
+	dy, err := denseOf(in[1])
+	if err != nil {
+		return nil, err
+	}
+	os, err := op.poolOp.InferShape(x.Shape())
+	if err != nil {
+		return nil, err
+	}
+	if !dy.Shape().Eq(os) || dy.Dtype() != x.Dtype() {
+		return nil, fmt.Errorf("models: %v: gradient %v %v for output %v", op, dy.Dtype(), dy.Shape(), os)
+	}
+	dx := newDense(x.Dtype(), x.Shape()...)
+	switch x.Dtype() {
+	case tensor.Float64:
+		poolKernel(op.poolOp, x.Shape(), x.Float64s(), nil, dy.Float64s(), dx.Float64s())
+	case tensor.Float32:
+		poolKernel(op.poolOp, x.Shape(), x.Float32s(), nil, dy.Float32s(), dx.Float32s())
+	default:
+		return nil, checkFloat(x.Dtype())
+	}
+	return dx, nil
+}
+func (op poolGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op poolGradOp) Hashcode() uint32      { return hashOf(op) }
+func (op poolGradOp) String() string        { return "Grad" + op.poolOp.String() }
+func (op poolGradOp) DiffWRT(int) []bool    { return []bool{false, false} }
+func (op poolGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+	return nil, fmt.Errorf("models: second derivatives of MaxPool2d are not implemented")
+}
