@@ -1,10 +1,13 @@
 package comm
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -250,5 +253,111 @@ func TestInitCloseLeavesNoGoroutines(t *testing.T) {
 	if g := runtime.NumGoroutine(); g > base {
 		buf := make([]byte, 1<<20)
 		t.Errorf("%d goroutines before, %d after closing the groups\n%s", base, g, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// helperEnv selects the role of a re-executed test binary (see
+// TestHelperInitProcess).
+const helperEnv = "TANDEM_COMM_INIT_HELPER"
+
+// TestHelperInitProcess is not a test: it is the body of the worker
+// processes that TestKilledRankMidAllReduce starts by re-executing this test
+// binary. It joins the world from the environment and all-reduces until an
+// operation fails, then reports the error on stdout and exits.
+func TestHelperInitProcess(t *testing.T) {
+	if os.Getenv(helperEnv) != "allreduce" {
+		t.Skip("helper process for TestKilledRankMidAllReduce")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pg, err := InitFromEnv(ctx, WithInitTimeout(30*time.Second), WithGroupOptions(WithTimeout(time.Minute)))
+	if err != nil {
+		fmt.Printf("INITERR %v\n", err)
+		os.Exit(2)
+	}
+	x := tensor.New(tensor.WithShape(1<<18), tensor.Of(tensor.Float32))
+	for i := 0; ; i++ {
+		if err := pg.AllReduce(ctx, x, Sum).Wait(ctx); err != nil {
+			fmt.Printf("ERR peerlost=%v timeout=%v: %v\n", errors.Is(err, ErrPeerLost), errors.Is(err, ErrTimeout), err)
+			pg.Close()
+			os.Exit(3)
+		}
+		if i == 0 {
+			fmt.Println("READY")
+		}
+	}
+}
+
+// TestKilledRankMidAllReduce runs a world of three real processes that
+// all-reduce in a loop, kills one with SIGKILL, and checks that every
+// survivor's collective fails with ErrPeerLost promptly instead of hanging
+// until its one-minute timeout.
+func TestKilledRankMidAllReduce(t *testing.T) {
+	for _, victim := range []int{1, 0} { // 0 also serves the store
+		t.Run(fmt.Sprintf("kill rank %d", victim), func(t *testing.T) {
+			const world = 3
+			port := freePort(t)
+			type proc struct {
+				cmd   *exec.Cmd
+				lines chan string
+			}
+			procs := make([]proc, world)
+			for r := range procs {
+				cmd := exec.Command(os.Args[0], "-test.run=^TestHelperInitProcess$")
+				cmd.Env = append(os.Environ(), helperEnv+"=allreduce",
+					"RANK="+strconv.Itoa(r), "WORLD_SIZE=3", "LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE=3",
+					"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "TANDEM_TOKEN=kill-test")
+				cmd.Stderr = os.Stderr
+				out, err := cmd.StdoutPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				lines := make(chan string, 16)
+				go func() {
+					sc := bufio.NewScanner(out)
+					for sc.Scan() {
+						lines <- sc.Text()
+					}
+					close(lines)
+				}()
+				procs[r] = proc{cmd, lines}
+				t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			}
+			next := func(r int, within time.Duration) string {
+				select {
+				case l, ok := <-procs[r].lines:
+					if !ok {
+						return "(exited without a word)"
+					}
+					return l
+				case <-time.After(within):
+					return fmt.Sprintf("(nothing within %v)", within)
+				}
+			}
+			for r := range procs {
+				if l := next(r, 60*time.Second); l != "READY" {
+					t.Fatalf("rank %d did not start all-reducing: %s", r, l)
+				}
+			}
+			killed := time.Now()
+			if err := procs[victim].cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			for r := range procs {
+				if r == victim {
+					continue
+				}
+				// The bound only guards against a hang; survivors should
+				// report within milliseconds, far below the group timeout.
+				l := next(r, 30*time.Second)
+				if !strings.HasPrefix(l, "ERR peerlost=true timeout=false") {
+					t.Errorf("rank %d: want ErrPeerLost, got %s", r, l)
+				}
+				t.Logf("rank %d reported after %v: %s", r, time.Since(killed).Round(time.Millisecond), l)
+			}
+		})
 	}
 }

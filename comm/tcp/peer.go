@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
@@ -240,7 +241,7 @@ func (p *peer) readErr(err error) error {
 		return p.t.downErr()
 	}
 	switch {
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
 		return p.lostErr("closed the connection without saying goodbye (did its process exit or crash?): %v", err)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return p.lostErr("connection was cut: %v", err)
