@@ -44,7 +44,7 @@ type key struct {
 // receive (msgs) or receives posted before their message (waiters); never
 // both.
 type queue struct {
-	msgs    [][]byte
+	msgs    []*[]byte
 	waiters []*waiter
 }
 
@@ -118,8 +118,26 @@ func (e *endpoint) deliver(src int, tag transport.Tag, buf []byte) error {
 		q = &queue{}
 		e.queues[k] = q
 	}
-	q.msgs = append(q.msgs, append(make([]byte, 0, len(buf)), buf...))
+	q.msgs = append(q.msgs, copyMessage(buf))
 	return nil
+}
+
+// Messages that wait for their receive are copied into pooled buffers, which
+// the receive returns to the pool.
+var msgPool sync.Pool // of *[]byte
+
+func copyMessage(b []byte) *[]byte {
+	p, _ := msgPool.Get().(*[]byte)
+	if p == nil || cap(*p) < len(b) {
+		if p != nil {
+			msgPool.Put(p)
+		}
+		m := make([]byte, len(b))
+		p = &m
+	}
+	*p = (*p)[:len(b)]
+	copy(*p, b)
+	return p
 }
 
 // fill copies a message into a receive buffer of the same length.
@@ -152,7 +170,9 @@ func (e *endpoint) Recv(ctx context.Context, peer int, tag transport.Tag, buf []
 			delete(e.queues, k)
 		}
 		e.mu.Unlock()
-		return fill(buf, msg, peer, e.rank, tag)
+		err := fill(buf, *msg, peer, e.rank, tag)
+		msgPool.Put(msg)
+		return err
 	}
 	if e.lost[peer] != nil {
 		err := e.lost[peer]
