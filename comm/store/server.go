@@ -100,14 +100,14 @@ func (s *Server) Serve(ctx context.Context) error {
 		if err != nil {
 			select {
 			case <-s.done:
-				return nil
+				return s.Close() // waits until every connection is gone
 			default:
 			}
 			// Out of file descriptors or a similar passing trouble: wait and retry.
 			s.log.Warn("store server: accept failed; retrying", "addr", s.Addr(), "err", err, "retry_in", backoff)
 			select {
 			case <-s.done:
-				return nil
+				return s.Close()
 			case <-time.After(backoff):
 			}
 			backoff = min(backoff*2, time.Second)
