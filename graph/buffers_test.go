@@ -190,3 +190,37 @@ func TestViewsAreNotReused(t *testing.T) {
 		})
 	}
 }
+
+// An op implementing ContextDoer is offered its previous output as the buffer
+// to write into.
+func TestContextDoerGetsItsBuffer(t *testing.T) {
+	for _, workers := range []int{1, 4} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			op := &ctxProbeOp{probeOp: probeOp{name: "ctx"}}
+			g, nodes := chainGraph(t, op, &probeOp{name: "tail"})
+			prog, err := Compile(g, Workers(workers))
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, c := nodes[0], nodes[1]
+			var first uintptr
+			for run := 0; run < 3; run++ {
+				xv := tensor.New(tensor.WithShape(2, 2), tensor.WithBacking([]float64{1, 2, 3, float64(run)}))
+				if err := prog.Run(context.Background(), Bind(x, xv)); err != nil {
+					t.Fatal(err)
+				}
+				assertClose(t, fmt.Sprintf("run %d", run), tensor.Float64, xv, c.Value())
+				if run == 0 {
+					first = c.Value().Uintptr()
+					if op.prealloc[0] != nil {
+						t.Fatal("first run offered a buffer")
+					}
+					continue
+				}
+				if pre := op.prealloc[run]; pre == nil || pre.Uintptr() != first || c.Value().Uintptr() != first {
+					t.Fatalf("run %d: offered %v, want the first run's output", run, pre)
+				}
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"sync"
@@ -53,7 +54,7 @@ type Program struct {
 	nodeHooks []atomic.Pointer[[]ReadyFunc]
 
 	runMu   sync.Mutex
-	ran     bool
+	hookCtx context.Context // the context given to the current Run
 	vals    []G.Value
 	args    [][]G.Value
 	pending []atomic.Int32
@@ -70,7 +71,8 @@ type Program struct {
 // into a Program. It sorts the nodes as TapeMachine does, counts each node's
 // dependencies and consumers, and works out which ops can reuse their output
 // buffers. Compile puts ops that implement gorgonia.TrainModeOp in training
-// mode unless EvalMode is given.
+// mode unless EvalMode is given. Nodes added to g afterwards are not part of
+// the program: compile again to include them.
 func Compile(g *G.ExprGraph, opts ...Option) (*Program, error) {
 	if g == nil {
 		return nil, fmt.Errorf("graph: Compile: nil graph: %w", ErrInvalidArgument)

@@ -119,7 +119,7 @@ func TestCancelStopsRunPromptly(t *testing.T) {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
 			before := runtime.NumGoroutine()
 			started := make(chan struct{}, 1)
-			block := &ctxProbeOp{probeOp{name: "block", do: func(ctx context.Context) error {
+			block := &ctxProbeOp{probeOp: probeOp{name: "block", do: func(ctx context.Context) error {
 				started <- struct{}{}
 				<-ctx.Done()
 				return ctx.Err()

@@ -28,8 +28,15 @@ func newPanicError(r any) *PanicError {
 
 // step runs node i: gathers its inputs, calls its op, binds the value to the
 // node, feeds dual values and fires the hooks.
-func (p *Program) step(ctx context.Context, i int32) error {
+func (p *Program) step(ctx context.Context, i int32) (err error) {
 	n := p.nodes[i]
+	defer func() {
+		// call and fireHooks recover the panics of ops and hooks; this catches
+		// the rest (a gorgonia kernel copying or accumulating a value).
+		if r := recover(); r != nil {
+			err = fmt.Errorf("graph: node %q (%v): %w", n.Name(), n.Op(), newPanicError(r))
+		}
+	}()
 	switch p.kind[i] {
 	case kindLet:
 		// TapeMachine does not execute gorgonia.Set either.
@@ -88,7 +95,7 @@ func (p *Program) step(ctx context.Context, i int32) error {
 			}
 		}
 	}
-	return p.fireHooks(ctx, i, v)
+	return p.fireHooks(p.hookCtx, i, v)
 }
 
 // call invokes node i's op, using the kept buffer when there is one, and turns

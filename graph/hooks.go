@@ -8,8 +8,9 @@ import (
 )
 
 // ReadyFunc is called when a node's value is ready during a Run: ctx is the
-// run's context (cancelled when the run stops), n the node and v its value,
-// which is also bound to n (n.Value() returns it).
+// context given to Run (so work handed off from a hook may outlive the run),
+// n the node and v its value, which is also bound to n (n.Value() returns
+// it).
 //
 // Hooks run on the worker goroutine that produced the value, after the value
 // is bound and before any node that consumes it is scheduled; so a hook of a

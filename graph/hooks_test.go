@@ -225,3 +225,37 @@ func TestHookRegistrationErrors(t *testing.T) {
 		t.Fatalf("nil hook: got %v, want ErrInvalidArgument", err)
 	}
 }
+
+type ctxKey struct{}
+
+// Hooks get the context given to Run, still live after Run returns, so work
+// they hand off is not cancelled by the end of the run.
+func TestHooksGetCallersContext(t *testing.T) {
+	for _, workers := range []int{1, 4} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			m := buildMatmul(t, tensor.Float64)
+			prog, err := Compile(m.g, Workers(workers), WithGrads(m.params, m.grads))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []context.Context
+			var mu sync.Mutex
+			if err := prog.OnGradReady(m.params[0], func(ctx context.Context, _ *G.Node, _ G.Value) error {
+				mu.Lock()
+				got = append(got, ctx)
+				mu.Unlock()
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.WithValue(context.Background(), ctxKey{}, "mine")
+			rng := rand.New(rand.NewPCG(6, 6))
+			if err := prog.Run(ctx, Bind(m.data[0], m.dataValues(rng, tensor.Float64)[0])); err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0].Value(ctxKey{}) != "mine" || got[0].Err() != nil {
+				t.Fatalf("hook contexts %v: want the caller's, still live", got)
+			}
+		})
+	}
+}

@@ -53,7 +53,7 @@ func (p *Program) Run(ctx context.Context, bindings ...Binding) error {
 		}
 		p.vals[i] = v
 	}
-	p.ran = true
+	p.hookCtx = ctx
 	p.dropAliasedBuffers()
 	defer p.settleBuffers()
 	for _, i := range p.inputs {

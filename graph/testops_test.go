@@ -52,14 +52,23 @@ func (op *probeOp) Do(in ...G.Value) (G.Value, error) {
 	return G.CloneValue(in[0])
 }
 
-// ctxProbeOp is a probeOp whose behaviour sees the run's context.
-type ctxProbeOp struct{ probeOp }
+// ctxProbeOp is a probeOp whose behaviour sees the run's context. It writes
+// its result into the preallocated value when it gets one, and remembers
+// what it got.
+type ctxProbeOp struct {
+	probeOp
+	prealloc []G.Value
+}
 
-func (op *ctxProbeOp) DoContext(ctx context.Context, _ G.Value, in ...G.Value) (G.Value, error) {
+func (op *ctxProbeOp) DoContext(ctx context.Context, prealloc G.Value, in ...G.Value) (G.Value, error) {
+	op.prealloc = append(op.prealloc, prealloc)
 	if op.do != nil {
 		if err := op.do(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if prealloc != nil {
+		return G.Copy(prealloc, in[0])
 	}
 	return G.CloneValue(in[0])
 }
