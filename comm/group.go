@@ -92,6 +92,12 @@ func (pg *ProcessGroup) Rank() int { return pg.rank }
 // Size returns the number of ranks in the group.
 func (pg *ProcessGroup) Size() int { return len(pg.members) }
 
+// ID returns the group's id: 0 for the world, and for a subgroup a number
+// that every member agrees on and that no other group of this world that
+// shares a member uses. It is part of every message tag; layers above may use
+// it to tell groups apart (for example in the hash of a graph op).
+func (pg *ProcessGroup) ID() uint32 { return pg.id }
+
 // Name returns the group's name (WithName; "world" for a world group).
 func (pg *ProcessGroup) Name() string { return pg.name }
 
