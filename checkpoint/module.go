@@ -38,8 +38,9 @@ type loadConfig struct {
 }
 
 // ConvertFloats lets a float32 tensor in the file load into a float64
-// parameter and the other way round (float64 to float32 rounds to nearest).
-// Without it a dtype difference is an error.
+// parameter and the other way round (float64 to float32 rounds to nearest),
+// and F16/BF16 tensors load into float32 or float64 parameters. Without it
+// any dtype difference is an error.
 func ConvertFloats() LoadOption { return func(c *loadConfig) { c.convert = true } }
 
 // NonStrict tolerates tensors in the file that the model lacks and model

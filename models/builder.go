@@ -247,9 +247,6 @@ func (b *Builder) moveGrads(add bool) error {
 		}
 		if p.Grad == nil || !p.Grad.Shape().Eq(p.Value.Shape()) || p.Grad.Dtype() != p.Value.Dtype() {
 			p.Grad = newDense(p.Value.Dtype(), p.Value.Shape()...)
-			if !p.Value.Shape().IsScalar() {
-				p.Grad.Reshape(p.Value.Shape().Clone()...)
-			}
 		}
 		switch d := p.Grad.Data().(type) {
 		case []float64:
