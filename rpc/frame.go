@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -389,4 +390,19 @@ func unexpectedEOF(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
+}
+
+// decodeFrame decodes one whole frame from b, refusing frames over maxSize
+// bytes and trailing bytes. It is the decoder the connections use, exposed
+// for tests and tools.
+func decodeFrame(b []byte, maxSize int64) (*frame, error) {
+	r := bytes.NewReader(b)
+	f, err := readFrame(r, make([]byte, frameHeaderLen), maxSize)
+	if err != nil {
+		return nil, err
+	}
+	if r.Len() != 0 {
+		return nil, malformed("%d bytes after the frame", r.Len())
+	}
+	return f, nil
 }

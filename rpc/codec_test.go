@@ -1,0 +1,200 @@
+package rpc
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+
+	"gorgonia.org/tensor"
+)
+
+type inner struct {
+	A    int8
+	B    []string
+	T    *tensor.Dense
+	skip int
+	Hide int `rpc:"-"`
+}
+
+type outer struct {
+	I     int
+	U     uint64
+	F32   float32
+	F64   float64
+	C     complex128
+	S     string
+	Bs    []byte
+	Bools []bool
+	Arr   [3]int16
+	M     map[string]*inner
+	P     *inner
+	NilP  *inner
+	Ts    []*tensor.Dense
+	Iface any
+	Nest  [][]float64
+	Empty struct{}
+	Anys  []Any
+}
+
+// roundTrip encodes v as a frame, decodes the frame from bytes and decodes
+// the value as type T.
+func roundTrip[T any](t *testing.T, v any) T {
+	t.Helper()
+	enc := Encoder{}
+	typ, err := enc.encodeTop(v)
+	if err != nil {
+		t.Fatalf("encode %T: %v", v, err)
+	}
+	f := frame{kind: kindRequest, id: 9, fn: "f", typ: typ, payload: enc.buf, tensors: enc.tensors}
+	head, _, err := appendHead(nil, &f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wire bytes.Buffer
+	bufs := frameBuffers(head, &f)
+	bufs.WriteTo(&wire)
+	g, err := decodeFrame(wire.Bytes(), 1<<30)
+	if err != nil {
+		t.Fatalf("decode frame: %v", err)
+	}
+	rv, err := decodeTop(reflect.TypeFor[T](), g.typ, g.payload, g.tensors, nil, WorkerInfo{})
+	if err != nil {
+		t.Fatalf("decode %T: %v", v, err)
+	}
+	out, _ := rv.Interface().(T)
+	return out
+}
+
+func dense(shape []int, data any) *tensor.Dense {
+	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(data))
+}
+
+func sameTensor(a, b *tensor.Dense) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Dtype() == b.Dtype() && a.Shape().Eq(b.Shape()) && reflect.DeepEqual(a.Data(), b.Data())
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	shared := dense([]int{2}, []float64{1, 2})
+	in := outer{
+		I: -7, U: 1 << 60, F32: 1.5, F64: -2.25, C: complex(1, -1), S: "héllo",
+		Bs: []byte{0, 1, 2}, Bools: []bool{true, false, true}, Arr: [3]int16{-1, 0, 1},
+		M:     map[string]*inner{"x": {A: 3, B: []string{"a", ""}, T: dense([]int{1, 2}, []int32{4, 5}), skip: 1, Hide: 2}},
+		P:     &inner{A: -1, T: shared},
+		Ts:    []*tensor.Dense{shared, nil, dense([]int{2, 2}, []uint8{1, 2, 3, 4})},
+		Iface: dense([]int{1}, []float32{9}),
+		Nest:  [][]float64{{1}, nil, {}},
+		Anys:  []Any{AnyOf(3), AnyOf("s"), AnyOf(dense([]int{1}, []float32{2}))},
+	}
+	out := roundTrip[outer](t, in)
+	if out.I != in.I || out.U != in.U || out.F32 != in.F32 || out.F64 != in.F64 || out.C != in.C || out.S != in.S ||
+		!bytes.Equal(out.Bs, in.Bs) || !reflect.DeepEqual(out.Bools, in.Bools) || out.Arr != in.Arr {
+		t.Fatalf("scalars: %+v", out)
+	}
+	got := out.M["x"]
+	if got.A != 3 || !reflect.DeepEqual(got.B, []string{"a", ""}) || got.skip != 0 || got.Hide != 0 || !sameTensor(got.T, in.M["x"].T) {
+		t.Fatalf("map value: %+v", got)
+	}
+	if out.NilP != nil || out.P.A != -1 || !sameTensor(out.P.T, shared) {
+		t.Fatalf("pointers: %+v %+v", out.P, out.NilP)
+	}
+	if len(out.Ts) != 3 || out.Ts[1] != nil || !sameTensor(out.Ts[2], in.Ts[2]) || out.Ts[0] != out.P.T {
+		t.Fatalf("tensor slice (the shared tensor must arrive once): %v", out.Ts)
+	}
+	if !sameTensor(out.Iface.(*tensor.Dense), in.Iface.(*tensor.Dense)) {
+		t.Fatalf("interface field: %v", out.Iface)
+	}
+	if len(out.Nest) != 3 || out.Nest[1] != nil || out.Nest[2] == nil || out.Nest[0][0] != 1 {
+		t.Fatalf("nested slices: %#v", out.Nest)
+	}
+	var n int
+	var s string
+	var x *tensor.Dense
+	if err := out.Anys[0].Decode(&n); err != nil || n != 3 {
+		t.Fatalf("Any int: %v %v", n, err)
+	}
+	if err := out.Anys[1].Decode(&s); err != nil || s != "s" {
+		t.Fatalf("Any string: %v %v", s, err)
+	}
+	if err := out.Anys[2].Decode(&x); err != nil || x.Data().([]float32)[0] != 2 {
+		t.Fatalf("Any tensor: %v %v", x, err)
+	}
+	if err := out.Anys[0].Decode(&s); !errors.Is(err, ErrWrongType) {
+		t.Fatalf("Any decoded as the wrong type: %v", err)
+	}
+}
+
+func TestCodecTensors(t *testing.T) {
+	// Views and transposes travel as their logical contents.
+	base := dense([]int{3, 4}, tensor.Range(tensor.Float64, 0, 12))
+	view, err := base.Slice(nil, tensor.S(1, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := roundTrip[*tensor.Dense](t, view.(*tensor.Dense))
+	want := []float64{1, 2, 5, 6, 9, 10}
+	if !reflect.DeepEqual(got.Data(), want) || !got.Shape().Eq(tensor.Shape{3, 2}) {
+		t.Fatalf("view: %v %v", got.Shape(), got.Data())
+	}
+	tr := dense([]int{2, 3}, []float32{1, 2, 3, 4, 5, 6})
+	if err := tr.T(); err != nil {
+		t.Fatal(err)
+	}
+	got = roundTrip[*tensor.Dense](t, tr)
+	if !reflect.DeepEqual(got.Data(), []float32{1, 4, 2, 5, 3, 6}) || !got.Shape().Eq(tensor.Shape{3, 2}) {
+		t.Fatalf("transpose: %v %v", got.Shape(), got.Data())
+	}
+	sc := tensor.New(tensor.FromScalar(2.5))
+	got = roundTrip[*tensor.Dense](t, sc)
+	if !got.IsScalar() || got.ScalarValue().(float64) != 2.5 {
+		t.Fatalf("scalar: %v", got)
+	}
+	empty := tensor.New(tensor.Of(tensor.Int64), tensor.WithShape(0, 3))
+	got = roundTrip[*tensor.Dense](t, empty)
+	if !got.Shape().Eq(tensor.Shape{0, 3}) || got.Dtype() != tensor.Int64 {
+		t.Fatalf("empty: %v %v", got.Shape(), got.Dtype())
+	}
+	for _, dt := range []tensor.Dtype{tensor.Bool, tensor.Int, tensor.Int8, tensor.Uint16, tensor.Complex64, tensor.Complex128} {
+		x := tensor.New(tensor.Of(dt), tensor.WithShape(2, 2))
+		got = roundTrip[*tensor.Dense](t, x)
+		if got.Dtype() != dt || !got.Shape().Eq(x.Shape()) {
+			t.Fatalf("dtype %v: got %v %v", dt, got.Dtype(), got.Shape())
+		}
+	}
+	if got := roundTrip[*tensor.Dense](t, nil); got != nil {
+		t.Fatalf("nil tensor: %v", got)
+	}
+}
+
+func TestCodecRefusals(t *testing.T) {
+	enc := Encoder{}
+	if _, err := enc.encodeTop(struct{ C chan int }{}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("channel: %v", err)
+	}
+	if _, err := enc.encodeTop(struct{ X any }{X: 3}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("int in an interface: %v", err)
+	}
+	type node struct{ Next *node }
+	n := &node{}
+	n.Next = n
+	if _, err := enc.encodeTop(n); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("cycle: %v", err)
+	}
+	if _, err := decodeTop(reflect.TypeFor[int](), "string", nil, nil, nil, WorkerInfo{}); !errors.Is(err, ErrWrongType) {
+		t.Fatalf("wrong type: %v", err)
+	}
+	// Truncated and inflated payloads fail cleanly.
+	enc = Encoder{}
+	typ, _ := enc.encodeTop([]string{"a", "b"})
+	for i := 0; i < len(enc.buf); i++ {
+		if _, err := decodeTop(reflect.TypeFor[[]string](), typ, enc.buf[:i], nil, nil, WorkerInfo{}); err == nil {
+			t.Fatalf("truncated at %d decoded", i)
+		}
+	}
+	if _, err := decodeTop(reflect.TypeFor[[]struct{}](), "[]struct {}", []byte{0xff, 0xff, 0xff, 0xff, 0x0f}, nil, nil, WorkerInfo{}); err == nil {
+		t.Fatal("a huge slice of empty structs decoded")
+	}
+}

@@ -1,0 +1,356 @@
+package rpc
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math/big"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tandemml/tandem/comm/store"
+	"gorgonia.org/tensor"
+)
+
+// rawConn dials agent a and, with token non-nil, completes the hello.
+func rawConn(t *testing.T, a *Agent, token []byte) (net.Conn, *bufio.Reader, byte) {
+	t.Helper()
+	nc, err := net.Dial("tcp", a.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(nc)
+	if token == nil {
+		return nc, br, 0
+	}
+	hello := append([]byte(helloMagic), helloVersion, 0, 0, 0, 0, 0, 0)
+	binary.LittleEndian.PutUint16(hello[len(helloMagic)+5:], uint16(len(token)))
+	if _, err := nc.Write(append(hello, token...)); err != nil {
+		t.Fatal(err)
+	}
+	var h [3]byte
+	if _, err := io.ReadFull(br, h[:]); err != nil {
+		t.Fatal(err)
+	}
+	io.CopyN(io.Discard, br, int64(binary.LittleEndian.Uint16(h[1:])))
+	return nc, br, h[0]
+}
+
+// closedByPeer reports whether the peer closes nc (reading hits EOF).
+func closedByPeer(br *bufio.Reader) bool {
+	_, err := io.Copy(io.Discard, br)
+	return err == nil // io.Copy returns nil at EOF
+}
+
+func TestBadInputClosesOnlyThatConnection(t *testing.T) {
+	agents := startGroup(t, 2, registerBasics, WithMaxMessageSize(1<<20))
+	ctx := context.Background()
+	a1 := agents[1]
+	x := dense([]int{3}, []float32{1, 2, 3})
+	if _, err := Sync[*tensor.Dense](ctx, agents[0], "w1", "echo", x); err != nil {
+		t.Fatal(err)
+	}
+
+	// Garbage instead of a hello.
+	nc, br, _ := rawConn(t, a1, nil)
+	nc.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	if !closedByPeer(br) {
+		t.Fatal("garbage hello: connection not closed")
+	}
+	nc.Close()
+
+	// Wrong token.
+	nc, br, status := rawConn(t, a1, []byte("not the token"))
+	if status != statusBadToken || !closedByPeer(br) {
+		t.Fatalf("wrong token: status %d", status)
+	}
+	nc.Close()
+
+	// Garbage after a good hello.
+	nc, br, status = rawConn(t, a1, a1.token)
+	if status != statusOK {
+		t.Fatalf("good hello refused: %d", status)
+	}
+	garbage := make([]byte, 64)
+	for i := range garbage {
+		garbage[i] = byte(i * 37)
+	}
+	nc.Write(garbage)
+	if !closedByPeer(br) {
+		t.Fatal("garbage frame: connection not closed")
+	}
+	nc.Close()
+
+	// An oversized frame: the header announces more than the limit.
+	nc, br, _ = rawConn(t, a1, a1.token)
+	hdr := make([]byte, frameHeaderLen)
+	binary.LittleEndian.PutUint32(hdr[0:4], 10)
+	binary.LittleEndian.PutUint64(hdr[4:12], 1<<40)
+	hdr[12], hdr[14] = kindRequest, frameVersion
+	nc.Write(hdr)
+	if !closedByPeer(br) {
+		t.Fatal("oversized frame: connection not closed")
+	}
+	nc.Close()
+
+	// The agent still serves everyone else, on the connection it had.
+	if y, err := Sync[*tensor.Dense](ctx, agents[0], "w1", "echo", x); err != nil || !sameTensor(x, y) {
+		t.Fatalf("after bad input: %v %v", y, err)
+	}
+	m := a1.Metrics()
+	if m.MalformedFrames < 2 || m.ConnectionsRefused < 2 {
+		t.Fatalf("metrics: %+v", m)
+	}
+
+	// A message over the limit is refused by its sender.
+	big := dense([]int{1 << 19}, make([]float32, 1<<19))
+	if _, err := Sync[*tensor.Dense](ctx, agents[0], "w1", "echo", big); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized call: %v", err)
+	}
+}
+
+func TestReceiverLimitClosesConnection(t *testing.T) {
+	st := store.NewMemory()
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	agents := make([]*Agent, 2)
+	var wg sync.WaitGroup
+	for r := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reg := NewRegistry()
+			registerBasics(r, reg)
+			limit := int64(1 << 30)
+			if r == 1 {
+				limit = 1 << 16
+			}
+			var err error
+			agents[r], err = Init(ctx, "", r, 2, WithStore(st), WithRegistry(reg), WithMaxMessageSize(limit))
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	defer func() {
+		for _, a := range agents {
+			a.Shutdown(ctx, false)
+		}
+	}()
+	big := dense([]int{1 << 16}, make([]float32, 1<<16))
+	if _, err := Sync[*tensor.Dense](ctx, agents[0], "worker1", "echo", big); !errors.Is(err, ErrPeerLost) {
+		t.Fatalf("frame over the receiver's limit: %v", err)
+	}
+	// A fresh connection serves small calls.
+	if v, err := Sync[int](ctx, agents[0], "worker1", "add", [2]int{1, 2}); err != nil || v != 3 {
+		t.Fatalf("after: %v %v", v, err)
+	}
+}
+
+func TestWrongTokenRefused(t *testing.T) {
+	st := store.NewMemory()
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	agents := make([]*Agent, 2)
+	var wg sync.WaitGroup
+	for r := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reg := NewRegistry()
+			registerBasics(r, reg)
+			var err error
+			agents[r], err = Init(ctx, "", r, 2, WithStore(st), WithRegistry(reg), WithToken([]string{"alpha", "beta"}[r]))
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	defer func() {
+		for _, a := range agents {
+			a.Shutdown(ctx, false)
+		}
+	}()
+	_, err := Sync[int](ctx, agents[0], "worker1", "add", [2]int{1, 2})
+	if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "token") {
+		t.Fatalf("wrong token: %v", err)
+	}
+}
+
+func TestGeneratedTokenIsShared(t *testing.T) {
+	t.Setenv(TokenEnv, "")
+	agents := startGroup(t, 2, registerBasics)
+	if string(agents[0].token) != string(agents[1].token) || len(agents[0].token) < 32 {
+		t.Fatalf("tokens %q %q", agents[0].token, agents[1].token)
+	}
+	if v, err := Sync[int](context.Background(), agents[0], "worker1", "add", [2]int{1, 2}); err == nil || v != 0 {
+		// names are w0/w1 in startGroup; this call is to an unknown worker
+		t.Fatalf("unexpected: %v %v", v, err)
+	}
+	if v, err := Sync[int](context.Background(), agents[1], "w0", "add", [2]int{1, 2}); err != nil || v != 3 {
+		t.Fatalf("call: %v %v", v, err)
+	}
+}
+
+// testTLS makes a CA and a certificate for 127.0.0.1 signed by it, and
+// returns a mutual-TLS config.
+func testTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tandem test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "worker"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		RootCAs:      pool, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
+		MinVersion: tls.VersionTLS13,
+	}
+}
+
+func TestMutualTLS(t *testing.T) {
+	cfg := testTLS(t)
+	agents := startGroup(t, 2, registerBasics, WithTLS(cfg))
+	ctx := context.Background()
+	x := dense([]int{1000}, make([]float32, 1000))
+	if y, err := Sync[*tensor.Dense](ctx, agents[0], "w1", "echo", x); err != nil || !sameTensor(x, y) {
+		t.Fatalf("TLS call: %v", err)
+	}
+	// A client without a certificate is refused at the handshake.
+	nc, err := tls.Dial("tcp", agents[1].ln.Addr().String(), &tls.Config{RootCAs: cfg.RootCAs, MinVersion: tls.VersionTLS13})
+	if err == nil {
+		nc.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err = nc.Write([]byte(helloMagic))
+		if err == nil {
+			_, err = nc.Read(make([]byte, 1))
+		}
+		nc.Close()
+	}
+	if err == nil {
+		t.Fatal("a client without a certificate got through")
+	}
+	// A plain TCP client is refused too.
+	raw, br, _ := rawConn(t, agents[1], nil)
+	raw.Write(append([]byte(helloMagic), 1, 0, 0, 0, 0, 0, 0))
+	if !closedByPeer(br) {
+		t.Fatal("plain TCP client not refused")
+	}
+	raw.Close()
+}
+
+func TestInitErrors(t *testing.T) {
+	st := store.NewMemory()
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := "trainer"
+			if r == 2 {
+				name = "ps"
+			}
+			var a *Agent
+			a, errs[r] = Init(ctx, name, r, 3, WithStore(st))
+			if a != nil {
+				a.Shutdown(ctx, false)
+			}
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), `"trainer" is used by ranks [0 1]`) {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	// A missing rank is named when the rendezvous times out.
+	sctx, scancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer scancel()
+	_, err := Init(sctx, "lonely", 0, 2, WithStore(store.NewMemory()))
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "ranks 1 of 2") {
+		t.Fatalf("missing rank: %v", err)
+	}
+	if _, err := Init(ctx, "x", 2, 2, WithStore(st)); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("bad rank: %v", err)
+	}
+}
+
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		st := store.NewMemory()
+		defer st.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		agents := make([]*Agent, 3)
+		var wg sync.WaitGroup
+		for r := range agents {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				reg := NewRegistry()
+				registerBasics(r, reg)
+				agents[r], _ = Init(ctx, "", r, 3, WithStore(st), WithRegistry(reg))
+			}()
+		}
+		wg.Wait()
+		for _, a := range agents {
+			if a == nil {
+				t.Fatal("init failed")
+			}
+		}
+		for i := 0; i < 20; i++ {
+			Async[int](ctx, agents[i%3], []string{"worker0", "worker1", "worker2"}[(i+1)%3], "add", [2]int{i, 1})
+		}
+		if _, err := Sync[int](ctx, agents[0], "worker2", "relay", [2]int{1, 1}); err != nil {
+			t.Fatal(err)
+		}
+		for i, err := range shutdownAll(agents) {
+			if err != nil {
+				t.Fatalf("shutdown %d: %v", i, err)
+			}
+		}
+	}()
+	checkGoroutines(t, before)
+}
