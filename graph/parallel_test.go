@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -126,5 +127,93 @@ func TestOneWorkerCannotOverlap(t *testing.T) {
 	}
 	if err := prog.Run(context.Background()); !errors.Is(err, errAlone) {
 		t.Fatalf("got %v, want the lone rendezvous to time out", err)
+	}
+}
+
+// Programs over different graphs can run at the same time (as goroutine ranks
+// in one process do), each giving the same results as alone.
+func TestSeparateProgramsRunConcurrently(t *testing.T) {
+	const ranks = 3
+	models := make([]*model, ranks)
+	progs := make([]*Program, ranks)
+	for r := range models {
+		models[r] = buildMLP([]int{6, 9, 9, 3}, 4, true)(t, tensor.Float32)
+		p, err := Compile(models[r].g, Workers(2), WithGrads(models[r].params, models[r].grads))
+		if err != nil {
+			t.Fatal(err)
+		}
+		progs[r] = p
+	}
+	rng := rand.New(rand.NewPCG(8, 8))
+	data := models[0].dataValues(rng, tensor.Float32)
+	var wg sync.WaitGroup
+	errc := make(chan error, ranks)
+	for r := range ranks {
+		wg.Go(func() {
+			for range 5 {
+				x, _ := G.CloneValue(data[0])
+				y, _ := G.CloneValue(data[1])
+				if err := progs[r].Run(context.Background(), Bind(models[r].data[0], x), Bind(models[r].data[1], y)); err != nil {
+					errc <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	for r := 1; r < ranks; r++ {
+		for i := range models[r].grads {
+			assertClose(t, fmt.Sprintf("rank %d gradient %d", r, i), tensor.Float32, models[0].grads[i].Value(), models[r].grads[i].Value())
+		}
+	}
+}
+
+// Two backward matrix products transpose the same input at the same time
+// (gorgonia's kernels flip the operand's shape in place while they run): each
+// op must get its own view of the shared value.
+func TestSharedInputTransposedConcurrently(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 10))
+	build := func() (*G.ExprGraph, *G.Node, G.Nodes, G.Nodes) {
+		g := G.NewGraph()
+		x := G.NewMatrix(g, tensor.Float64, G.WithShape(8, 6), G.WithName("x"))
+		var ws G.Nodes
+		var cost *G.Node
+		for i := range 4 {
+			w := param(g, rng, tensor.Float64, fmt.Sprint("w", i), 6, 5)
+			ws = append(ws, w)
+			s := G.Must(G.Sum(G.Must(G.Tanh(G.Must(G.Mul(x, w))))))
+			if cost == nil {
+				cost = s
+			} else {
+				cost = G.Must(G.Add(cost, s))
+			}
+		}
+		grads, err := G.Grad(cost, ws...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g, x, ws, grads
+	}
+	g, x, ws, grads := build()
+	prog, err := Compile(g, Workers(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for run := range 5 {
+		xv := randDense(rng, tensor.Float64, 8, 6)
+		want := plainForward(t, g, map[*G.Node]G.Value{x: xv, ws[0]: ws[0].Value(), ws[1]: ws[1].Value(), ws[2]: ws[2].Value(), ws[3]: ws[3].Value()})
+		if err := prog.Run(context.Background(), Bind(x, xv)); err != nil {
+			t.Fatal(err)
+		}
+		for i, gr := range grads {
+			assertClose(t, fmt.Sprintf("run %d gradient of w%d", run, i), tensor.Float64, want[gr], gr.Value())
+		}
+		if !x.Value().Shape().Eq(tensor.Shape{8, 6}) {
+			t.Fatalf("run %d: x's shape became %v", run, x.Value().Shape())
+		}
 	}
 }
