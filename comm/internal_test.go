@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"gorgonia.org/tensor"
 )
 
 func TestReduceKernels(t *testing.T) {
@@ -223,5 +224,31 @@ func TestWork(t *testing.T) {
 	j := joinWork("both", []*work{failedWork("a", nil), failedWork("b", boom)})
 	if err := j.Wait(context.Background()); err != boom {
 		t.Errorf("joined work: %v", err)
+	}
+}
+
+func TestTensorBuffer(t *testing.T) {
+	x := tensor.New(tensor.WithShape(2, 3), tensor.WithBacking([]float64{0, 1, 2, 3, 4, 5}))
+	b, err := tensorBuffer(x, "x")
+	if err != nil || len(b.b) != 48 || b.dt != dtFloat64 {
+		t.Fatalf("contiguous tensor: %v %v", b, err)
+	}
+	// The bytes alias the tensor: no copy.
+	typed[float64](b.b)[0] = 42
+	if x.Data().([]float64)[0] != 42 {
+		t.Error("buffer does not alias the tensor")
+	}
+	if err := x.T(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tensorBuffer(x, "x"); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("transposed view: got %v, want ErrInvalidArgument", err)
+	}
+	if _, err := tensorBuffer(nil, "x"); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("nil: got %v", err)
+	}
+	empty := tensor.New(tensor.Of(tensor.Int32), tensor.WithShape(0))
+	if b, err := tensorBuffer(empty, "e"); err != nil || len(b.b) != 0 {
+		t.Errorf("empty tensor: %v %v", b, err)
 	}
 }

@@ -65,7 +65,8 @@ func (pg *ProcessGroup) start(ctx context.Context, op collective) Work {
 	seq := pg.seq
 	pg.seq++
 	prev := pg.tail
-	w := newWork(fmt.Sprintf("%s #%d on group %q", op.desc, seq, pg.name))
+	w := newWork(op.desc)
+	w.seq, w.group = int64(seq), pg.name
 	pg.tail = w.done
 	pg.inflight.Add(1)
 	pg.mu.Unlock()
@@ -91,12 +92,13 @@ func (pg *ProcessGroup) opContext(ctx context.Context) (context.Context, context
 func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint32, prev chan struct{}) error {
 	ctx, cancel := pg.opContext(userCtx)
 	defer cancel()
-	label := fmt.Sprintf("%s #%d on group %q (rank %d)", op.desc, seq, pg.name, pg.rank)
+	// label names the collective in errors; built only when one occurs.
+	label := func() string { return fmt.Sprintf("%s #%d on group %q (rank %d)", op.desc, seq, pg.name, pg.rank) }
 	if prev != nil {
 		select {
 		case <-prev:
 		case <-ctx.Done():
-			return pg.fail(ctx, label, fmt.Errorf("still queued behind the previous collective: %w", ctx.Err()))
+			return pg.fail(ctx, label(), fmt.Errorf("still queued behind the previous collective: %w", ctx.Err()))
 		}
 	}
 	if err := pg.usable(op.desc); err != nil {
@@ -106,18 +108,18 @@ func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint
 	if op.unchecked {
 		if err := op.run(ctx, c); err != nil {
 			if pg.life.Err() != nil {
-				return fmt.Errorf("%s: %w", label, context.Cause(pg.life))
+				return fmt.Errorf("%s: %w", label(), context.Cause(pg.life))
 			}
-			return fmt.Errorf("%s: %w", label, err)
+			return fmt.Errorf("%s: %w", label(), err)
 		}
 		return nil
 	}
 	if len(pg.members) == 1 {
 		if op.invalid != nil {
-			return fmt.Errorf("%s: %w", label, op.invalid)
+			return fmt.Errorf("%s: %w", label(), op.invalid)
 		}
 		if err := op.run(ctx, c); err != nil {
-			return pg.fail(ctx, label, err)
+			return pg.fail(ctx, label(), err)
 		}
 		return nil
 	}
@@ -138,7 +140,7 @@ func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint
 	}()
 	if op.invalid != nil {
 		<-fpDone // tell the peers, then fail here with this rank's own reason
-		return fmt.Errorf("%s: %w", label, op.invalid)
+		return fmt.Errorf("%s: %w", label(), op.invalid)
 	}
 	var algErr error
 	if op.run != nil {
@@ -154,13 +156,13 @@ func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint
 			case fpErr != nil && errors.Is(fpErr, ErrMismatch):
 				return fpErr
 			case fpErr != nil:
-				return pg.fail(ctx, label, fpErr)
+				return pg.fail(ctx, label(), fpErr)
 			}
-			return pg.fail(ctx, label, algErr)
+			return pg.fail(ctx, label(), algErr)
 		}
 		// A lost peer: abort first, so that the fingerprint exchange (and
 		// every peer) stops waiting.
-		err := pg.fail(ctx, label, algErr)
+		err := pg.fail(ctx, label(), algErr)
 		<-fpDone
 		return err
 	}
@@ -169,9 +171,9 @@ func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint
 	case fpErr != nil && errors.Is(fpErr, ErrMismatch):
 		return fpErr
 	case fpErr != nil:
-		return pg.fail(ctx, label, fpErr)
+		return pg.fail(ctx, label(), fpErr)
 	case algErr != nil:
-		return fmt.Errorf("%s: %w", label, algErr)
+		return fmt.Errorf("%s: %w", label(), algErr)
 	}
 	return nil
 }

@@ -21,12 +21,21 @@ type Work interface {
 
 // work is the one implementation of Work.
 type work struct {
-	desc string
-	done chan struct{}
-	err  error
+	desc  string
+	seq   int64 // collective sequence number, -1 for other operations
+	group string
+	done  chan struct{}
+	err   error
 }
 
-func newWork(desc string) *work { return &work{desc: desc, done: make(chan struct{})} }
+func newWork(desc string) *work { return &work{desc: desc, seq: -1, done: make(chan struct{})} }
+
+func (w *work) String() string {
+	if w.seq >= 0 {
+		return fmt.Sprintf("%s #%d on group %q", w.desc, w.seq, w.group)
+	}
+	return w.desc
+}
 
 // failedWork returns a Work that is already finished with err.
 func failedWork(desc string, err error) *work {
@@ -64,7 +73,7 @@ func (w *work) Wait(ctx context.Context) error {
 	case <-w.done:
 		return w.err
 	case <-ctx.Done():
-		return fmt.Errorf("%w: waiting for %s: %w", ErrTimeout, w.desc, ctx.Err())
+		return fmt.Errorf("%w: waiting for %s: %w", ErrTimeout, w, ctx.Err())
 	}
 }
 
