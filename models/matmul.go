@@ -6,9 +6,10 @@ import (
 
 	"github.com/chewxy/hm"
 	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/gonum"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	tblas "github.com/tandemml/tandem/internal/blas"
 )
 
 // matMulOp computes op(A)·op(B) for row-major matrices, where op transposes
@@ -108,12 +109,11 @@ func (op matMulOp) Do(in ...G.Value) (G.Value, error) {
 		tb = blas.Trans
 	}
 	lda, ldb := a.Shape()[1], b.Shape()[1]
-	var impl gonum.Implementation
 	switch a.Dtype() {
 	case tensor.Float64:
-		impl.Dgemm(ta, tb, m, n, k, 1, a.Float64s(), lda, b.Float64s(), ldb, 0, out.Float64s(), n)
+		tblas.Dgemm(ta, tb, m, n, k, 1, a.Float64s(), lda, b.Float64s(), ldb, 0, out.Float64s(), n)
 	case tensor.Float32:
-		impl.Sgemm(ta, tb, m, n, k, 1, a.Float32s(), lda, b.Float32s(), ldb, 0, out.Float32s(), n)
+		tblas.Sgemm(ta, tb, m, n, k, 1, a.Float32s(), lda, b.Float32s(), ldb, 0, out.Float32s(), n)
 	default:
 		return nil, checkFloat(a.Dtype())
 	}

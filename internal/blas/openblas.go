@@ -1,0 +1,89 @@
+//go:build openblas
+
+package blas
+
+/*
+#cgo LDFLAGS: -lopenblas
+#include <cblas.h>
+void openblas_set_num_threads(int num_threads);
+*/
+import "C"
+
+import (
+	"unsafe"
+
+	gblas "gonum.org/v1/gonum/blas"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Name names the BLAS compiled into this binary.
+const Name = "openblas"
+
+// openBLAS overrides gonum's GEMM and GEMV with OpenBLAS's and keeps gonum
+// for everything else.
+type openBLAS struct{ pure }
+
+var impl Implementation = openBLAS{}
+
+func init() {
+	C.openblas_set_num_threads(1)
+	G.Use(impl)
+	tensor.Use(impl)
+}
+
+// Default returns the BLAS this binary uses.
+func Default() Implementation { return impl }
+
+func trans(t gblas.Transpose) C.enum_CBLAS_TRANSPOSE {
+	if t == gblas.NoTrans {
+		return C.CblasNoTrans
+	}
+	return C.CblasTrans
+}
+
+// empty reports whether a product has nothing to compute, so that no
+// pointer to an empty slice is taken.
+func empty(m, n int) bool { return m == 0 || n == 0 }
+
+func (openBLAS) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if empty(m, n) || k == 0 || len(a) == 0 || len(b) == 0 {
+		pure{}.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	C.cblas_sgemm(C.CblasRowMajor, trans(tA), trans(tB), C.blasint(m), C.blasint(n), C.blasint(k),
+		C.float(alpha), (*C.float)(unsafe.Pointer(&a[0])), C.blasint(lda),
+		(*C.float)(unsafe.Pointer(&b[0])), C.blasint(ldb),
+		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.blasint(ldc))
+}
+
+func (openBLAS) Dgemm(tA, tB gblas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	if empty(m, n) || k == 0 || len(a) == 0 || len(b) == 0 {
+		pure{}.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	C.cblas_dgemm(C.CblasRowMajor, trans(tA), trans(tB), C.blasint(m), C.blasint(n), C.blasint(k),
+		C.double(alpha), (*C.double)(unsafe.Pointer(&a[0])), C.blasint(lda),
+		(*C.double)(unsafe.Pointer(&b[0])), C.blasint(ldb),
+		C.double(beta), (*C.double)(unsafe.Pointer(&c[0])), C.blasint(ldc))
+}
+
+func (openBLAS) Sgemv(tA gblas.Transpose, m, n int, alpha float32, a []float32, lda int, x []float32, incX int, beta float32, y []float32, incY int) {
+	if empty(m, n) || len(x) == 0 || len(y) == 0 || incX <= 0 || incY <= 0 {
+		pure{}.Sgemv(tA, m, n, alpha, a, lda, x, incX, beta, y, incY)
+		return
+	}
+	C.cblas_sgemv(C.CblasRowMajor, trans(tA), C.blasint(m), C.blasint(n), C.float(alpha),
+		(*C.float)(unsafe.Pointer(&a[0])), C.blasint(lda), (*C.float)(unsafe.Pointer(&x[0])), C.blasint(incX),
+		C.float(beta), (*C.float)(unsafe.Pointer(&y[0])), C.blasint(incY))
+}
+
+func (openBLAS) Dgemv(tA gblas.Transpose, m, n int, alpha float64, a []float64, lda int, x []float64, incX int, beta float64, y []float64, incY int) {
+	if empty(m, n) || len(x) == 0 || len(y) == 0 || incX <= 0 || incY <= 0 {
+		pure{}.Dgemv(tA, m, n, alpha, a, lda, x, incX, beta, y, incY)
+		return
+	}
+	C.cblas_dgemv(C.CblasRowMajor, trans(tA), C.blasint(m), C.blasint(n), C.double(alpha),
+		(*C.double)(unsafe.Pointer(&a[0])), C.blasint(lda), (*C.double)(unsafe.Pointer(&x[0])), C.blasint(incX),
+		C.double(beta), (*C.double)(unsafe.Pointer(&y[0])), C.blasint(incY))
+}
