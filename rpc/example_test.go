@@ -1,0 +1,121 @@
+package rpc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/rpc"
+	"gorgonia.org/tensor"
+)
+
+// startWorkers starts n workers in this process for the examples; a real
+// program starts one per process with rpc.InitFromEnv.
+func startWorkers(n int, reg *rpc.Registry) []*rpc.Agent {
+	st := store.NewMemory()
+	agents := make([]*rpc.Agent, n)
+	var wg sync.WaitGroup
+	for r := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			agents[r], err = rpc.Init(context.Background(), fmt.Sprintf("worker%d", r), r, n, rpc.WithStore(st), rpc.WithRegistry(reg))
+			if err != nil {
+				panic(err)
+			}
+		}()
+	}
+	wg.Wait()
+	return agents
+}
+
+func stopWorkers(agents []*rpc.Agent) {
+	var wg sync.WaitGroup
+	for _, a := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.Shutdown(context.Background(), true)
+		}()
+	}
+	wg.Wait()
+}
+
+func Example() {
+	reg := rpc.NewRegistry()
+	rpc.Register(reg, "scale", func(ctx context.Context, x *tensor.Dense) (*tensor.Dense, error) {
+		return x.MulScalar(float32(2), true)
+	})
+	agents := startWorkers(2, reg)
+	defer stopWorkers(agents)
+
+	ctx := context.Background()
+	x := tensor.New(tensor.WithShape(3), tensor.WithBacking([]float32{1, 2, 3}))
+	y, err := rpc.Sync[*tensor.Dense](ctx, agents[0], "worker1", "scale", x)
+	fmt.Println(y.Data(), err)
+	// Output: [2 4 6] <nil>
+}
+
+func ExampleAsync() {
+	type pair struct{ A, B int }
+	reg := rpc.NewRegistry()
+	rpc.Register(reg, "add", func(ctx context.Context, p pair) (int, error) { return p.A + p.B, nil })
+	agents := startWorkers(2, reg)
+	defer stopWorkers(agents)
+
+	ctx := context.Background()
+	var futs []*rpc.Future[int]
+	for i := 0; i < 4; i++ {
+		futs = append(futs, rpc.Async[int](ctx, agents[0], "worker1", "add", pair{i, 10}))
+	}
+	for _, f := range futs {
+		v, _ := f.Wait(ctx)
+		fmt.Print(v, " ")
+	}
+	fmt.Println()
+	// Output: 10 11 12 13
+}
+
+func ExampleRegisterAsync() {
+	reg := rpc.NewRegistry()
+	// An async function hands back a future at once; the reply goes out when
+	// the future completes (here, from another goroutine), and no goroutine
+	// of the agent waits meanwhile.
+	rpc.RegisterAsync(reg, "square", func(ctx context.Context, x int) *rpc.Future[int] {
+		f := rpc.NewFuture[int]()
+		go f.Complete(x*x, nil)
+		return f
+	})
+	agents := startWorkers(2, reg)
+	defer stopWorkers(agents)
+
+	v, err := rpc.Sync[int](context.Background(), agents[0], "worker1", "square", 7)
+	fmt.Println(v, err)
+	// Output: 49 <nil>
+}
+
+func ExampleRemoteError() {
+	reg := rpc.NewRegistry()
+	rpc.Register(reg, "check", func(ctx context.Context, n int) (int, error) {
+		if n < 0 {
+			return 0, fmt.Errorf("negative input %d", n)
+		}
+		return n, nil
+	})
+	agents := startWorkers(2, reg)
+	defer stopWorkers(agents)
+
+	ctx := context.Background()
+	_, err := rpc.Sync[int](ctx, agents[0], "worker1", "check", -1)
+	fmt.Println(errors.Is(err, rpc.ErrRemote))
+	fmt.Println(err)
+	_, err = rpc.Sync[int](ctx, agents[0], "worker1", "chek", 1)
+	fmt.Println(errors.Is(err, rpc.ErrUnknownFunction))
+	// Output:
+	// true
+	// rpc: check on worker "worker1" failed: negative input -1
+	// true
+}
