@@ -18,9 +18,13 @@ import (
 // A hook therefore sits on the critical path: it must be fast, and anything
 // slow (network I/O, a bucketed allreduce) must be handed off to another
 // goroutine. Hooks of independent nodes may run at the same time on
-// different workers. A hook must not modify v, and must read only v and the
-// values of nodes that n depends on. v stays valid until the next Run of the
-// program starts. An error returned by a hook stops the run like an op error.
+// different workers. A hook must read only v and the values of nodes that n
+// depends on, and must not modify v while nodes consuming it may still run
+// (a parameter's gradient node usually has no consumer, so DDP may write the
+// reduced gradient back into it). v stays valid until the next Run of the
+// program starts, which writes into it again: work handed off must be
+// finished by then. An error returned by a hook stops the run like an op
+// error. A node's own hooks run before those registered with OnReady.
 type ReadyFunc func(ctx context.Context, n *G.Node, v G.Value) error
 
 // GradFunc is called when the gradient of a node is ready: wrt is the
