@@ -21,6 +21,14 @@ import (
 // bypass it and land directly in the destination.
 const readBufferSize = 64 << 10
 
+// stealMin is the smallest message whose Recv, posted while the payload is
+// streaming into a buffer, takes over the rest of the payload directly.
+const stealMin = 32 << 10
+
+// recvWait is how long the reader leaves a large payload in the socket
+// waiting for its Recv before buffering it.
+const recvWait = time.Millisecond
+
 // maxDiscard is the largest oversized payload a reader skips; a longer frame
 // is taken for a corrupt stream.
 const maxDiscard = 1 << 40
@@ -42,9 +50,12 @@ type peer struct {
 	cutSend func()
 	cutDone chan struct{}
 
-	// Read side, used by the reader goroutine only.
-	rd   *bufio.Reader
-	rhdr [headerSize]byte
+	// Read side, used by the reader goroutine only (posted is signalled by
+	// every Recv that posts a request).
+	rd        *bufio.Reader
+	rhdr      [headerSize]byte
+	posted    chan struct{}
+	waitTimer *time.Timer
 
 	mu     sync.Mutex
 	queues map[transport.Tag]*tagQueue
@@ -58,6 +69,9 @@ func newPeer(t *Transport, rank int, c *net.TCPConn) *peer {
 		queues: map[transport.Tag]*tagQueue{}, gone: make(chan struct{})}
 	if c != nil {
 		p.rd = bufio.NewReaderSize(c, readBufferSize)
+		p.posted = make(chan struct{}, 1)
+		p.waitTimer = time.NewTimer(time.Hour)
+		p.waitTimer.Stop()
 		p.cutDone = make(chan struct{}, 1)
 		p.cutSend = func() {
 			c.SetWriteDeadline(time.Unix(1, 0))
@@ -148,6 +162,10 @@ func (p *peer) recv(ctx context.Context, tag transport.Tag, buf []byte) error {
 	q = p.queue(tag)
 	q.posted = append(q.posted, r)
 	p.mu.Unlock()
+	select {
+	case p.posted <- struct{}{}: // wake a reader waiting for this Recv
+	default:
+	}
 
 	select {
 	case err := <-r.done:
@@ -304,8 +322,49 @@ func (p *peer) deliver(tag transport.Tag, n uint64) error {
 		r := q.popPosted()
 		p.tidy(tag, q)
 		p.mu.Unlock()
+		return p.readInto(r, tag, size)
+	}
+	p.mu.Unlock()
+	if size >= stealMin {
+		// Leave a large payload in the socket for a moment: its Recv is
+		// usually about to be posted, and then it lands directly in the
+		// receive buffer instead of being copied out of ours.
+		if r := p.awaitRecv(tag); r != nil {
+			return p.readInto(r, tag, size)
+		}
+	}
+	m := p.t.msgs.get(size)
+	if size < stealMin {
+		if _, err := io.ReadFull(p.rd, m.data); err != nil {
+			return p.readErr(err)
+		}
+		p.handOver(tag, m)
+		return nil
+	}
+	// Read what has arrived so far; after each read, a Recv posted meanwhile
+	// takes over: what is buffered is copied once and the rest of the
+	// payload goes straight into its buffer.
+	for got := 0; got < size; {
+		n, err := p.rd.Read(m.data[got:])
+		got += n
+		if err != nil && got < size {
+			return p.readErr(err)
+		}
+		if got == size {
+			break
+		}
+		p.mu.Lock()
+		q := p.queues[tag]
+		if q == nil || len(q.posted) == 0 {
+			p.mu.Unlock()
+			continue
+		}
+		r := q.popPosted()
+		p.tidy(tag, q)
+		p.mu.Unlock()
 		if len(r.buf) != size {
-			if _, err := p.rd.Discard(size); err != nil {
+			p.t.msgs.put(m)
+			if _, err := p.rd.Discard(size - got); err != nil {
 				err = p.readErr(err)
 				r.done <- err
 				return err
@@ -313,8 +372,9 @@ func (p *peer) deliver(tag transport.Tag, n uint64) error {
 			r.done <- p.mismatchErr(tag, size, len(r.buf))
 			return nil
 		}
-		// The Recv is waiting: read straight into its buffer.
-		if _, err := io.ReadFull(p.rd, r.buf); err != nil {
+		copy(r.buf, m.data[:got])
+		p.t.msgs.put(m)
+		if _, err := io.ReadFull(p.rd, r.buf[got:]); err != nil {
 			err = p.readErr(err)
 			r.done <- err
 			return err
@@ -322,13 +382,55 @@ func (p *peer) deliver(tag transport.Tag, n uint64) error {
 		r.done <- nil
 		return nil
 	}
-	p.mu.Unlock()
-	m := p.t.msgs.get(size)
-	if _, err := io.ReadFull(p.rd, m.data); err != nil {
-		return p.readErr(err)
-	}
 	p.handOver(tag, m)
 	return nil
+}
+
+// readInto reads a payload of size bytes for the posted Recv r.
+func (p *peer) readInto(r *recvReq, tag transport.Tag, size int) error {
+	if len(r.buf) != size {
+		if _, err := p.rd.Discard(size); err != nil {
+			err = p.readErr(err)
+			r.done <- err
+			return err
+		}
+		r.done <- p.mismatchErr(tag, size, len(r.buf))
+		return nil
+	}
+	// The Recv is waiting: read straight into its buffer.
+	if _, err := io.ReadFull(p.rd, r.buf); err != nil {
+		err = p.readErr(err)
+		r.done <- err
+		return err
+	}
+	r.done <- nil
+	return nil
+}
+
+// awaitRecv waits up to recvWait for a Recv on tag to be posted and claims
+// it; nil when none came. Messages behind this one wait meanwhile, which is
+// why the wait is short: a Recv that is never posted before a later message
+// is received costs recvWait once, not a deadlock.
+func (p *peer) awaitRecv(tag transport.Tag) *recvReq {
+	p.waitTimer.Reset(recvWait)
+	defer p.waitTimer.Stop()
+	for {
+		select {
+		case <-p.posted:
+		case <-p.waitTimer.C:
+			return nil
+		case <-p.gone:
+			return nil
+		}
+		p.mu.Lock()
+		if q := p.queues[tag]; q != nil && len(q.posted) > 0 {
+			r := q.popPosted()
+			p.tidy(tag, q)
+			p.mu.Unlock()
+			return r
+		}
+		p.mu.Unlock()
+	}
 }
 
 // handOver gives an arrived message to the first posted Recv, or queues it.

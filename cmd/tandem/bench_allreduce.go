@@ -1,0 +1,368 @@
+package main
+
+// `tandem bench allreduce`: all-reduce latency and bandwidth on this machine,
+// over the TCP backend with one real process per rank (children of this
+// binary, started in a hidden worker mode) or over the local backend with
+// goroutine ranks. Comparable with /work/shared/peers/torch_allreduce.py
+// (PyTorch gloo): same sizes, same iteration counts, rank 0's median.
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/comm/local"
+	"gorgonia.org/tensor"
+)
+
+func init() {
+	benches["allreduce"] = command{
+		summary: "all-reduce latency and bandwidth: tandem bench allreduce -nproc N [-backend tcp|local] [-dtype float32] [-sizes 4K,64K,...] [-iters K] [-json]",
+		run:     func(ctx context.Context, args []string) error { return benchAllReduce(ctx, args, os.Stdout, selfWorker) },
+	}
+}
+
+// allreduceResult is one line of `tandem bench allreduce -json`.
+type allreduceResult struct {
+	Bench    string  `json:"bench"`
+	Backend  string  `json:"backend"`
+	World    int     `json:"world"`
+	Dtype    string  `json:"dtype"`
+	Bytes    int     `json:"bytes"`
+	Iters    int     `json:"iters"`
+	MedianS  float64 `json:"median_s"`
+	AlgBWGBs float64 `json:"algbw_GBps"`
+	BusBWGBs float64 `json:"busbw_GBps"`
+}
+
+// allreduceConfig is what the parent and every worker agree on.
+type allreduceConfig struct {
+	dtype string
+	sizes []int
+	iters int // 0: chosen per size as the PyTorch script does
+}
+
+// workerLauncher builds the command that runs one worker process of the
+// benchmark (args are the worker's flags); env is added to its environment.
+type workerLauncher func(args, env []string) (*exec.Cmd, error)
+
+// selfWorker re-executes this binary in the hidden worker mode.
+func selfWorker(args, env []string) (*exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this executable to start workers: %w", err)
+	}
+	cmd := exec.Command(exe, append([]string{"bench", "allreduce"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	return cmd, nil
+}
+
+var benchDtypes = map[string]tensor.Dtype{
+	"float32": tensor.Float32, "float64": tensor.Float64, "int32": tensor.Int32, "int64": tensor.Int64,
+}
+
+const defaultAllreduceSizes = "4K,16K,64K,256K,1M,4M,16M,64M"
+
+func benchAllReduce(ctx context.Context, args []string, stdout io.Writer, launch workerLauncher) error {
+	fs := flag.NewFlagSet("tandem bench allreduce", flag.ContinueOnError)
+	nproc := fs.Int("nproc", 2, "number of ranks")
+	backend := fs.String("backend", "tcp", "`backend`: tcp (one process per rank) or local (goroutine ranks)")
+	dtype := fs.String("dtype", "float32", "element type: float32, float64, int32 or int64")
+	sizesFlag := fs.String("sizes", defaultAllreduceSizes, "comma-separated buffer `sizes` in bytes (suffixes K, M, G: KiB, MiB, GiB)")
+	iters := fs.Int("iters", 0, "timed iterations per size (0: 200 for small buffers down to 5 for 64 MiB, as PyTorch's script)")
+	asJSON := fs.Bool("json", false, "print one JSON object per size")
+	worker := fs.Bool("worker", false, "internal: run as one rank of the benchmark (rank from the environment)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	dt, ok := benchDtypes[*dtype]
+	if !ok {
+		return fmt.Errorf("-dtype %q: want float32, float64, int32 or int64", *dtype)
+	}
+	sizes, err := parseSizes(*sizesFlag, int(dt.Size()))
+	if err != nil {
+		return err
+	}
+	if *iters < 0 {
+		return fmt.Errorf("-iters %d: must not be negative", *iters)
+	}
+	cfg := allreduceConfig{dtype: *dtype, sizes: sizes, iters: *iters}
+	if *worker {
+		return allreduceWorker(ctx, cfg, stdout)
+	}
+	if *nproc < 1 {
+		return fmt.Errorf("-nproc %d: need at least one rank", *nproc)
+	}
+	var results []allreduceResult
+	switch *backend {
+	case "tcp":
+		results, err = allreduceProcesses(ctx, cfg, *nproc, launch)
+	case "local":
+		results, err = allreduceGoroutines(ctx, cfg, *nproc)
+	default:
+		return fmt.Errorf("-backend %q: want tcp or local", *backend)
+	}
+	if err != nil {
+		return err
+	}
+	if !*asJSON {
+		fmt.Fprintf(stdout, "all_reduce sum, %s, world %d, backend %s (rank 0's median; busbw = algbw*2(n-1)/n)\n", cfg.dtype, *nproc, *backend)
+		fmt.Fprintf(stdout, "%12s %6s %12s %12s %12s\n", "bytes", "iters", "median", "algbw GB/s", "busbw GB/s")
+	}
+	for _, r := range results {
+		r.Bench, r.Backend, r.World, r.Dtype = "allreduce", *backend, *nproc, cfg.dtype
+		if r.MedianS > 0 {
+			r.AlgBWGBs = float64(r.Bytes) / r.MedianS / 1e9
+			r.BusBWGBs = r.AlgBWGBs * 2 * float64(*nproc-1) / float64(*nproc)
+		}
+		if *asJSON {
+			line, _ := json.Marshal(r)
+			fmt.Fprintln(stdout, string(line))
+		} else {
+			fmt.Fprintf(stdout, "%12d %6d %12s %12.3f %12.3f\n", r.Bytes, r.Iters,
+				time.Duration(r.MedianS*1e9).Round(time.Microsecond), r.AlgBWGBs, r.BusBWGBs)
+		}
+	}
+	return nil
+}
+
+// parseSizes parses "4K,64K,1M" into byte counts that are whole elements.
+func parseSizes(s string, elem int) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		mult := 1
+		switch {
+		case strings.HasSuffix(f, "K"):
+			mult, f = 1<<10, strings.TrimSuffix(f, "K")
+		case strings.HasSuffix(f, "M"):
+			mult, f = 1<<20, strings.TrimSuffix(f, "M")
+		case strings.HasSuffix(f, "G"):
+			mult, f = 1<<30, strings.TrimSuffix(f, "G")
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-sizes: %q is not a positive size (bytes, or with K, M, G)", f)
+		}
+		b := n * mult
+		if b%elem != 0 {
+			return nil, fmt.Errorf("-sizes: %d bytes is not a whole number of %d-byte elements", b, elem)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// itersFor is PyTorch's script's choice: max(5, min(200, 2^24 / elements)).
+func (c allreduceConfig) itersFor(bytes int) int {
+	if c.iters > 0 {
+		return c.iters
+	}
+	elems := bytes / int(benchDtypes[c.dtype].Size())
+	return max(5, min(200, (1<<24)/elems))
+}
+
+// allreduceProcesses runs one worker process per rank over the TCP backend
+// and returns rank 0's results.
+func allreduceProcesses(ctx context.Context, cfg allreduceConfig, n int, launch workerLauncher) ([]allreduceResult, error) {
+	port, err := benchMasterPort()
+	if err != nil {
+		return nil, err
+	}
+	var secret [16]byte
+	rand.Read(secret[:])
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sizes := make([]string, len(cfg.sizes))
+	for i, s := range cfg.sizes {
+		sizes[i] = strconv.Itoa(s)
+	}
+	args := []string{"-worker", "-dtype", cfg.dtype, "-sizes", strings.Join(sizes, ","), "-iters", strconv.Itoa(cfg.iters)}
+	var results []allreduceResult
+	var parseErr error
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		cmd, err := launch(args, []string{
+			"RANK=" + strconv.Itoa(r), "WORLD_SIZE=" + strconv.Itoa(n),
+			"LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=" + strconv.Itoa(n),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(port),
+			"TANDEM_TOKEN=" + hex.EncodeToString(secret[:]),
+		})
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return nil, err
+		}
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			cancel()
+			wg.Wait()
+			return nil, fmt.Errorf("starting rank %d: %w", r, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
+			defer stop()
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if r != 0 {
+					continue
+				}
+				var res allreduceResult
+				if err := json.Unmarshal(sc.Bytes(), &res); err != nil {
+					parseErr = fmt.Errorf("rank 0 printed %q: %w", sc.Text(), err)
+					continue
+				}
+				results = append(results, res)
+			}
+			if err := cmd.Wait(); err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+				cancel() // one rank failed: stop the others
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("benchmark workers failed (see their messages above): %w", err)
+	}
+	if parseErr != nil {
+		return nil, parseErr
+	}
+	return results, nil
+}
+
+// benchMasterPort returns a port on 127.0.0.1 that was free a moment ago,
+// for rank 0's store.
+func benchMasterPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port for the store: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// allreduceWorker is one rank: it joins the world from the environment,
+// times every size and, on rank 0, prints one JSON line per size.
+func allreduceWorker(ctx context.Context, cfg allreduceConfig, stdout io.Writer) error {
+	pg, err := comm.InitFromEnv(ctx, comm.WithInitTimeout(time.Minute), comm.WithoutDefault())
+	if err != nil {
+		return err
+	}
+	defer pg.Close()
+	results, err := timeAllReduce(ctx, pg, cfg)
+	if err != nil {
+		return err
+	}
+	if pg.Rank() == 0 {
+		for _, r := range results {
+			line, _ := json.Marshal(r)
+			fmt.Fprintln(stdout, string(line))
+		}
+	}
+	// Leave together, so that no rank closes while another still reads.
+	return pg.Barrier(ctx).Wait(ctx)
+}
+
+// allreduceGoroutines runs the benchmark with goroutine ranks over the local
+// backend and returns rank 0's results.
+func allreduceGoroutines(ctx context.Context, cfg allreduceConfig, n int) ([]allreduceResult, error) {
+	pgs, err := local.NewGroups(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	results := make([][]allreduceResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, pg := range pgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[r], errs[r] = timeAllReduce(ctx, pg, cfg)
+		}()
+	}
+	wg.Wait()
+	for _, pg := range pgs {
+		pg.Close()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return results[0], nil
+}
+
+// timeAllReduce times the all-reduce of every size on one rank: three warm-up
+// calls, a barrier, then itersFor(size) timed calls.
+func timeAllReduce(ctx context.Context, pg *comm.ProcessGroup, cfg allreduceConfig) ([]allreduceResult, error) {
+	dt := benchDtypes[cfg.dtype]
+	var out []allreduceResult
+	for _, size := range cfg.sizes {
+		x := tensor.New(tensor.WithShape(size/int(dt.Size())), tensor.Of(dt))
+		if err := x.Memset(onesOf(dt)); err != nil {
+			return nil, err
+		}
+		for range 3 {
+			if err := pg.AllReduce(ctx, x, comm.Sum).Wait(ctx); err != nil {
+				return nil, fmt.Errorf("warm-up all_reduce of %d bytes: %w", size, err)
+			}
+		}
+		if err := pg.Barrier(ctx).Wait(ctx); err != nil {
+			return nil, err
+		}
+		iters := cfg.itersFor(size)
+		times := make([]float64, iters)
+		for i := range times {
+			start := time.Now()
+			if err := pg.AllReduce(ctx, x, comm.Sum).Wait(ctx); err != nil {
+				return nil, fmt.Errorf("all_reduce of %d bytes: %w", size, err)
+			}
+			times[i] = time.Since(start).Seconds()
+		}
+		slices.Sort(times)
+		med := times[iters/2]
+		if iters%2 == 0 {
+			med = (times[iters/2-1] + times[iters/2]) / 2
+		}
+		out = append(out, allreduceResult{Bytes: size, Iters: iters, MedianS: med})
+	}
+	return out, nil
+}
+
+func onesOf(dt tensor.Dtype) any {
+	switch dt {
+	case tensor.Float32:
+		return float32(1)
+	case tensor.Float64:
+		return float64(1)
+	case tensor.Int32:
+		return int32(1)
+	default:
+		return int64(1)
+	}
+}
