@@ -1,0 +1,64 @@
+// Package dist makes Tandem's collectives differentiable: each function
+// builds a gorgonia node that runs a collective of a comm.ProcessGroup when the
+// graph runs, and whose gradient (gorgonia.Grad) is built from collectives as
+// well, with the exact backward rule. It answers PyTorch's
+// torch.distributed.nn.functional, with its gaps filled: every reduce op has
+// its gradient except the bitwise ones.
+//
+// # Use
+//
+// Every rank builds the same graph; the collective nodes connect the ranks'
+// graphs when they run:
+//
+//	g := gorgonia.NewGraph()
+//	x := gorgonia.NewMatrix(g, tensor.Float64, gorgonia.WithShape(4, 8), gorgonia.WithName("x"))
+//	y, err := dist.AllReduce(pg, x, comm.Sum)          // sum over the ranks
+//	parts, err := dist.AllGather(pg, x)                // one node per rank
+//	loss := ...                                        // this rank's loss
+//	grads, err := gorgonia.Grad(loss, x)               // backward collectives included
+//	prog, err := graph.Compile(g, graph.WithGrads(gorgonia.Nodes{x}, grads))
+//	err = prog.Run(ctx, graph.Bind(x, batch))          // or gorgonia's TapeMachine
+//
+// The functions are Broadcast, Reduce, AllReduce, AllGather,
+// AllGatherIntoTensor, Gather, Scatter, ReduceScatter, ReduceScatterTensor,
+// AllToAll and AllToAllSingle. Their arguments follow PyTorch's (roots and
+// ranks are ranks of the group). Functions with one output per rank (AllGather,
+// Gather, AllToAll) return one node per rank: each is a slice of one stacked
+// node of shape [world, ...] that a single collective fills, so the gradients
+// of the slices add up exactly into the stacked node's gradient (every element
+// receives one term, the others being exact zeros). Functions with one input
+// per rank (Scatter, ReduceScatter, AllToAll) take a list of nodes, one op
+// node reading them all.
+//
+// The executor of package graph runs these nodes with the run's context
+// (they implement its ContextDoer): a cancelled run, a dead peer or a
+// timeout ends them with an error wrapping comm's sentinels. Without a
+// context (TapeMachine) the group's default timeout bounds them.
+//
+// # Semantics of the gradients
+//
+// The objective is the sum of every rank's loss. Outputs a rank does not
+// receive (the non-roots of Reduce and Gather) are zeros and carry no
+// gradient. Sum, avg and premul_sum are linear: the gradient of an all-reduce
+// with one of them is the all-reduce of the output gradients with the same op.
+// Product's gradient is the product of the other ranks' values (computed from
+// an extra all-gather of the inputs with prefix and suffix products, exact
+// with zeros, no division). Max and min send the gradient to every rank
+// holding the extreme value, split equally among ties. Band, bor and bxor
+// take integer tensors; asking for their gradient, or for any gradient of an
+// integer collective, fails in SymDiff with an error that names the op and
+// the reduce op and wraps ErrNotDifferentiable. The rules of every function
+// are listed in backward.go and in each function's documentation.
+//
+// # Order of collectives
+//
+// Ranks match collectives by their order, and a parallel executor could start
+// two independent collective nodes in different orders on different ranks.
+// So the collective nodes of one group in one graph form a chain: each node
+// takes the previous one as an extra input that only orders them (it has no
+// gradient). Every executor then issues them in the order they were built, on
+// every rank, which also covers the backward collectives gorgonia.Grad adds.
+// Ranks must build the same collectives in the same order, as in any SPMD
+// program. Each node's hash includes its group and its place in the chain, so
+// gorgonia never merges two collectives on the same input into one node.
+package dist
