@@ -5,9 +5,14 @@ RACE_PKGS  = ./comm/... ./graph/... ./ops/... ./ddp/... ./rpc/... ./rref/... ./a
 # Everything else (numerical packages whose tests are heavy under -race).
 PLAIN_PKGS = ./models/... ./optim/... ./examples/... ./internal/...
 FUZZTIME  ?= 5s
+# Build tag for the OpenBLAS path (internal/blas) when libopenblas-dev is
+# installed; empty (pure-Go gonum BLAS) otherwise. Override with TAGS=.
+TAGS      ?= $(shell printf '#include <cblas.h>\n' | $${CC:-cc} -E -x c - >/dev/null 2>&1 && \
+               ldconfig -p 2>/dev/null | grep -q libopenblas && echo openblas)
+TAGFLAG    = $(if $(TAGS),-tags $(TAGS))
 GOTESTFLAGS ?= -count=1 -timeout 9m
 
-.PHONY: all build vet fmt-check test test-race test-plain fuzz demo bench clean
+.PHONY: all build vet fmt-check test test-race test-plain test-blas fuzz demo bench clean
 
 all: build
 
@@ -21,13 +26,18 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-test: vet fmt-check test-race test-plain fuzz
+test: vet fmt-check test-race test-plain test-blas fuzz
 
 test-race:
 	$(GO) test -race $(GOTESTFLAGS) $$($(GO) list $(RACE_PKGS) 2>/dev/null)
 
 test-plain:
 	$(GO) test $(GOTESTFLAGS) $$($(GO) list $(PLAIN_PKGS) 2>/dev/null)
+
+# The numerical packages again over the optional C BLAS, when it is installed.
+test-blas:
+	@if [ -n "$(TAGS)" ]; then $(GO) test $(GOTESTFLAGS) $(TAGFLAG) ./internal/blas ./models ./optim; \
+	else echo "test-blas: libopenblas-dev not installed; pure-Go BLAS only"; fi
 
 # Short fuzz runs of the wire decoders (a few seconds each).
 fuzz:
@@ -40,15 +50,15 @@ fuzz:
 	done
 
 demo:
-	$(GO) run ./cmd/tandem run -nproc 3 -- $(GO) run ./examples/collectives
+	$(GO) run $(TAGFLAG) ./cmd/tandem run -nproc 3 -- $(GO) run ./examples/collectives
 
 bench:
-	$(GO) run ./cmd/tandem bench store -json
-	$(GO) run ./cmd/tandem bench allreduce -nproc 2 -json
-	$(GO) run ./cmd/tandem bench allreduce -nproc 4 -json
-	$(GO) run ./cmd/tandem bench rpc -json
-	$(GO) run ./cmd/tandem bench train -json
-	$(GO) run ./cmd/tandem bench ddp -nproc 2 -json
+	$(GO) run $(TAGFLAG) ./cmd/tandem bench store -json
+	$(GO) run $(TAGFLAG) ./cmd/tandem bench allreduce -nproc 2 -json
+	$(GO) run $(TAGFLAG) ./cmd/tandem bench allreduce -nproc 4 -json
+	$(GO) run $(TAGFLAG) ./cmd/tandem bench rpc -json
+	$(GO) run $(TAGFLAG) ./cmd/tandem bench train -json -peer ../shared/peers/torch_ddp.py
+	$(GO) run $(TAGFLAG) ./cmd/tandem bench ddp -nproc 2 -json
 
 clean:
 	$(GO) clean -testcache

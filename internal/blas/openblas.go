@@ -4,8 +4,34 @@ package blas
 
 /*
 #cgo LDFLAGS: -lopenblas
+#include <stdlib.h>
+#include <string.h>
 #include <cblas.h>
 void openblas_set_num_threads(int num_threads);
+char *openblas_get_corename(void);
+void gotoblas_dynamic_init(void);
+void gotoblas_dynamic_quit(void);
+
+// tandem_fix_coretype re-selects OpenBLAS's kernels when its detection fell
+// back to an old generic core although the CPU has AVX-512 or AVX2 (common in
+// virtual machines, whose CPU model OpenBLAS does not recognise). A core type
+// the user forced with OPENBLAS_CORETYPE is left alone.
+static void tandem_fix_coretype(void) {
+	if (getenv("OPENBLAS_CORETYPE") != NULL) return;
+	const char *name = openblas_get_corename();
+	if (name == NULL || (strcmp(name, "Prescott") != 0 && strcmp(name, "Core2") != 0 &&
+	                     strcmp(name, "Nehalem") != 0 && strcmp(name, "Sandybridge") != 0)) return;
+	__builtin_cpu_init();
+	const char *want = NULL;
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) want = "SkylakeX";
+	else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) want = "Haswell";
+	if (want == NULL) return;
+	setenv("OPENBLAS_CORETYPE", want, 1);
+	gotoblas_dynamic_quit();
+	gotoblas_dynamic_init();
+	unsetenv("OPENBLAS_CORETYPE");
+}
 */
 import "C"
 
@@ -20,6 +46,9 @@ import (
 // Name names the BLAS compiled into this binary.
 const Name = "openblas"
 
+// Core names the kernel family OpenBLAS runs (for benchmark reports).
+func Core() string { return C.GoString(C.openblas_get_corename()) }
+
 // openBLAS overrides gonum's GEMM and GEMV with OpenBLAS's and keeps gonum
 // for everything else.
 type openBLAS struct{ pure }
@@ -27,6 +56,7 @@ type openBLAS struct{ pure }
 var impl Implementation = openBLAS{}
 
 func init() {
+	C.tandem_fix_coretype()
 	C.openblas_set_num_threads(1)
 	G.Use(impl)
 	tensor.Use(impl)

@@ -9,3 +9,6 @@ var impl Implementation = pure{}
 
 // Default returns the BLAS this binary uses.
 func Default() Implementation { return impl }
+
+// Core names the kernel family in use; the pure-Go BLAS has one.
+func Core() string { return "go" }

@@ -1,0 +1,176 @@
+package main
+
+// `tandem bench train`: one training step (forward, backward, SGD update) of
+// an MLP on one core, the single-process work that PyTorch's peer script
+// times with `torch_ddp.py 1`. With -peer it runs that script in the same
+// sitting and prints the ratio.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/graph"
+	tblas "github.com/tandemml/tandem/internal/blas"
+	"github.com/tandemml/tandem/models"
+	"github.com/tandemml/tandem/optim"
+)
+
+func init() {
+	benches["train"] = command{
+		summary: "one-core MLP training step: tandem bench train [-sizes 784,1024,1024,10] [-batch 64] [-steps 50] [-peer PATH] [-json]",
+		run:     benchTrain,
+	}
+}
+
+// trainBenchResult is one line of `tandem bench train -json`.
+type trainBenchResult struct {
+	Bench         string  `json:"bench"`
+	BLAS          string  `json:"blas"`
+	Sizes         []int   `json:"sizes"`
+	Batch         int     `json:"batch"`
+	MedianStepS   float64 `json:"median_step_s"`
+	StepsPerS     float64 `json:"steps_per_s"`
+	PeerMedianS   float64 `json:"peer_median_step_s,omitempty"`
+	SpeedupVsPeer float64 `json:"speedup_vs_peer,omitempty"`
+}
+
+func benchTrain(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("tandem bench train", flag.ContinueOnError)
+	sizesFlag := fs.String("sizes", "784,1024,1024,10", "comma-separated layer `sizes` of the MLP")
+	batch := fs.Int("batch", 64, "batch size")
+	steps := fs.Int("steps", 50, "timed steps (after 10 warm-up steps)")
+	peer := fs.String("peer", "", "`path` of shared/peers/torch_ddp.py: run it with world 1 in the same sitting and compare")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	sizes, err := parseInts(*sizesFlag)
+	if err != nil || len(sizes) < 2 {
+		return fmt.Errorf("-sizes: %q is not a list of at least two positive sizes", *sizesFlag)
+	}
+	if *batch < 1 || *steps < 1 {
+		return errors.New("-batch and -steps must be positive")
+	}
+	// One core, as the peer runs with torch.set_num_threads(1).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+
+	med, err := timeTrainSteps(ctx, sizes, *batch, *steps)
+	if err != nil {
+		return err
+	}
+	res := trainBenchResult{Bench: "train", BLAS: tblas.Name, Sizes: sizes, Batch: *batch,
+		MedianStepS: med.Seconds(), StepsPerS: 1 / med.Seconds()}
+	if *peer != "" {
+		pm, err := runTorchPeer(ctx, *peer)
+		if err != nil {
+			return err
+		}
+		res.PeerMedianS = pm
+		res.SpeedupVsPeer = pm / med.Seconds()
+	}
+	if *asJSON {
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	fmt.Printf("MLP %v, batch %d, float32, one core, BLAS %s: median %.2f ms/step (%.1f steps/s)\n",
+		sizes, *batch, tblas.Name, 1e3*res.MedianStepS, res.StepsPerS)
+	if res.PeerMedianS > 0 {
+		fmt.Printf("PyTorch (same sitting): median %.2f ms/step; Tandem is %.2fx faster\n", 1e3*res.PeerMedianS, res.SpeedupVsPeer)
+	}
+	return nil
+}
+
+// timeTrainSteps builds the MLP step on the graph executor and returns the
+// median wall time of steps timed steps after ten warm-up steps.
+func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int) (time.Duration, error) {
+	rng := rand.New(rand.NewPCG(0, 1))
+	model, err := models.NewMLP(sizes, models.ActReLU, true, rng, models.WithDtype(tensor.Float32))
+	if err != nil {
+		return 0, err
+	}
+	xs := make([]float32, batch*sizes[0])
+	for i := range xs {
+		xs[i] = float32(rng.NormFloat64())
+	}
+	ys := make([]int64, batch)
+	for i := range ys {
+		ys[i] = int64(rng.IntN(sizes[len(sizes)-1]))
+	}
+	b := models.NewBuilder(nil)
+	x := b.Bind("x", tensor.New(tensor.WithShape(batch, sizes[0]), tensor.WithBacking(xs)))
+	y := b.Bind("y", tensor.New(tensor.WithShape(batch), tensor.WithBacking(ys)))
+	logits, err := model.Forward(b, x)
+	if err != nil {
+		return 0, err
+	}
+	loss, err := models.CrossEntropy(logits, y)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.Backward(loss); err != nil {
+		return 0, err
+	}
+	prog, err := graph.Compile(b.Graph(), graph.Workers(1), graph.WithGrads(b.ParamNodes(), b.GradNodes()))
+	if err != nil {
+		return 0, err
+	}
+	opt, err := optim.NewSGD(model.Params(), 0.01)
+	if err != nil {
+		return 0, err
+	}
+	times := make([]time.Duration, 0, steps)
+	for i := 0; i < steps+10; i++ {
+		t0 := time.Now()
+		opt.ZeroGrad()
+		if err := prog.Run(ctx); err != nil {
+			return 0, err
+		}
+		if err := b.CopyGrads(); err != nil {
+			return 0, err
+		}
+		if err := opt.Step(); err != nil {
+			return 0, err
+		}
+		if i >= 10 {
+			times = append(times, time.Since(t0))
+		}
+	}
+	slices.Sort(times)
+	return times[len(times)/2], nil
+}
+
+// runTorchPeer runs PyTorch's single-process step timing and returns its
+// median step time in seconds.
+func runTorchPeer(ctx context.Context, script string) (float64, error) {
+	python := "/usr/bin/python3"
+	cmd := exec.CommandContext(ctx, python, script, "1")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("peer %s %s 1: %w (is python3-torch installed? apt-get install python3-torch)", python, script, err)
+	}
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		for _, f := range strings.Fields(sc.Text()) {
+			if v, ok := strings.CutPrefix(f, "median_step_s="); ok {
+				return strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("peer output has no median_step_s: %q", out.String())
+}
