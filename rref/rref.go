@@ -105,9 +105,17 @@ func ownerRef[T any](rc *refContext, e *ownerEntry) *RRef[T] {
 
 // userRef wraps a user state in a handle whose collection releases it.
 func userRef[T any](st *state) *RRef[T] {
-	r := &RRef[T]{st: st}
-	runtime.AddCleanup(r, collected, cleanupArg{rc: st.rc, fork: st.fork})
+	r := &RRef[T]{}
+	r.bind(st)
 	return r
+}
+
+// bind points the handle r at a user state and makes r's collection
+// release it (r may be a field of a larger value: the cleanup then runs
+// when that value is collected).
+func (r *RRef[T]) bind(st *state) {
+	r.st = st
+	runtime.AddCleanup(r, collected, cleanupArg{rc: st.rc, fork: st.fork})
 }
 
 type cleanupArg struct {

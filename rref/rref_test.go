@@ -216,6 +216,23 @@ func TestForkToThirdWorker(t *testing.T) {
 	}
 	eventually(t, "the owner deletes the value", func() bool { return OwnedCount(agents[1]) == 0 })
 
+	// A reference received as a result stays valid through collections
+	// while it is in use (its cleanup belongs to the handle the caller got).
+	got, err := rpc.Sync[*RRef[*tensor.Dense]](ctx, agents[0], "w1", "make", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v, err := got.ToHere(ctx); err != nil || sum(v) != 2 {
+		t.Fatalf("ToHere after GC: %v %v", v, err)
+	}
+	if err := got.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
 	// A user passing the reference back to its owner: the owner gets its
 	// own reference.
 	ref2, _ := Remote[*tensor.Dense](ctx, agents[0], "w1", "ones", 2)

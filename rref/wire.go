@@ -153,7 +153,7 @@ func (r *RRef[T]) UnmarshalRPC(d *rpc.Decoder) error {
 			rc.tellParent(parent, fork)
 		}()
 	}
-	*r = *userRef[T](st)
+	r.bind(st)
 	return nil
 }
 

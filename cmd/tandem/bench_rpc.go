@@ -1,0 +1,408 @@
+package main
+
+// `tandem bench rpc`: RPC latency and throughput between two workers on
+// loopback, comparable with /work/shared/peers/torch_rpc.py (PyTorch's
+// TensorPipe agent): echo round trips of float32 tensors, async calls per
+// second with many in flight, and Remote + ToHere. By default the callee is
+// a second process (this binary in a hidden peer mode); -inproc runs both
+// agents in this process.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/rpc"
+	"github.com/tandemml/tandem/rref"
+	"gorgonia.org/tensor"
+)
+
+func init() {
+	benches["rpc"] = command{
+		summary: "RPC echo latency, async calls/s, remote+to_here: tandem bench rpc [-json] [-max 16M] [-inflight 64] [-inproc] [-torch]",
+		run:     func(ctx context.Context, args []string) error { return benchRPC(ctx, args, os.Stdout) },
+	}
+}
+
+// rpcBenchResult is one line of `tandem bench rpc -json`.
+type rpcBenchResult struct {
+	Bench     string  `json:"bench"`
+	Case      string  `json:"case"`
+	Bytes     int     `json:"bytes,omitempty"`
+	Iters     int     `json:"iters,omitempty"`
+	MedianS   float64 `json:"median_s,omitempty"`
+	GBps      float64 `json:"GBps,omitempty"`
+	CallsPerS float64 `json:"calls_per_s,omitempty"`
+	InFlight  int     `json:"in_flight,omitempty"`
+	Processes int     `json:"processes"`
+}
+
+type rpcBenchConfig struct {
+	maxBytes int
+	inflight int
+	calls    int
+	remotes  int
+	iters    int
+}
+
+const rpcEcho = "bench.echo"
+
+func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("tandem bench rpc", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print one JSON object per result")
+	maxFlag := fs.String("max", "16M", "largest echo `size` in bytes (sizes are 4, 16, 64, ... up to it; suffixes K, M)")
+	inflight := fs.Int("inflight", 64, "async calls kept in flight")
+	calls := fs.Int("calls", 20000, "async calls in total")
+	remotes := fs.Int("remotes", 200, "timed Remote + ToHere pairs")
+	iters := fs.Int("iters", 0, "timed echo round trips per size (0: from 1000 for small tensors down to 20)")
+	inproc := fs.Bool("inproc", false, "run both workers in this process (default: the callee is a second process)")
+	torch := fs.Bool("torch", false, "also run /work/shared/peers/torch_rpc.py (needs python3-torch) and print the ratios")
+	peer := fs.Bool("peer", false, "internal: run as the callee (rank 1, from the environment)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *peer {
+		return rpcBenchPeer(ctx)
+	}
+	maxBytes, err := parseByteSize(*maxFlag)
+	if err != nil {
+		return fmt.Errorf("-max: %w", err)
+	}
+	if *inflight < 1 || *calls < 1 || *remotes < 1 || *iters < 0 {
+		return fmt.Errorf("-inflight, -calls and -remotes must be positive, -iters not negative")
+	}
+	cfg := rpcBenchConfig{maxBytes: maxBytes, inflight: *inflight, calls: *calls, remotes: *remotes, iters: *iters}
+	results, err := rpcBenchRun(ctx, cfg, *inproc)
+	if err != nil {
+		return err
+	}
+	procs := 2
+	if *inproc {
+		procs = 1
+	}
+	if !*asJSON {
+		fmt.Fprintf(stdout, "rpc between two workers on loopback (%d process(es)), medians\n", procs)
+	}
+	for _, r := range results {
+		r.Bench, r.Processes = "rpc", procs
+		if *asJSON {
+			line, _ := json.Marshal(r)
+			fmt.Fprintln(stdout, string(line))
+			continue
+		}
+		switch r.Case {
+		case "echo":
+			fmt.Fprintf(stdout, "echo %10d B  %5d iters  %12s  %8.3f GB/s\n", r.Bytes, r.Iters, fmtSeconds(r.MedianS), r.GBps)
+		case "async":
+			fmt.Fprintf(stdout, "async calls/s (%d in flight): %.0f\n", r.InFlight, r.CallsPerS)
+		case "remote_to_here":
+			fmt.Fprintf(stdout, "remote + to_here: %s\n", fmtSeconds(r.MedianS))
+		}
+	}
+	if *torch {
+		return rpcBenchCompareTorch(ctx, results, stdout)
+	}
+	return nil
+}
+
+func fmtSeconds(s float64) string {
+	return time.Duration(s * 1e9).Round(time.Microsecond / 10).String()
+}
+
+func parseByteSize(s string) (int, error) {
+	mult := 1
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1<<10, strings.TrimSuffix(s, "K")
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1<<20, strings.TrimSuffix(s, "M")
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 4 {
+		return 0, fmt.Errorf("%q is not a size of at least 4 bytes", s)
+	}
+	return n * mult, nil
+}
+
+func rpcBenchRegistry() *rpc.Registry {
+	reg := rpc.NewRegistry()
+	rpc.Register(reg, rpcEcho, func(ctx context.Context, x *tensor.Dense) (*tensor.Dense, error) { return x, nil })
+	return reg
+}
+
+// rpcBenchRun starts the two workers, times every case on rank 0 and shuts
+// both down.
+func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBenchResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var secret [16]byte
+	rand.Read(secret[:])
+	token := hex.EncodeToString(secret[:])
+	st, err := store.NewTCP(ctx, "127.0.0.1:0", true, store.WithToken(token))
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	var peerDone <-chan error
+	if inproc {
+		done := make(chan error, 1)
+		peerDone = done
+		go func() {
+			a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithToken(token))
+			if err == nil {
+				err = a.Shutdown(ctx, true)
+			}
+			done <- err
+		}()
+	} else {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding this executable to start the peer: %w", err)
+		}
+		_, port, _ := net.SplitHostPort(st.Addr())
+		cmd := exec.CommandContext(ctx, exe, "bench", "rpc", "-peer")
+		cmd.Env = append(os.Environ(), "RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, rpc.TokenEnv+"="+token)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("starting the peer: %w", err)
+		}
+		done := make(chan error, 1)
+		peerDone = done
+		go func() { done <- cmd.Wait() }()
+	}
+	a, err := rpc.Init(ctx, "w0", 0, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithToken(token))
+	if err != nil {
+		cancel()
+		<-peerDone
+		return nil, err
+	}
+	results, runErr := rpcBenchCases(ctx, a, cfg)
+	if runErr != nil {
+		a.Shutdown(ctx, false)
+		cancel()
+		<-peerDone
+		return nil, runErr
+	}
+	if err := a.Shutdown(ctx, true); err != nil {
+		return nil, err
+	}
+	if err := <-peerDone; err != nil {
+		return nil, fmt.Errorf("peer: %w", err)
+	}
+	return results, nil
+}
+
+// rpcBenchPeer is the callee process: it serves until the caller shuts the
+// group down.
+func rpcBenchPeer(ctx context.Context) error {
+	a, err := rpc.InitFromEnv(ctx, "w1", rpc.WithRegistry(rpcBenchRegistry()))
+	if err != nil {
+		return err
+	}
+	return a.Shutdown(ctx, true)
+}
+
+func ones32(n int) *tensor.Dense {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = 1
+	}
+	return tensor.New(tensor.WithShape(n), tensor.WithBacking(x))
+}
+
+func median(times []time.Duration) float64 {
+	slices.Sort(times)
+	return times[len(times)/2].Seconds()
+}
+
+func rpcBenchCases(ctx context.Context, a *rpc.Agent, cfg rpcBenchConfig) ([]rpcBenchResult, error) {
+	var out []rpcBenchResult
+	for bytes := 4; bytes <= cfg.maxBytes; bytes *= 4 {
+		x := ones32(bytes / 4)
+		iters := cfg.iters
+		if iters == 0 {
+			iters = max(20, min(1000, (64<<20)/bytes))
+		}
+		for i := 0; i < 5; i++ {
+			if _, err := rpc.Sync[*tensor.Dense](ctx, a, "w1", rpcEcho, x); err != nil {
+				return nil, err
+			}
+		}
+		times := make([]time.Duration, iters)
+		for i := range times {
+			t0 := time.Now()
+			y, err := rpc.Sync[*tensor.Dense](ctx, a, "w1", rpcEcho, x)
+			times[i] = time.Since(t0)
+			if err != nil {
+				return nil, err
+			}
+			if i == 0 && !y.Shape().Eq(x.Shape()) {
+				return nil, fmt.Errorf("echo of %d bytes came back with shape %v", bytes, y.Shape())
+			}
+		}
+		m := median(times)
+		out = append(out, rpcBenchResult{Case: "echo", Bytes: bytes, Iters: iters, MedianS: m, GBps: 2 * float64(bytes) / m / 1e9})
+	}
+
+	// Async: cfg.calls small calls, cfg.inflight at a time.
+	x := ones32(1)
+	sem := make(chan struct{}, cfg.inflight)
+	var mu sync.Mutex
+	var firstErr error
+	t0 := time.Now()
+	for i := 0; i < cfg.calls; i++ {
+		sem <- struct{}{}
+		rpc.Async[*tensor.Dense](ctx, a, "w1", rpcEcho, x).Then(func(_ *tensor.Dense, err error) {
+			if err != nil {
+				mu.Lock()
+				firstErr = cmpOr(firstErr, err)
+				mu.Unlock()
+			}
+			<-sem
+		})
+	}
+	for i := 0; i < cfg.inflight; i++ {
+		sem <- struct{}{}
+	}
+	elapsed := time.Since(t0)
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	out = append(out, rpcBenchResult{Case: "async", CallsPerS: float64(cfg.calls) / elapsed.Seconds(), InFlight: cfg.inflight})
+
+	// Remote + ToHere of a 16-element tensor.
+	x = ones32(16)
+	times := make([]time.Duration, cfg.remotes)
+	for i := -5; i < cfg.remotes; i++ {
+		t0 := time.Now()
+		ref, err := rref.Remote[*tensor.Dense](ctx, a, "w1", rpcEcho, x)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := ref.ToHere(ctx); err != nil {
+			return nil, err
+		}
+		if i >= 0 {
+			times[i] = time.Since(t0)
+		}
+		if err := ref.Release(ctx); err != nil {
+			return nil, err
+		}
+	}
+	out = append(out, rpcBenchResult{Case: "remote_to_here", MedianS: median(times), Iters: cfg.remotes})
+	return out, nil
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// torchRPCResults is what torch_rpc.py prints: echo medians by bytes, async
+// calls per second and the remote + to_here median.
+type torchRPCResults struct {
+	echo         map[int]float64
+	asyncPerS    float64
+	remoteToHere float64
+}
+
+// parseTorchRPC reads the output of /work/shared/peers/torch_rpc.py.
+func parseTorchRPC(r io.Reader) (torchRPCResults, error) {
+	res := torchRPCResults{echo: map[int]float64{}}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		fields := strings.Fields(line)
+		if len(fields) == 0 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(fields[0], "bytes="):
+			var b int
+			var m float64
+			for _, f := range fields {
+				if v, ok := strings.CutPrefix(f, "bytes="); ok {
+					b, _ = strconv.Atoi(v)
+				}
+				if v, ok := strings.CutPrefix(f, "median_s="); ok {
+					m, _ = strconv.ParseFloat(v, 64)
+				}
+			}
+			if b > 0 && m > 0 {
+				res.echo[b] = m
+			}
+		case fields[0] == "async_calls_per_s" && len(fields) > 1:
+			res.asyncPerS, _ = strconv.ParseFloat(fields[1], 64)
+		case fields[0] == "remote_to_here_s" && len(fields) > 1:
+			res.remoteToHere, _ = strconv.ParseFloat(fields[1], 64)
+		}
+	}
+	if len(res.echo) == 0 || res.asyncPerS == 0 || res.remoteToHere == 0 {
+		return res, errors.New("torch_rpc.py output lacks echo, async or remote_to_here results")
+	}
+	return res, sc.Err()
+}
+
+// rpcBenchCompareTorch runs PyTorch's peer script and prints how much
+// faster (>1) or slower (<1) this run was.
+func rpcBenchCompareTorch(ctx context.Context, ours []rpcBenchResult, stdout io.Writer) error {
+	const script = "/work/shared/peers/torch_rpc.py"
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", script, strconv.Itoa(port))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("running %s: %w (is python3-torch installed?)", script, err)
+	}
+	t, err := parseTorchRPC(&out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "vs PyTorch TensorPipe (ratio > 1: Tandem faster)")
+	for _, r := range ours {
+		switch r.Case {
+		case "echo":
+			if tm, ok := t.echo[r.Bytes]; ok {
+				fmt.Fprintf(stdout, "echo %10d B  torch %s  tandem %s  ratio %.2f\n", r.Bytes, fmtSeconds(tm), fmtSeconds(r.MedianS), tm/r.MedianS)
+			}
+		case "async":
+			fmt.Fprintf(stdout, "async calls/s  torch %.0f  tandem %.0f  ratio %.2f\n", t.asyncPerS, r.CallsPerS, r.CallsPerS/t.asyncPerS)
+		case "remote_to_here":
+			fmt.Fprintf(stdout, "remote+to_here  torch %s  tandem %s  ratio %.2f\n", fmtSeconds(t.remoteToHere), fmtSeconds(r.MedianS), t.remoteToHere/r.MedianS)
+		}
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestBenchRPCInProcess(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	if err := benchRPC(ctx, []string{"-json", "-inproc", "-max", "4K", "-iters", "3", "-calls", "200", "-remotes", "5"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var r rpcBenchResult
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		if r.Bench != "rpc" {
+			t.Fatalf("line %q", line)
+		}
+		cases[r.Case]++
+		switch r.Case {
+		case "echo":
+			if r.Bytes < 4 || r.MedianS <= 0 {
+				t.Fatalf("echo line %q", line)
+			}
+		case "async":
+			if r.CallsPerS <= 0 {
+				t.Fatalf("async line %q", line)
+			}
+		case "remote_to_here":
+			if r.MedianS <= 0 {
+				t.Fatalf("remote line %q", line)
+			}
+		}
+	}
+	// 4, 16, 64, 256, 1K, 4K
+	if cases["echo"] != 6 || cases["async"] != 1 || cases["remote_to_here"] != 1 {
+		t.Fatalf("cases: %v\n%s", cases, out.String())
+	}
+}
+
+func TestParseTorchRPC(t *testing.T) {
+	in := "# TensorPipe rpc_sync echo round trip\nbytes=4\tmedian_s=0.000340\tGBps=0.000\nbytes=4194304\tmedian_s=0.001960\tGBps=4.280\nasync_calls_per_s\t5500.123\nremote_to_here_s\t0.000380\n"
+	r, err := parseTorchRPC(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.echo[4] != 0.00034 || r.echo[4194304] != 0.00196 || r.asyncPerS != 5500.123 || r.remoteToHere != 0.00038 {
+		t.Fatalf("%+v", r)
+	}
+	if _, err := parseTorchRPC(strings.NewReader("nothing\n")); err == nil {
+		t.Fatal("empty output parsed")
+	}
+}
