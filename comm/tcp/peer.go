@@ -484,19 +484,17 @@ func (p *peer) send(ctx context.Context, tag transport.Tag, buf []byte) error {
 	putHeader(&p.whdr, frameData, tag, uint64(len(buf)))
 	p.wvec[0], p.wvec[1] = p.whdr[:], buf
 	p.wbufs = p.wvec[:]
+	// A write blocks only while the peer's socket is full; should ctx end
+	// (deadline or cancellation) meanwhile, cutSend interrupts it. Setting a
+	// write deadline per message instead would cost two timer updates.
 	var stop func() bool
 	if ctx.Done() != nil {
-		if d, ok := ctx.Deadline(); ok {
-			p.conn.SetWriteDeadline(d)
-		}
 		stop = context.AfterFunc(ctx, p.cutSend)
 	}
 	total := int64(headerSize + len(buf))
 	n, err := p.wbufs.WriteTo(p.conn)
-	if stop != nil {
-		if !stop() {
-			<-p.cutDone // let the cut finish before clearing the deadline
-		}
+	if stop != nil && !stop() {
+		<-p.cutDone // let the cut finish before clearing its deadline
 		p.conn.SetWriteDeadline(time.Time{})
 	}
 	p.wvec[1] = nil
