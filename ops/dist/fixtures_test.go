@@ -350,19 +350,26 @@ func runFixture(t *testing.T, c fixtureCase, be backend, ex executor) {
 	}
 	ctx := ctxFor(t, time.Minute)
 	pgs := be.groups(t, ctx, c.World)
-	mustRanks(t, pgs, func(r int, pg *comm.ProcessGroup) error {
-		return fixtureRank(ctx, c, r, pg, dt, tol, ex)
-	})
+	// Graphs are built one rank at a time (see the package documentation on
+	// goroutine ranks), then run together.
+	runs := make([]func() error, c.World)
+	for r, pg := range pgs {
+		if runs[r], err = fixtureRank(ctx, c, r, pg, dt, tol, ex); err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	mustRanks(t, pgs, func(r int, _ *comm.ProcessGroup) error { return runs[r]() })
 }
 
-// fixtureRank builds and runs rank r's graph of the case and checks it.
-func fixtureRank(ctx context.Context, c fixtureCase, r int, pg *comm.ProcessGroup, dt tensor.Dtype, tol float64, ex executor) error {
+// fixtureRank builds rank r's graph of the case and returns the function
+// that runs and checks it.
+func fixtureRank(ctx context.Context, c fixtureCase, r int, pg *comm.ProcessGroup, dt tensor.Dtype, tol float64, ex executor) (func() error, error) {
 	g := G.NewGraph()
 	var ins G.Nodes
 	for k, ft := range c.Inputs[r] {
 		v, err := ft.dense(dt)
 		if err != nil {
-			return fmt.Errorf("inputs[%d][%d]: %w", r, k, err)
+			return nil, fmt.Errorf("inputs[%d][%d]: %w", r, k, err)
 		}
 		ins = append(ins, input(g, fmt.Sprintf("in%d", k), v))
 	}
@@ -371,7 +378,7 @@ func fixtureRank(ctx context.Context, c fixtureCase, r int, pg *comm.ProcessGrou
 		// Off the root the file gives no inputs; this API, like PyTorch's,
 		// takes one node per rank everywhere for the output's shape.
 		if len(c.Outputs[r]) != 1 {
-			return fmt.Errorf("scatter output of rank %d: %d tensors", r, len(c.Outputs[r]))
+			return nil, fmt.Errorf("scatter output of rank %d: %d tensors", r, len(c.Outputs[r]))
 		}
 		templates = true
 		for k := 0; k < c.World; k++ {
@@ -380,36 +387,41 @@ func fixtureRank(ctx context.Context, c fixtureCase, r int, pg *comm.ProcessGrou
 	}
 	outs, err := c.apply(pg, r, ins)
 	if err != nil {
-		return fmt.Errorf("building %s: %w", c.Op, err)
+		return nil, fmt.Errorf("building %s: %w", c.Op, err)
 	}
 	if len(outs) != len(c.Outputs[r]) {
-		return fmt.Errorf("%s gave %d outputs, the case has %d", c.Op, len(outs), len(c.Outputs[r]))
+		return nil, fmt.Errorf("%s gave %d outputs, the case has %d", c.Op, len(outs), len(c.Outputs[r]))
 	}
 
 	if !isFloat(dt) {
-		return intFixtureRank(ctx, c, r, g, ins, outs, dt, ex)
+		return intFixtureRank(ctx, c, r, pg, g, ins, outs, dt, ex)
 	}
 
 	if len(c.GradOutputs[r]) != len(outs) || (!templates && len(c.InputGrads[r]) != len(ins)) {
-		return fmt.Errorf("grad_outputs (%d) or input_grads (%d) do not match outputs (%d) and inputs (%d)",
+		return nil, fmt.Errorf("grad_outputs (%d) or input_grads (%d) do not match outputs (%d) and inputs (%d)",
 			len(c.GradOutputs[r]), len(c.InputGrads[r]), len(outs), len(ins))
 	}
 	gs := make(G.Nodes, len(outs))
 	for k, ft := range c.GradOutputs[r] {
 		v, err := ft.dense(dt)
 		if err != nil {
-			return fmt.Errorf("grad_outputs[%d][%d]: %w", r, k, err)
+			return nil, fmt.Errorf("grad_outputs[%d][%d]: %w", r, k, err)
 		}
 		gs[k] = input(g, fmt.Sprintf("gy%d", k), v)
 	}
 	cost, err := objective(outs, gs)
 	if err != nil {
-		return fmt.Errorf("objective: %w", err)
+		return nil, fmt.Errorf("objective: %w", err)
 	}
 	grads, err := G.Grad(cost, ins...)
 	if err != nil {
-		return fmt.Errorf("differentiating: %w", err)
+		return nil, fmt.Errorf("differentiating: %w", err)
 	}
+	return func() error { return checkFixtureRank(ctx, c, r, g, ins, outs, grads, templates, dt, tol, ex) }, nil
+}
+
+// checkFixtureRank runs rank r's graph and checks its outputs and gradients.
+func checkFixtureRank(ctx context.Context, c fixtureCase, r int, g *G.ExprGraph, ins, outs, grads G.Nodes, templates bool, dt tensor.Dtype, tol float64, ex executor) error {
 	gv, err := ex.run(ctx, g, ins, grads)
 	if err != nil {
 		return fmt.Errorf("running: %w", err)
@@ -437,24 +449,26 @@ func fixtureRank(ctx context.Context, c fixtureCase, r int, pg *comm.ProcessGrou
 	return nil
 }
 
-// intFixtureRank runs an integer case forward and checks that asking for a
-// gradient is refused with an error naming the op and the reduce op.
-func intFixtureRank(ctx context.Context, c fixtureCase, r int, g *G.ExprGraph, ins, outs G.Nodes, dt tensor.Dtype, ex executor) error {
-	if _, err := ex.run(ctx, g, nil, nil); err != nil {
-		return fmt.Errorf("running: %w", err)
+// intFixtureRank checks that asking for a gradient of an integer case is
+// refused with an error naming the op and the reduce op, and returns the
+// function that runs the case forward and checks its outputs.
+func intFixtureRank(ctx context.Context, c fixtureCase, r int, pg *comm.ProcessGroup, g *G.ExprGraph, ins, outs G.Nodes, dt tensor.Dtype, ex executor) (func() error, error) {
+	probe := G.NewGraph() // the same collective in a graph of its own, to differentiate
+	pins := make(G.Nodes, len(ins))
+	for k, n := range ins {
+		pins[k] = input(probe, n.Name(), tensor.New(tensor.Of(dt), tensor.WithShape(n.Shape().Clone()...)))
 	}
-	for k, o := range outs {
-		if err := equalValues(o.Value(), c.Outputs[r][k], dt, 0); err != nil {
-			return fmt.Errorf("output %d: %w", k, err)
-		}
+	pouts, err := c.apply(pg, r, pins)
+	if err != nil {
+		return nil, err
 	}
-	gs := make(G.Nodes, len(outs))
-	for k, o := range outs {
-		gs[k] = input(g, fmt.Sprintf("gy%d", k), tensor.New(tensor.Of(dt), tensor.WithShape(o.Shape().Clone()...)))
+	gs := make(G.Nodes, len(pouts))
+	for k, o := range pouts {
+		gs[k] = input(probe, fmt.Sprintf("gy%d", k), tensor.New(tensor.Of(dt), tensor.WithShape(o.Shape().Clone()...)))
 	}
-	_, err := G.Backpropagate(outs, gs, ins)
+	_, err = G.Backpropagate(pouts, gs, pins)
 	if err == nil {
-		return fmt.Errorf("differentiating %s of %v tensors succeeded; it must be refused", c.Op, dt)
+		return nil, fmt.Errorf("differentiating %s of %v tensors succeeded; it must be refused", c.Op, dt)
 	}
 	want := []string{c.Op, "no gradient"}
 	if c.ReduceOp != nil {
@@ -462,8 +476,18 @@ func intFixtureRank(ctx context.Context, c fixtureCase, r int, g *G.ExprGraph, i
 	}
 	for _, w := range want {
 		if !strings.Contains(err.Error(), w) {
-			return fmt.Errorf("refusal %q does not mention %q", err, w)
+			return nil, fmt.Errorf("refusal %q does not mention %q", err, w)
 		}
 	}
-	return nil
+	return func() error {
+		if _, err := ex.run(ctx, g, nil, nil); err != nil {
+			return fmt.Errorf("running: %w", err)
+		}
+		for k, o := range outs {
+			if err := equalValues(o.Value(), c.Outputs[r][k], dt, 0); err != nil {
+				return fmt.Errorf("output %d: %w", k, err)
+			}
+		}
+		return nil
+	}, nil
 }
