@@ -18,8 +18,9 @@ import (
 
 // readBufferSize is the reader's buffer: small frames (headers, short
 // messages) come out of it several per system call, while large payloads
-// bypass it and land directly in the destination.
-const readBufferSize = 64 << 10
+// bypass it and land directly in the destination. It is kept small because
+// whatever part of a large payload it reads ahead gets copied once more.
+const readBufferSize = 16 << 10
 
 // stealMin is the smallest message whose Recv, posted while the payload is
 // streaming into a buffer, takes over the rest of the payload directly.
