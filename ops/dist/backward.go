@@ -172,16 +172,3 @@ func (op *collective) unstack(stacked *G.Node, err error) (G.Nodes, error) {
 	}
 	return unstack(stacked, op.pg.Size())
 }
-
-// unstack slices a node of shape [w, block...] into w nodes of shape block.
-func unstack(stacked *G.Node, w int) (G.Nodes, error) {
-	out := make(G.Nodes, w)
-	for i := range out {
-		n, err := G.Slice(stacked, G.S(i))
-		if err != nil {
-			return nil, fmt.Errorf("slicing block %d of %v: %v: %w", i, stacked.Shape(), err, ErrInvalidArgument)
-		}
-		out[i] = n
-	}
-	return out, nil
-}

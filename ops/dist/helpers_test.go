@@ -131,23 +131,42 @@ type executor struct {
 }
 
 var (
-	// dataflow is package graph's executor with its default parallelism
-	// (at least two workers, so independent nodes really can race).
+	// dataflow is package graph's executor with at least two workers, so
+	// that independent nodes really can race. It runs the program twice
+	// (the second run reuses the first one's buffers) and checks that both
+	// runs give the same gradients.
 	dataflow = executor{name: "graph", run: func(ctx context.Context, g *G.ExprGraph, wrt, grads G.Nodes) ([]G.Value, error) {
 		prog, err := graph.Compile(g, graph.WithGrads(wrt, grads), graph.Workers(max(2, runtime.GOMAXPROCS(0))))
 		if err != nil {
 			return nil, err
 		}
-		if err := prog.Run(ctx); err != nil {
-			return nil, err
-		}
-		out := make([]G.Value, len(wrt))
-		for i, w := range wrt {
-			if out[i], err = prog.Grad(w); err != nil {
-				return nil, err
+		var runs [2][]G.Value
+		for k := range runs {
+			if err := prog.Run(ctx); err != nil {
+				return nil, fmt.Errorf("run %d: %w", k+1, err)
+			}
+			runs[k] = make([]G.Value, len(wrt))
+			for i, w := range wrt {
+				v, err := prog.Grad(w)
+				if err != nil {
+					return nil, err
+				}
+				if runs[k][i], err = G.CloneValue(v); err != nil {
+					return nil, err
+				}
 			}
 		}
-		return out, nil
+		for i := range wrt {
+			a, err := flatFloats(runs[0][i])
+			if err != nil {
+				return nil, err
+			}
+			b, _ := flatFloats(runs[1][i])
+			if err := closeTo(b, a, 0); err != nil {
+				return nil, fmt.Errorf("gradient of %s differs between two runs of one program: %w", wrt[i].Name(), err)
+			}
+		}
+		return runs[1], nil
 	}}
 	// tape is gorgonia's own TapeMachine.
 	tape = executor{name: "tape", run: func(_ context.Context, g *G.ExprGraph, wrt, grads G.Nodes) ([]G.Value, error) {
