@@ -33,7 +33,9 @@ import (
 func init() {
 	benches["allreduce"] = command{
 		summary: "all-reduce latency and bandwidth: tandem bench allreduce -nproc N [-backend tcp|local] [-dtype float32] [-sizes 4K,64K,...] [-iters K] [-json]",
-		run:     func(ctx context.Context, args []string) error { return benchAllReduce(ctx, args, os.Stdout, selfWorker) },
+		run: func(ctx context.Context, args []string) error {
+			return benchAllReduce(ctx, args, os.Stdout, selfWorker)
+		},
 	}
 }
 
