@@ -1,0 +1,162 @@
+package autograd
+
+import (
+	"context"
+	"fmt"
+
+	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/models"
+	"github.com/tandemml/tandem/rpc"
+	"github.com/tandemml/tandem/rref"
+)
+
+const fnModuleForward = "autograd.module.forward"
+
+// ModuleHost is a module living on the worker that built it for a
+// RemoteModule: the module and the Function that applies it.
+type ModuleHost struct {
+	module models.Module
+	fn     *Function
+}
+
+// Module returns the hosted module (on its worker).
+func (h *ModuleHost) Module() models.Module { return h.module }
+
+// ParamNames returns the module's parameter names in state_dict order.
+func (h *ModuleHost) ParamNames() []string {
+	ps := h.module.Params()
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Name
+	}
+	return out
+}
+
+// ParameterRRefs returns owner references to the module's learnable
+// parameters, in order (sent to the caller, they become its references).
+func (h *ModuleHost) ParameterRRefs(ctx context.Context) ([]*rref.RRef[*models.Param], error) {
+	a := rpc.AgentFromContext(ctx)
+	if a == nil {
+		return nil, fmt.Errorf("autograd: ParameterRRefs outside an agent")
+	}
+	var out []*rref.RRef[*models.Param]
+	for _, p := range h.module.Params() {
+		if p.RequiresGrad {
+			out = append(out, rref.LocalRRef(a, p))
+		}
+	}
+	return out, nil
+}
+
+// RegisterModule registers under name a function that builds a module from
+// a configuration of type C, for NewRemoteModule. Register it in the
+// registry of every worker that may host such modules, before Init. opts
+// configure the Function that applies the module (Workers, WithMode).
+func RegisterModule[C any](r rpc.Registrar, name string, ctor func(ctx context.Context, cfg C) (models.Module, error), opts ...FunctionOption) error {
+	if ctor == nil {
+		return fmt.Errorf("%w: autograd: RegisterModule(%q) with a nil constructor", ErrInvalidArgument, name)
+	}
+	return rpc.Register(r, name, func(ctx context.Context, cfg C) (*ModuleHost, error) {
+		m, err := ctor(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if m == nil {
+			return nil, fmt.Errorf("%w: autograd: module constructor %q returned nil", ErrInvalidArgument, name)
+		}
+		return &ModuleHost{module: m, fn: NewModuleFunction(name, m, opts...)}, nil
+	})
+}
+
+type moduleForwardReq struct {
+	Module *rref.RRef[*ModuleHost]
+	X      *tensor.Dense
+}
+
+func registerModuleProtocol(reg *rpc.Registry, add func(string, func() error) error) error {
+	return add(fnModuleForward, func() error { return rpc.Register(reg, fnModuleForward, serveModuleForward) })
+}
+
+func serveModuleForward(ctx context.Context, req moduleForwardReq) (*tensor.Dense, error) {
+	if req.Module == nil || req.X == nil {
+		return nil, fmt.Errorf("%w: autograd: module forward needs a module and an input", ErrInvalidArgument)
+	}
+	h, err := req.Module.LocalValue()
+	if err != nil {
+		return nil, err
+	}
+	outs, err := h.fn.Apply(ctx, FromContext(ctx), req.X)
+	if err != nil {
+		return nil, err
+	}
+	return outs[0], nil
+}
+
+// RemoteModule is a module built on another worker (PyTorch's
+// RemoteModule): its parameters stay there, Forward runs it there through
+// an RPC (recorded in the distributed autograd context, so Backward reaches
+// its parameters), and its parameters are reachable as RRefs for a
+// DistributedOptimizer.
+type RemoteModule struct {
+	agent  *rpc.Agent
+	worker rpc.WorkerInfo
+	ref    *rref.RRef[*ModuleHost]
+}
+
+// NewRemoteModule builds a module on worker with the constructor registered
+// there under ctor (RegisterModule) from cfg, and waits until it exists (so
+// a constructor's error comes back here).
+func NewRemoteModule(ctx context.Context, a *rpc.Agent, worker, ctor string, cfg any) (*RemoteModule, error) {
+	info, err := a.WorkerInfo(worker)
+	if err != nil {
+		return nil, err
+	}
+	ctx = detach(ctx)
+	ref, err := rref.Remote[*ModuleHost](ctx, a, worker, ctor, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := rref.Call[[]string](ctx, ref, "ParamNames"); err != nil {
+		ref.Release(ctx)
+		return nil, fmt.Errorf("autograd: building module %q on worker %s: %w", ctor, info, err)
+	}
+	return &RemoteModule{agent: a, worker: info, ref: ref}, nil
+}
+
+// Worker returns the worker the module lives on.
+func (m *RemoteModule) Worker() rpc.WorkerInfo { return m.worker }
+
+// Forward applies the module to x on its worker. With a context (c not nil)
+// the call is recorded in c, so c.Backward reaches the module's parameters
+// and, if x is tracked, flows back to x; with c nil it only computes.
+func (m *RemoteModule) Forward(ctx context.Context, c *Context, x *tensor.Dense, opts ...rpc.CallOption) (*tensor.Dense, error) {
+	return m.ForwardAsync(ctx, c, x, opts...).Wait(ctx)
+}
+
+// ForwardAsync starts Forward and returns its future at once: micro-batches
+// sent this way queue on the module's worker while the caller goes on, so
+// the stages of a pipeline overlap.
+func (m *RemoteModule) ForwardAsync(ctx context.Context, c *Context, x *tensor.Dense, opts ...rpc.CallOption) *rpc.Future[*tensor.Dense] {
+	if c != nil {
+		ctx = NewContextWithAutograd(ctx, c)
+	} else {
+		ctx = detach(ctx)
+	}
+	return rpc.Async[*tensor.Dense](ctx, m.agent, m.worker.Name, fnModuleForward, moduleForwardReq{Module: m.ref, X: x}, opts...)
+}
+
+// ParameterRRefs returns references to the module's learnable parameters,
+// in state_dict order, for NewDistributedOptimizer (release them when
+// done).
+func (m *RemoteModule) ParameterRRefs(ctx context.Context) ([]*rref.RRef[*models.Param], error) {
+	return rref.Call[[]*rref.RRef[*models.Param]](detach(ctx), m.ref, "ParameterRRefs")
+}
+
+// ParamNames returns the module's parameter names, in state_dict order.
+func (m *RemoteModule) ParamNames(ctx context.Context) ([]string, error) {
+	return rref.Call[[]string](detach(ctx), m.ref, "ParamNames")
+}
+
+// Close releases the module: its worker frees it once no reference remains.
+func (m *RemoteModule) Close(ctx context.Context) error { return m.ref.Release(detach(ctx)) }
