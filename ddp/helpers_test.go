@@ -1,0 +1,201 @@
+package ddp_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"testing"
+	"time"
+
+	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/comm/local"
+	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/comm/tcp"
+	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/models"
+)
+
+// backends are the ways tests build a world of goroutine ranks.
+var backends = []struct {
+	name string
+	make func(t *testing.T, n int) []*comm.ProcessGroup
+}{
+	{"local", localWorld},
+	{"tcp", tcpWorld},
+}
+
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// localWorld returns n goroutine ranks over the in-process backend.
+func localWorld(t *testing.T, n int) []*comm.ProcessGroup {
+	t.Helper()
+	pgs, err := local.NewGroups(context.Background(), n, comm.WithTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeAll(pgs) })
+	return pgs
+}
+
+// tcpWorld returns n goroutine ranks, each with its own TCP transport over
+// loopback sockets.
+func tcpWorld(t *testing.T, n int) []*comm.ProcessGroup {
+	t.Helper()
+	st := store.NewMemory()
+	t.Cleanup(func() { st.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	backend := tcp.NewBackend(tcp.WithHost("127.0.0.1"))
+	pgs := make([]*comm.ProcessGroup, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr, err := backend.Connect(ctx, transport.Config{Rank: r, Size: n, Store: st, Token: "ddp-test", Timeout: 30 * time.Second})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			pgs[r], errs[r] = comm.NewProcessGroup(ctx, tr, comm.WithTimeout(30*time.Second))
+			if errs[r] != nil {
+				tr.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			closeAll(pgs)
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	t.Cleanup(func() { closeAll(pgs) })
+	return pgs
+}
+
+func closeAll(pgs []*comm.ProcessGroup) {
+	var wg sync.WaitGroup
+	for _, pg := range pgs {
+		if pg != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); pg.Close() }()
+		}
+	}
+	wg.Wait()
+}
+
+// eachRank runs fn for every rank on its own goroutine and returns the
+// errors, indexed by rank.
+func eachRank(n int, fn func(r int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					errs[r] = fmt.Errorf("rank %d panicked: %v\n%s", r, p, debug.Stack())
+				}
+			}()
+			errs[r] = fn(r)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func mustEachRank(t *testing.T, n int, fn func(r int) error) {
+	t.Helper()
+	for r, err := range eachRank(n, fn) {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// checkNoLeak fails when goroutines started during the test are still
+// running after a grace period.
+func checkNoLeak(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= before {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// newMLP builds an MLP whose weights depend on seed.
+func newMLP(t testing.TB, sizes []int, seed uint64, opts ...models.Option) *models.Sequential {
+	m, err := models.NewMLP(sizes, models.ActReLU, true, rand.New(rand.NewPCG(seed, 99)), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// batch returns a deterministic batch of n rows of in features and labels
+// in [0, classes).
+func batch(seed uint64, n, in, classes int) (*tensor.Dense, *tensor.Dense) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	x := make([]float64, n*in)
+	for i := range x {
+		x[i] = rng.NormFloat64()
+	}
+	y := make([]int64, n)
+	for i := range y {
+		y[i] = int64(rng.IntN(classes))
+	}
+	return tensor.New(tensor.WithShape(n, in), tensor.WithBacking(x)), tensor.New(tensor.WithShape(n), tensor.WithBacking(y))
+}
+
+// rows returns rows [a, b) of a 2-D float64 tensor, or of a 1-D int64 one, as
+// a new tensor.
+func rows(t *tensor.Dense, a, b int) *tensor.Dense {
+	sh := t.Shape()
+	if len(sh) == 1 {
+		return tensor.New(tensor.WithShape(b-a), tensor.WithBacking(append([]int64(nil), t.Int64s()[a:b]...)))
+	}
+	w := sh[1]
+	return tensor.New(tensor.WithShape(b-a, w), tensor.WithBacking(append([]float64(nil), t.Float64s()[a*w:b*w]...)))
+}
+
+// relClose reports whether a and b agree to tol relative to the larger.
+func relClose(a, b, tol float64) bool {
+	return a == b || math.Abs(a-b) <= tol*math.Max(math.Abs(a), math.Abs(b))
+}
+
+func maxRelDiff(a, b []float64) float64 {
+	m := 0.0
+	for i := range a {
+		d := math.Abs(a[i]-b[i]) / math.Max(1e-300, math.Max(math.Abs(a[i]), math.Abs(b[i])))
+		if a[i] == b[i] {
+			d = 0
+		}
+		m = math.Max(m, d)
+	}
+	return m
+}

@@ -1,0 +1,172 @@
+package ddp
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Stats are counters of a DDP's work since New, for printing and for
+// benchmarks. Times are wall-clock durations summed over steps.
+type Stats struct {
+	// Steps counts synchronized steps, NoSyncSteps steps inside NoSync, and
+	// ShadowSteps the steps this rank shadowed after joining (see Join).
+	Steps, NoSyncSteps, ShadowSteps int64
+	// Buckets is the current bucket layout; Rebuilt tells whether it has
+	// been rebuilt in the order gradients became ready.
+	Buckets []BucketInfo
+	Rebuilt bool
+	// BucketsReduced counts buckets handed to the comm hook;
+	// BucketsOverlapped those among them handed over while the backward
+	// pass was still computing gradients: a direct sign of overlap.
+	BucketsReduced, BucketsOverlapped int64
+	// BytesSent is the gradient payload this rank handed to collectives
+	// (after compression, for hooks that compress): a ring all-reduce puts
+	// about 2(n-1)/n times this on the wire.
+	BytesSent int64
+	// StepTime is the time spent in Step, ComputeTime its forward and
+	// backward passes.
+	StepTime, ComputeTime time.Duration
+	// CommTime is the time during which at least one bucket's reduction was
+	// in flight (from its hand-over to the hook until its result was
+	// ready); OverlappedTime the part of it during the backward pass, and
+	// WaitTime the time Step waited for reductions after the backward pass.
+	CommTime, OverlappedTime, WaitTime time.Duration
+}
+
+// Overlap returns the share of communication time that was hidden behind
+// the backward pass (OverlappedTime / CommTime), 0 when nothing was sent.
+func (s Stats) Overlap() float64 {
+	if s.CommTime <= 0 {
+		return 0
+	}
+	return float64(s.OverlappedTime) / float64(s.CommTime)
+}
+
+// String formats the statistics over a few lines.
+func (s Stats) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "steps %d (no-sync %d, shadowed %d); %d buckets", s.Steps, s.NoSyncSteps, s.ShadowSteps, len(s.Buckets))
+	if s.Rebuilt {
+		b.WriteString(" (rebuilt in ready order)")
+	}
+	b.WriteString(":")
+	for _, bk := range s.Buckets {
+		fmt.Fprintf(&b, " %s", byteSize(bk.Bytes))
+	}
+	fmt.Fprintf(&b, "\nsent %s in %d bucket reductions, %d started during backward", byteSize(s.BytesSent), s.BucketsReduced, s.BucketsOverlapped)
+	fmt.Fprintf(&b, "\nstep %v, compute %v, communication %v (%.0f%% overlapped with backward), waiting %v",
+		s.StepTime.Round(time.Microsecond), s.ComputeTime.Round(time.Microsecond), s.CommTime.Round(time.Microsecond),
+		100*s.Overlap(), s.WaitTime.Round(time.Microsecond))
+	return b.String()
+}
+
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.2f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// statsState accumulates Stats.
+type statsState struct {
+	mu sync.Mutex
+	s  Stats
+}
+
+// Stats returns the counters so far and the current bucket layout.
+func (d *DDP) Stats() Stats {
+	d.stats.mu.Lock()
+	s := d.stats.s
+	d.stats.mu.Unlock()
+	s.Buckets = d.Buckets()
+	d.layoutMu.Lock()
+	s.Rebuilt = d.rebuiltFlag
+	d.layoutMu.Unlock()
+	return s
+}
+
+// ResetStats zeroes the counters (the layout is kept), for example after
+// warm-up steps.
+func (d *DDP) ResetStats() {
+	d.stats.mu.Lock()
+	d.stats.s = Stats{}
+	d.stats.mu.Unlock()
+}
+
+func (st *statsState) noSyncStep(compute, total time.Duration) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.s.NoSyncSteps++
+	st.s.ComputeTime += compute
+	st.s.StepTime += total
+}
+
+// syncStep adds a synchronized (or shadowed) step.
+func (st *statsState) syncStep(s *stepState, runStart, start time.Time) {
+	end := time.Now()
+	comm, overlapped := commIntervals(s.launchAt, s.doneAt, s.backwardEnd)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if s.shadow {
+		st.s.ShadowSteps++
+	} else {
+		st.s.Steps++
+		st.s.ComputeTime += s.backwardEnd.Sub(runStart)
+	}
+	st.s.StepTime += end.Sub(start)
+	st.s.WaitTime += end.Sub(s.backwardEnd)
+	st.s.BucketsReduced += int64(len(s.futures))
+	st.s.BucketsOverlapped += int64(s.overlapped)
+	st.s.BytesSent += s.sent
+	st.s.CommTime += comm
+	st.s.OverlappedTime += overlapped
+}
+
+// commIntervals returns the length of the union of the intervals
+// [launch[i], done[i]] and the part of it before cut.
+func commIntervals(launch, done []time.Time, cut time.Time) (total, before time.Duration) {
+	type iv struct{ a, b time.Time }
+	var ivs []iv
+	for i := range launch {
+		if launch[i].IsZero() || done[i].IsZero() || done[i].Before(launch[i]) {
+			continue
+		}
+		ivs = append(ivs, iv{launch[i], done[i]})
+	}
+	slices.SortFunc(ivs, func(x, y iv) int { return x.a.Compare(y.a) })
+	var cur *iv
+	flush := func() {
+		if cur == nil {
+			return
+		}
+		total += cur.b.Sub(cur.a)
+		if cur.a.Before(cut) {
+			end := cur.b
+			if cut.Before(end) {
+				end = cut
+			}
+			before += end.Sub(cur.a)
+		}
+	}
+	for i := range ivs {
+		if cur != nil && !ivs[i].a.After(cur.b) {
+			if ivs[i].b.After(cur.b) {
+				cur.b = ivs[i].b
+			}
+			continue
+		}
+		flush()
+		c := ivs[i]
+		cur = &c
+	}
+	flush()
+	return total, before
+}
