@@ -469,7 +469,9 @@ func (c *Context) Backward(ctx context.Context, roots ...*tensor.Dense) error {
 
 	// Start the pass on every other worker; each call returns when that
 	// worker's part is done.
-	callCtx, cancelCalls := context.WithCancel(detach(ctx))
+	// The calls outlive ctx's deadline by a little, so that a pass that
+	// runs out of time reports its own timeout rather than a call's.
+	callCtx, cancelCalls := context.WithTimeout(detach(context.WithoutCancel(ctx)), timeout+2*time.Second)
 	defer cancelCalls()
 	others := c.participants()
 	calls := make([]*rpc.Future[struct{}], len(others))
@@ -480,7 +482,7 @@ func (c *Context) Backward(ctx context.Context, roots ...*tensor.Dense) error {
 			break
 		}
 		msg := passMsg{Ctx: uint64(c.id), Pass: id, Timeout: int64(timeout)}
-		calls[i] = rpc.Async[struct{}](callCtx, a, info.Name, fnBackward, msg, rpc.WithTimeout(timeout+time.Second))
+		calls[i] = rpc.Async[struct{}](callCtx, a, info.Name, fnBackward, msg, rpc.WithTimeout(timeout+2*time.Second))
 		calls[i].Then(func(_ struct{}, err error) {
 			if err != nil {
 				p.fail(fmt.Errorf("autograd: backward pass of %s on worker %s: %w", c.id, info, err))
