@@ -129,4 +129,3 @@ func byName(g map[*models.Param]*tensor.Dense) map[string]*tensor.Dense {
 	}
 	return out
 }
-
