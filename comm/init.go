@@ -123,7 +123,13 @@ func InitFromEnv(ctx context.Context, opts ...InitOption) (*ProcessGroup, error)
 // group Init returns in a process also becomes the default group.
 //
 // The group owns the store that Init created (not one passed with WithStore)
-// and closes it with itself.
+// and closes it with itself. With file://, the last rank to close its group
+// deletes the file, so that the next run starts from an empty store.
+//
+// Every rank runs on this machine when the store's address is a loopback
+// address; the built-in TCP backend then listens on 127.0.0.1 only.
+// Otherwise it listens on every interface and offers each of its addresses
+// to its peers (see comm/tcp.WithHost to pin one).
 func Init(ctx context.Context, rawURL string, opts ...InitOption) (*ProcessGroup, error) {
 	cfg := initConfig{rank: -1, world: -1, backend: DefaultBackend, timeout: DefaultTimeout, lookup: os.LookupEnv}
 	for _, o := range opts {
@@ -159,6 +165,9 @@ func Init(ctx context.Context, rawURL string, opts ...InitOption) (*ProcessGroup
 	}
 	ns := store.NewPrefix("tandem", st)
 	r := rendezvous{st: ns, rank: plan.env.Rank, world: plan.env.WorldSize, where: plan.where, timeout: cfg.timeout}
+	if plan.scheme == "file" {
+		r.staleHint = fmt.Sprintf("; if %s is left over from an earlier run, delete it", plan.filePath)
+	}
 	tr, err := r.run(ctx, func(ctx context.Context) (transport.Transport, error) {
 		tr, err := backend.Connect(ctx, transport.Config{
 			Rank: plan.env.Rank, Size: plan.env.WorldSize, Store: ns, Timeout: cfg.timeout, Token: cfg.token,
@@ -174,6 +183,9 @@ func Init(ctx context.Context, rawURL string, opts ...InitOption) (*ProcessGroup
 		return nil, err
 	}
 	var closers []func() error
+	if plan.scheme == "file" {
+		closers = append(closers, func() error { return removeWhenLast(ns, plan.filePath, plan.env.WorldSize) })
+	}
 	closers = append(closers, ns.Close)
 	if owned {
 		closers = append(closers, st.Close)
@@ -350,7 +362,12 @@ func (p *initPlan) openStore(ctx context.Context, cfg *initConfig) (store.Store,
 	case "":
 		return store.NewMemory(sopts...), true, nil
 	case "file":
-		return nil, false, fmt.Errorf("%w: comm: init: file:// stores are not available in this build; use env:// or tcp://", ErrInvalidArgument)
+		st, err := store.NewFile(p.filePath, sopts...)
+		if err != nil {
+			return nil, false, fmt.Errorf("comm: init: rank %d opening the file store %s (every rank needs the same path, on a file system they share): %w",
+				p.env.Rank, p.filePath, err)
+		}
+		return st, true, nil
 	}
 	if p.env.Rank == 0 {
 		listen := p.storeAddr
@@ -387,4 +404,22 @@ func (o *owningTransport) Close() error {
 		err = errors.Join(err, c())
 	}
 	return err
+}
+
+// removeWhenLast counts this rank out of a file store's job and deletes the
+// file when it is the last rank to leave, as c10d's FileStore does, so that
+// the next run starts from an empty store.
+func removeWhenLast(st store.Store, path string, world int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := st.Add(ctx, "done", 1)
+	if err != nil {
+		return fmt.Errorf("comm: counting this rank out of the file store %s: %w", path, err)
+	}
+	if n == int64(world) {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("comm: removing the file store %s after the last rank left: %w", path, err)
+		}
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -167,6 +168,7 @@ func TestInitBadArguments(t *testing.T) {
 		{"127.0.0.1:5", nil, "use env://"},
 		{"env://somewhere", nil, "env:// takes no address"},
 		{"file://host/tmp/x?rank=0&world_size=1", nil, "file:///PATH"},
+		{"file:///tmp/x?rank=0", nil, "WORLD_SIZE"},
 		{"tcp://127.0.0.1:5?rank=1&world_size=2", []InitOption{WithRank(0)}, "rank given twice"},
 		{"tcp://127.0.0.1:5?rank=0&world_size=2", []InitOption{WithWorldSize(3)}, "world size given twice"},
 		{"tcp://127.0.0.1:5?rank=5&world_size=2", nil, "out of range"},
@@ -182,6 +184,48 @@ func TestInitBadArguments(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: error %q does not mention %q", tc.url, err, tc.says)
+		}
+	}
+}
+
+func TestInitFileURL(t *testing.T) {
+	const n = 3
+	path := filepath.Join(t.TempDir(), "store")
+	pgs, errs := initAll(n, func(r int) (*ProcessGroup, error) {
+		return Init(context.Background(), fmt.Sprintf("file://%s?rank=%d&world_size=%d", path, r, n), noEnv(), WithoutDefault())
+	})
+	requireAll(t, pgs, errs)
+	checkAllReduce(t, pgs)
+	closeAll(pgs)
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the last rank to leave did not remove the file store: %v", err)
+	}
+	// A second run on the same path starts clean.
+	pgs, errs = initAll(n, func(r int) (*ProcessGroup, error) {
+		return Init(context.Background(), fmt.Sprintf("file://%s?rank=%d&world_size=%d", path, r, n), noEnv(), WithoutDefault())
+	})
+	requireAll(t, pgs, errs)
+	checkAllReduce(t, pgs)
+}
+
+func TestInitFileLeftOverIsExplained(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store")
+	// A crashed run left its claims behind.
+	st, err := store.NewFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Set(context.Background(), "tandem/rdzv/rank/0", []byte("world=1 host=elsewhere pid=42 id=0")); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	_, err = Init(context.Background(), "file://"+path+"?rank=0&world_size=1", noEnv(), WithoutDefault(), WithInitTimeout(5*time.Second))
+	if !errors.Is(err, ErrMismatch) {
+		t.Fatalf("want ErrMismatch, got %v", err)
+	}
+	for _, s := range []string{"already taken", "pid 42", "left over", path} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not mention %q", err, s)
 		}
 	}
 }
@@ -360,4 +404,40 @@ func TestKilledRankMidAllReduce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Two ranks, here goroutines sharing an in-memory store, join a world and
+// all-reduce. Real jobs run one process per rank and call
+// comm.InitFromEnv(ctx) under `tandem run` (or torchrun, mpirun, srun),
+// which sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
+func ExampleInit() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := store.NewMemory()
+	defer st.Close()
+	var wg sync.WaitGroup
+	for rank := 0; rank < 2; rank++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pg, err := Init(ctx, "env://", WithStore(st), WithRank(rank), WithWorldSize(2), WithoutDefault())
+			if err != nil {
+				fmt.Println(err)
+				return
+			}
+			defer pg.Close()
+			x := tensor.New(tensor.WithBacking([]float32{float32(rank), 1, 2}))
+			if err := pg.AllReduce(ctx, x, Sum).Wait(ctx); err != nil {
+				fmt.Println(err)
+				return
+			}
+			if rank == 0 {
+				fmt.Println("sum:", x.Data())
+			}
+			// Leave together: no rank closes while another still needs it.
+			pg.Barrier(ctx).Wait(ctx)
+		}()
+	}
+	wg.Wait()
+	// Output: sum: [1 2 4]
 }

@@ -45,6 +45,7 @@ type rendezvous struct {
 	rank, world int
 	where       string        // the store, for messages
 	timeout     time.Duration // for messages
+	staleHint   string        // added to a duplicate-rank error: how to clear a leftover store
 }
 
 func rankKeys(base string, n int) []string {
@@ -66,8 +67,8 @@ func (r *rendezvous) join(ctx context.Context) error {
 		return r.storeErr(ctx, "claiming its rank", err)
 	}
 	if !bytes.Equal(got, claim) {
-		return (fmt.Errorf("%w: comm: init: rank %d is already taken by another process (%s) in %s: two processes were started with rank %d; give every process its own RANK",
-			ErrMismatch, r.rank, describeClaim(got), r.where, r.rank))
+		return fmt.Errorf("%w: comm: init: rank %d is already taken by another process (%s) in %s: two processes were started with rank %d; give every process its own RANK%s",
+			ErrMismatch, r.rank, describeClaim(got), r.where, r.rank, r.staleHint)
 	}
 
 	want := []byte(strconv.Itoa(r.world))
@@ -77,8 +78,8 @@ func (r *rendezvous) join(ctx context.Context) error {
 			return r.storeErr(ctx, "recording the world size", err)
 		}
 		if !bytes.Equal(got, want) {
-			return (fmt.Errorf("%w: comm: init: rank 0 has world size %d but %s already records world size %s: is it left over from another job? Use a fresh store (another MASTER_PORT)",
-				ErrMismatch, r.world, r.where, got))
+			return fmt.Errorf("%w: comm: init: rank 0 has world size %d but %s already records world size %s: is it left over from another job? Use a fresh store (another MASTER_PORT)%s",
+				ErrMismatch, r.world, r.where, got, r.staleHint)
 		}
 	} else {
 		vals, err := r.wait(ctx, []string{keyWorldSize}, keyRankBase, "never arrived")
@@ -86,8 +87,8 @@ func (r *rendezvous) join(ctx context.Context) error {
 			return err
 		}
 		if !bytes.Equal(vals[0], want) {
-			return (fmt.Errorf("%w: comm: init: world size mismatch: rank %d has world size %d but rank 0 has world size %s; start every rank with the same WORLD_SIZE",
-				ErrMismatch, r.rank, r.world, vals[0]))
+			return fmt.Errorf("%w: comm: init: world size mismatch: rank %d has world size %d but rank 0 has world size %s; start every rank with the same WORLD_SIZE",
+				ErrMismatch, r.rank, r.world, vals[0])
 		}
 	}
 
@@ -97,8 +98,8 @@ func (r *rendezvous) join(ctx context.Context) error {
 	}
 	for peer, c := range claims {
 		if w := claimWorld(c); w != r.world {
-			return (fmt.Errorf("%w: comm: init: world size mismatch: rank %d has world size %d but rank %d has world size %d; start every rank with the same WORLD_SIZE",
-				ErrMismatch, r.rank, r.world, peer, w))
+			return fmt.Errorf("%w: comm: init: world size mismatch: rank %d has world size %d but rank %d has world size %d; start every rank with the same WORLD_SIZE",
+				ErrMismatch, r.rank, r.world, peer, w)
 		}
 	}
 	return nil
