@@ -1,0 +1,138 @@
+// Command ddp_fashion trains a small convolutional network on Fashion-MNIST
+// with distributed data parallelism: every process holds a full replica of
+// the model, trains on its own shard of each epoch, and the replicas average
+// their gradients every step so that they stay identical. Rank 0 shows
+// progress, and after every epoch the test set is scored, a safetensors
+// checkpoint is written and a PNG of the curves is redrawn.
+//
+// Run two ranks on one machine (see README.md for the tutorial):
+//
+//	go build -tags openblas -o bin/ddp_fashion ./examples/ddp_fashion
+//	go run -tags openblas ./cmd/tandem run -nproc 2 -- bin/ddp_fashion -epochs 6 -out out/ddp_fashion
+//
+// Started without a launcher it trains in a single process.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/comm/local"
+	"github.com/tandemml/tandem/data"
+	"github.com/tandemml/tandem/internal/blas"
+)
+
+// Fashion-MNIST's pixel mean and standard deviation over the training set
+// (pixels scaled to [0, 1]); inputs are normalised with them.
+const (
+	fashionMean = 0.2860
+	fashionStd  = 0.3530
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "ddp_fashion:", err)
+		if errors.Is(err, fs.ErrNotExist) {
+			os.Exit(3)
+		}
+		os.Exit(1)
+	}
+}
+
+// run parses the flags, joins the job, loads the data and trains.
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fl := flag.NewFlagSet("ddp_fashion", flag.ContinueOnError)
+	cfg := config{EvalBatch: 500}
+	fl.IntVar(&cfg.Epochs, "epochs", 6, "train until this many epochs are done")
+	fl.IntVar(&cfg.Batch, "batch", 64, "examples per rank and step (the global batch is this times the number of ranks)")
+	fl.Float64Var(&cfg.LR, "lr", 0, fmt.Sprintf("learning rate (default %g for sgd, %g for adam)", defaultLRSGD, defaultLRAdam))
+	fl.StringVar(&cfg.Optimizer, "optim", "sgd", "optimizer: sgd (momentum 0.9) or adam")
+	fl.StringVar(&cfg.Out, "out", "out/ddp_fashion", "folder for checkpoints and the plot (rank 0 writes it); empty: none")
+	dataDir := fl.String("data", "", "folder holding the Fashion-MNIST files (default: $TANDEM_DATA, then "+data.FashionMNISTDebianDir+")")
+	download := fl.Bool("download", false, "download Fashion-MNIST when it is not found")
+	fl.BoolVar(&cfg.Resume, "resume", false, "continue from the newest checkpoint in -out")
+	fl.IntVar(&cfg.Limit, "limit", 0, "train on the first N training examples only (0: all 60000)")
+	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the initial weights and of the shuffling")
+	progress := fl.String("progress", "auto", "progress display: auto (a bar on a terminal, a line every -every percent otherwise), bar, lines or off")
+	fl.IntVar(&cfg.ProgressEvery, "every", 10, "percent of an epoch between progress lines")
+	fl.SetOutput(stdout)
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	if fl.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fl.Args())
+	}
+	if cfg.LR == 0 {
+		cfg.LR = defaultLRSGD
+		if cfg.Optimizer == "adam" {
+			cfg.LR = defaultLRAdam
+		}
+	}
+	var err error
+	if cfg.Progress, err = parseProgressMode(*progress, stdout); err != nil {
+		return err
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+
+	pg, err := joinJob(ctx, stdout)
+	if err != nil {
+		return err
+	}
+	defer pg.Close()
+	if pg.Rank() == 0 {
+		fmt.Fprintf(stdout, "ddp_fashion: %d rank(s), BLAS %s\n", pg.Size(), blas.Name)
+	}
+	trainSet, testSet, err := loadFashion(ctx, *dataDir, *download)
+	if err != nil {
+		return err
+	}
+	_, _, err = train(ctx, pg, cfg, trainSet, testSet, stdout)
+	return err
+}
+
+// joinJob returns the world group: from the launcher's environment (tandem
+// run, torchrun, mpirun, Slurm), or a group of one when no launcher started
+// this process.
+func joinJob(ctx context.Context, stdout io.Writer) (*comm.ProcessGroup, error) {
+	for _, v := range []string{"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"} {
+		if _, ok := os.LookupEnv(v); ok {
+			return comm.InitFromEnv(ctx)
+		}
+	}
+	fmt.Fprintln(stdout, "ddp_fashion: no launcher environment (RANK, WORLD_SIZE); training in this process alone")
+	groups, err := local.NewGroups(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	return groups[0], nil
+}
+
+// loadFashion loads both splits, normalised, from dir or the default places.
+func loadFashion(ctx context.Context, dir string, download bool) (train, test *data.InMemory, err error) {
+	opts := []data.Option{data.Normalize(fashionMean, fashionStd)}
+	if dir != "" {
+		opts = append(opts, data.Dir(dir))
+	}
+	if !download {
+		opts = append(opts, data.NoDownload())
+	}
+	if train, err = data.FashionMNIST(ctx, "train", opts...); err != nil {
+		return nil, nil, fmt.Errorf("%w\n(or run with -download to fetch it from the canonical mirrors)", err)
+	}
+	if test, err = data.FashionMNIST(ctx, "test", opts...); err != nil {
+		return nil, nil, err
+	}
+	return train, test, nil
+}

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/checkpoint"
+	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/models"
+	"github.com/tandemml/tandem/optim"
+)
+
+// A checkpoint is one safetensors file per finished epoch,
+// <out>/checkpoint-epochNNN.safetensors, holding
+//
+//   - the model's state_dict under PyTorch's names ("0.weight", "0.bias",
+//     ..., "7.bias"), so that PyTorch loads it into the same nn.Sequential;
+//   - the optimizer's state under "optimizer." followed by the names optim
+//     uses ("optimizer.state.0.momentum_buffer", "optimizer.param_groups.0.lr");
+//   - in the header's metadata: "epoch" (epochs finished), "history" (the
+//     per-epoch statistics as JSON, for the plot) and the run's settings.
+//
+// Only rank 0 writes and reads the files. On -resume it sends the file's
+// bytes to the other ranks, so -out need only exist on rank 0's machine.
+
+// optimPrefix is the name prefix of the optimizer's entries.
+const optimPrefix = "optimizer."
+
+// epochStats is what one epoch measured, on all ranks together.
+type epochStats struct {
+	Epoch     int     `json:"epoch"`      // from 1
+	TrainLoss float64 `json:"train_loss"` // mean over the epoch's training batches
+	TestLoss  float64 `json:"test_loss"`  // mean cross entropy on the test set
+	TestAcc   float64 `json:"test_acc"`   // fraction of the test set classified right
+	Seconds   float64 `json:"seconds"`    // wall time of training and evaluation
+}
+
+var checkpointName = regexp.MustCompile(`^checkpoint-epoch(\d+)\.safetensors$`)
+
+// checkpointPath is the file of the checkpoint after epoch (from 1).
+func checkpointPath(dir string, epoch int) string {
+	return filepath.Join(dir, fmt.Sprintf("checkpoint-epoch%03d.safetensors", epoch))
+}
+
+// latestCheckpoint returns the checkpoint of the highest epoch in dir, or an
+// error wrapping fs.ErrNotExist when there is none.
+func latestCheckpoint(dir string) (string, int, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", 0, err
+	}
+	best, bestEpoch := "", 0
+	for _, e := range entries {
+		m := checkpointName.FindStringSubmatch(e.Name())
+		if m == nil || !e.Type().IsRegular() {
+			continue
+		}
+		if n, err := strconv.Atoi(m[1]); err == nil && n > bestEpoch {
+			best, bestEpoch = filepath.Join(dir, e.Name()), n
+		}
+	}
+	if best == "" {
+		return "", 0, fmt.Errorf("no checkpoint-epochNNN.safetensors in %s: %w", dir, fs.ErrNotExist)
+	}
+	return best, bestEpoch, nil
+}
+
+// runSettings are recorded in every checkpoint, so that a resumed run can
+// say when it differs from the run it continues.
+type runSettings struct {
+	Seed      uint64
+	WorldSize int
+	Batch     int
+	Optimizer string
+	Limit     int
+}
+
+func (s runSettings) metadata() map[string]string {
+	return map[string]string{
+		"seed":       strconv.FormatUint(s.Seed, 10),
+		"world_size": strconv.Itoa(s.WorldSize),
+		"batch":      strconv.Itoa(s.Batch),
+		"optimizer":  s.Optimizer,
+		"limit":      strconv.Itoa(s.Limit),
+	}
+}
+
+// saveCheckpoint writes the state after epoch (from 1) to path, atomically.
+func saveCheckpoint(path string, model models.Module, opt optim.Optimizer, epoch int, hist []epochStats, settings runSettings) error {
+	tensors := checkpoint.StateTensors(model)
+	state := opt.State()
+	names := make([]string, 0, len(state))
+	for name := range state {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		tensors = append(tensors, checkpoint.Named{Name: optimPrefix + name, Tensor: state[name]})
+	}
+	histJSON, err := json.Marshal(hist)
+	if err != nil {
+		return err
+	}
+	meta := settings.metadata()
+	meta["format"] = "pt"
+	meta["epoch"] = strconv.Itoa(epoch)
+	meta["history"] = string(histJSON)
+	if err := checkpoint.Save(path, tensors, meta); err != nil {
+		return fmt.Errorf("saving checkpoint %s: %w", path, err)
+	}
+	return nil
+}
+
+// resumed is what a checkpoint restores besides the tensors.
+type resumed struct {
+	Path     string
+	Epoch    int
+	History  []epochStats
+	Settings map[string]string
+}
+
+// shippedCheckpoint is what rank 0 sends the other ranks on -resume: the
+// file's bytes, or why there are none.
+type shippedCheckpoint struct {
+	Path    string
+	Data    []byte
+	Missing bool   // no checkpoint in the folder: start afresh
+	Err     string // reading it failed: every rank stops
+}
+
+// resumeFrom restores model and opt from the newest checkpoint in dir. Rank 0
+// reads it and broadcasts its bytes; every rank decodes them and loads them
+// into its replica. It returns nil, and no error, when dir holds no
+// checkpoint (every rank learns that from rank 0).
+func resumeFrom(ctx context.Context, pg *comm.ProcessGroup, dir string, model models.Module, opt optim.Optimizer) (*resumed, error) {
+	var ship shippedCheckpoint
+	if pg.Rank() == 0 {
+		path, _, err := latestCheckpoint(dir)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			ship.Missing = true
+		case err != nil:
+			ship.Err = err.Error()
+		default:
+			ship.Path = path
+			if ship.Data, err = os.ReadFile(path); err != nil {
+				ship.Err = err.Error()
+			}
+		}
+	}
+	if err := comm.BroadcastObject(ctx, pg, &ship, 0); err != nil {
+		return nil, fmt.Errorf("sending the checkpoint to every rank: %w", err)
+	}
+	switch {
+	case ship.Err != "":
+		return nil, fmt.Errorf("resuming (rank 0): %s", ship.Err)
+	case ship.Missing:
+		return nil, nil
+	}
+	f, err := checkpoint.Decode(ship.Data)
+	if err != nil {
+		return nil, fmt.Errorf("resuming from %s: %w", ship.Path, err)
+	}
+	r, err := restore(f, model, opt)
+	if err != nil {
+		return nil, fmt.Errorf("resuming from %s: %w", ship.Path, err)
+	}
+	r.Path = ship.Path
+	return &r, nil
+}
+
+// restore loads a decoded checkpoint into model and opt.
+func restore(f *checkpoint.File, model models.Module, opt optim.Optimizer) (resumed, error) {
+	var r resumed
+	epoch, err := strconv.Atoi(f.Metadata["epoch"])
+	if err != nil || epoch < 1 {
+		return r, fmt.Errorf("metadata \"epoch\" is %q, want a positive number: %w", f.Metadata["epoch"], checkpoint.ErrFormat)
+	}
+	if h := f.Metadata["history"]; h != "" {
+		if err := json.Unmarshal([]byte(h), &r.History); err != nil {
+			return r, fmt.Errorf("metadata \"history\": %w", err)
+		}
+	}
+	// The model's entries must all be there (CopyInto checks shapes and
+	// dtypes); the rest must be the optimizer's.
+	var missing, unknown []string
+	inModel := map[string]bool{}
+	for _, p := range models.StateDict(model) {
+		inModel[p.Name] = true
+		if _, ok := f.Get(p.Name); !ok {
+			missing = append(missing, p.Name)
+		}
+	}
+	state := map[string]*tensor.Dense{}
+	for _, n := range f.Names() {
+		if rest, ok := strings.CutPrefix(n, optimPrefix); ok {
+			t, _ := f.Get(n)
+			state[rest] = t
+		} else if !inModel[n] {
+			unknown = append(unknown, n)
+		}
+	}
+	if len(missing) > 0 || len(unknown) > 0 {
+		return r, fmt.Errorf("the checkpoint does not fit this model (missing: [%s], not in the model: [%s]): %w",
+			strings.Join(missing, ", "), strings.Join(unknown, ", "), checkpoint.ErrMismatch)
+	}
+	if err := opt.LoadState(state); err != nil {
+		return r, fmt.Errorf("optimizer state: %w", err)
+	}
+	if err := checkpoint.CopyInto(model, f, checkpoint.NonStrict()); err != nil {
+		return r, err
+	}
+	r.Epoch = epoch
+	r.Settings = f.Metadata
+	if len(r.History) > epoch {
+		r.History = r.History[:epoch]
+	}
+	return r, nil
+}

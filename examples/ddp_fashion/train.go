@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/data"
+	"github.com/tandemml/tandem/models"
+	"github.com/tandemml/tandem/optim"
+)
+
+// config is everything a training run needs besides its data and group.
+type config struct {
+	Epochs    int     // train until this many epochs are done
+	Batch     int     // examples per rank and step
+	LR        float64 // learning rate
+	Optimizer string  // "sgd" (momentum 0.9) or "adam"
+	Out       string  // folder for checkpoints and the plot ("" = none)
+	Resume    bool    // continue from the newest checkpoint in Out
+	Limit     int     // train on the first Limit examples only (0 = all)
+	Seed      uint64  // weights and shuffling
+	EvalBatch int     // examples per evaluation batch
+
+	Progress      progressMode
+	ProgressEvery int              // percent between progress lines
+	Now           func() time.Time // clock for the progress display (nil = time.Now)
+}
+
+// Default learning rates, measured on this example (see README.md).
+const (
+	defaultLRSGD  = 0.05
+	defaultLRAdam = 1e-3
+)
+
+// validate refuses settings that cannot train.
+func (c config) validate() error {
+	if c.Epochs < 1 || c.Batch < 1 || c.EvalBatch < 1 || c.Limit < 0 || !(c.LR > 0) {
+		return fmt.Errorf("need -epochs >= 1, -batch >= 1, -lr > 0 and -limit >= 0 (got %d, %d, %v, %d)", c.Epochs, c.Batch, c.LR, c.Limit)
+	}
+	if c.Optimizer != "sgd" && c.Optimizer != "adam" {
+		return fmt.Errorf("-optim %q: want sgd or adam", c.Optimizer)
+	}
+	return nil
+}
+
+// newOptimizer builds the optimizer named by cfg over params.
+func newOptimizer(cfg config, params []*models.Param) (optim.Optimizer, error) {
+	switch cfg.Optimizer {
+	case "sgd":
+		return optim.NewSGD(params, cfg.LR, optim.Momentum(0.9))
+	case "adam":
+		return optim.NewAdam(params, optim.LR(cfg.LR))
+	}
+	return nil, fmt.Errorf("optimizer %q: want sgd or adam", cfg.Optimizer)
+}
+
+// newModel builds the CNN with weights drawn from seed: every rank draws the
+// same ones (and DDP broadcasts rank 0's anyway).
+func newModel(seed uint64) (*models.Sequential, error) {
+	return models.NewCNN(models.CNNConfig{}, rand.New(rand.NewPCG(seed, 0x5eed)), models.WithDtype(tensor.Float32))
+}
+
+// train runs the whole job on this rank: build the model and optimizer,
+// maybe resume, then per epoch train on this rank's shard, evaluate on the
+// test set, and (rank 0) save a checkpoint and redraw the plot. Rank 0
+// reports to w. It returns the statistics of every epoch done so far,
+// including resumed ones, and the model.
+func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, testSet data.Dataset, w io.Writer) ([]epochStats, *models.Sequential, error) {
+	rank, world := pg.Rank(), pg.Size()
+	if rank != 0 {
+		w = io.Discard
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, nil, err
+	}
+	model, err := newModel(cfg.Seed)
+	if err != nil {
+		return nil, nil, err
+	}
+	opt, err := newOptimizer(cfg, model.Params())
+	if err != nil {
+		return nil, nil, err
+	}
+	settings := runSettings{Seed: cfg.Seed, WorldSize: world, Batch: cfg.Batch, Optimizer: cfg.Optimizer, Limit: cfg.Limit}
+	if cfg.Out != "" && rank == 0 {
+		if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+			return nil, nil, err
+		}
+	}
+
+	start := 0
+	var hist []epochStats
+	if cfg.Resume {
+		if cfg.Out == "" {
+			return nil, nil, fmt.Errorf("-resume needs -out, the folder holding the checkpoints")
+		}
+		r, err := resumeFrom(ctx, pg, cfg.Out, model, opt)
+		if err != nil {
+			return nil, nil, err
+		}
+		if r == nil {
+			fmt.Fprintf(w, "no checkpoint in %s: starting from epoch 1\n", cfg.Out)
+		} else {
+			start, hist = r.Epoch, r.History
+			fmt.Fprintf(w, "resumed from %s: %d epoch(s) done\n", r.Path, r.Epoch)
+			for k, v := range settings.metadata() {
+				if old, ok := r.Settings[k]; ok && old != v {
+					fmt.Fprintf(w, "note: %s was %s in the checkpointed run and is %s now; the run will not retrace the original exactly\n", k, old, v)
+				}
+			}
+		}
+	}
+	// The learning rate comes from -lr, also when resuming.
+	opt.SetLR(cfg.LR)
+
+	net := newSyncStep(pg, model)
+
+	n := trainSet.Len()
+	if cfg.Limit > 0 {
+		n = min(n, cfg.Limit)
+	}
+	sampler, err := data.NewDistributedSampler(n, world, rank, data.Shuffle(cfg.Seed))
+	if err != nil {
+		return nil, nil, err
+	}
+	loader, err := data.NewLoader(trainSet, cfg.Batch, data.WithSampler(sampler), data.Prefetch(4))
+	if err != nil {
+		return nil, nil, err
+	}
+	eval, err := newEvaluator(pg, model, testSet, cfg.EvalBatch)
+	if err != nil {
+		return nil, nil, err
+	}
+	steps := (sampler.Len() + cfg.Batch - 1) / cfg.Batch
+	if start < cfg.Epochs {
+		fmt.Fprintf(w, "training on %d examples (%d per rank, %d steps of %d per epoch) with %d rank(s), testing on %d\n",
+			n, sampler.Len(), steps, cfg.Batch, world, testSet.Len())
+	} else {
+		fmt.Fprintf(w, "nothing to do: %d epoch(s) done, -epochs is %d\n", start, cfg.Epochs)
+	}
+
+	runStart := time.Now()
+	for epoch := start; epoch < cfg.Epochs; epoch++ {
+		t0 := time.Now()
+		label := fmt.Sprintf("epoch %d/%d", epoch+1, cfg.Epochs)
+		prog := newProgress(w, cfg.Progress, cfg.ProgressEvery, label, steps, cfg.Now)
+		var lossSum, seen float64
+		done := 0
+		for batch, err := range loader.Epoch(ctx, epoch) {
+			if err != nil {
+				return hist, model, err
+			}
+			opt.ZeroGrad()
+			loss, err := net.Step(ctx, batch.X, batch.Y)
+			if err != nil {
+				return hist, model, fmt.Errorf("%s, step %d: %w", label, done+1, err)
+			}
+			if err := opt.Step(); err != nil {
+				return hist, model, err
+			}
+			lossSum += loss * float64(batch.Size())
+			seen += float64(batch.Size())
+			done++
+			prog.update(done, lossSum/seen)
+		}
+		prog.finish()
+
+		// The epoch's training loss over every rank's batches.
+		sums := tensor.New(tensor.WithShape(2), tensor.WithBacking([]float64{lossSum, seen}))
+		if world > 1 {
+			if err := pg.AllReduce(ctx, sums, comm.Sum).Wait(ctx); err != nil {
+				return hist, model, fmt.Errorf("combining the training loss: %w", err)
+			}
+		}
+		res, err := eval.run(ctx)
+		if err != nil {
+			return hist, model, err
+		}
+		st := epochStats{
+			Epoch:     epoch + 1,
+			TrainLoss: sums.Float64s()[0] / max(sums.Float64s()[1], 1),
+			TestLoss:  res.Loss,
+			TestAcc:   res.Accuracy,
+			Seconds:   time.Since(t0).Seconds(),
+		}
+		hist = append(hist, st)
+		fmt.Fprintf(w, "%s: train loss %.4f  test loss %.4f  test accuracy %.2f%% (%d images)  %.1fs\n",
+			label, st.TrainLoss, st.TestLoss, 100*st.TestAcc, res.N, st.Seconds)
+		if cfg.Out != "" && rank == 0 {
+			path := checkpointPath(cfg.Out, epoch+1)
+			if err := saveCheckpoint(path, model, opt, epoch+1, hist, settings); err != nil {
+				return hist, model, err
+			}
+			plot := filepath.Join(cfg.Out, "curves.png")
+			if err := writePlot(plot, hist); err != nil {
+				return hist, model, err
+			}
+			fmt.Fprintf(w, "saved %s and %s\n", path, plot)
+		}
+	}
+	if start < cfg.Epochs {
+		fmt.Fprintf(w, "done: %d epoch(s) in %s, final test accuracy %.2f%%\n",
+			cfg.Epochs-start, time.Since(runStart).Round(time.Second), 100*hist[len(hist)-1].TestAcc)
+	} else if cfg.Out != "" && rank == 0 && len(hist) > 0 {
+		if err := writePlot(filepath.Join(cfg.Out, "curves.png"), hist); err != nil {
+			return hist, model, err
+		}
+	}
+	return hist, model, nil
+}
