@@ -22,6 +22,9 @@ const (
 	keyAddrBase = "tcp/addr/"
 )
 
+// dialAttemptTimeout bounds one attempt to reach one advertised address.
+const dialAttemptTimeout = 3 * time.Second
+
 func addrKey(rank int) string { return keyAddrBase + strconv.Itoa(rank) }
 
 // link is the outcome of one connection attempt, sent to the collector.
@@ -254,12 +257,18 @@ func (b Backend) tune(c *net.TCPConn) {
 	}
 }
 
-// guard bounds the handshake I/O on c by ctx; the returned func ends the guard
+// handshakeTimeout bounds one handshake, so that an address that accepts but
+// never answers (not a Tandem rank) does not hold up the others.
+const handshakeTimeout = 10 * time.Second
+
+// guard bounds the handshake I/O on c by ctx and handshakeTimeout; the returned func ends the guard
 // and reports whether ctx fired meanwhile.
 func guard(ctx context.Context, c net.Conn) func() bool {
-	if d, ok := ctx.Deadline(); ok {
-		c.SetDeadline(d)
+	d := time.Now().Add(handshakeTimeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		d = cd
 	}
+	c.SetDeadline(d)
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	return func() bool {
 		fired := !stop()
@@ -374,7 +383,9 @@ func (m *meshState) dialPeer(ctx context.Context, p int) {
 		return // on ctx's end the collector reports the missing rank
 	}
 	addrs := strings.Split(string(v), ",")
-	d := net.Dialer{KeepAliveConfig: keepAlive}
+	// Each address gets a bounded attempt, so that an unreachable one (a
+	// network the dialer is not on) does not hold up the next.
+	d := net.Dialer{KeepAliveConfig: keepAlive, Timeout: dialAttemptTimeout}
 	backoff := 10 * time.Millisecond
 	for ctx.Err() == nil {
 		for _, a := range addrs {
