@@ -51,8 +51,9 @@ type DDP struct {
 	hasGrad        []bool // per parameter: Grad points at its bucket view
 	staticUsed     []bool // StaticGraph: the global used map, once known
 	noSync         int
-	joined         bool // inside Join: every step exchanges the join flags
-	lastRoot       int  // inside Join: lowest rank of the last non-empty set of active ranks
+	launches       uint64 // bucket reductions started so far (the same count on every rank)
+	joined         bool   // inside Join: every step exchanges the join flags
+	lastRoot       int    // inside Join: lowest rank of the last non-empty set of active ranks
 	failed         error
 
 	stats statsState

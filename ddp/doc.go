@@ -62,16 +62,22 @@
 //
 // With no comm hook, each gradient is multiplied by 1/world while it is
 // copied into its bucket, and the buckets are summed across the ranks:
-// PyTorch's built-in reduction, operation for operation. The parity test trains a PyTorch fixture on two
+// PyTorch's built-in reduction, operation for operation. AllReduceHook
+// divides the bucket by the world size first instead, as PyTorch's Python
+// allreduce_hook does (the two differ in the last bit for world sizes that
+// are not powers of two). The parity test trains a PyTorch fixture on two
 // ranks and matches every loss and every final weight to 1e-9 relative (in
 // practice to a few ulps; the matrix products differ from PyTorch's BLAS in
 // summation order, the reduction itself does not).
 //
 // # Communication hooks
 //
-// WithCommHook replaces the reduction of each bucket by a function of one's
-// own, given the GradBucket (Index, Buffer, Gradients, Parameters, IsLast,
-// SetBuffer) and returning a Future of the reduced buffer.
+// WithCommHook replaces the reduction of each bucket: AllReduceHook,
+// FP16CompressHook and BF16CompressHook (half the bytes, sums rounded in
+// half precision as PyTorch's hooks do), PowerSGDHook (low-rank compression
+// with error feedback, after a number of plain iterations), or a function of
+// one's own, given the GradBucket (Index, Buffer, Gradients, Parameters,
+// IsLast, SetBuffer) and returning a Future of the reduced buffer.
 //
 // # Gradient accumulation, unused parameters, uneven inputs
 //

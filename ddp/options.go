@@ -171,7 +171,14 @@ func MaxPrograms(n int) Option {
 // WithCommHook replaces the default gradient reduction by hook, called once
 // per bucket and step with state (PyTorch's register_comm_hook). The hook
 // receives the bucket of local gradients and returns a Future of the
-// bucket's reduced gradients (see CommHook for the rules).
+// bucket's reduced gradients (see CommHook for the rules). Built-in hooks:
+// AllReduceHook, FP16CompressHook, BF16CompressHook (state: the group to
+// reduce over, nil for the DDP's own) and PowerSGDHook (state: a
+// *PowerSGDState):
+//
+//	ddp.WithCommHook[*comm.ProcessGroup](nil, ddp.FP16CompressHook)
+//	st, err := ddp.NewPowerSGDState(nil, ddp.PowerSGDRank(2))
+//	ddp.WithCommHook(st, ddp.PowerSGDHook)
 func WithCommHook[S any](state S, hook CommHook[S]) Option {
 	return func(c *config) error {
 		if hook == nil {
