@@ -35,10 +35,17 @@
 // written with one writev call (net.Buffers) so the payload is never copied in
 // user space. One reader goroutine per connection demultiplexes frames into
 // per-(peer, tag) queues: when a Recv is already waiting for the message, the
-// payload is read from the socket straight into the caller's buffer;
-// otherwise it is read into a pooled buffer and handed over when the Recv is
-// posted. Messages above the size limit (transport.Config.MaxMessage, default
-// DefaultMaxMessage) are refused with ErrTooLarge.
+// payload is read from the socket straight into the caller's buffer. A large
+// payload (32 KiB or more) whose Recv is not posted yet stays in the socket
+// for up to a millisecond, since collectives post the Recv a moment later;
+// then, or for small messages at once, it is read into a pooled buffer and
+// copied when the Recv comes (a Recv posted while the payload streams in
+// takes over the rest directly). The wait is bounded so that receiving
+// messages in another order than they were sent costs time, never a
+// deadlock. Send and Recv allocate nothing per message (a Send under a
+// cancellable context registers one context.AfterFunc). Messages above the
+// size limit (transport.Config.MaxMessage, default DefaultMaxMessage) are
+// refused with ErrTooLarge.
 //
 // # Failure
 //
