@@ -45,6 +45,9 @@ func build(pg *comm.ProcessGroup, s spec, data ...*G.Node) (*G.Node, error) {
 		if d.Graph() == nil || d.Graph() != data[0].Graph() {
 			return fail("input %d (%q) is not in the graph of input 0 (%q)", i, d.Name(), data[0].Name())
 		}
+		if d.Shape().TotalSize() == 0 {
+			return fail("input %d (%q) of shape %v has no elements; gorgonia cannot hold empty tensors", i, d.Name(), d.Shape())
+		}
 		if d.Dtype() != data[0].Dtype() {
 			return fail("input %d (%q) has dtype %v, input 0 has %v; all inputs need one dtype", i, d.Name(), d.Dtype(), data[0].Dtype())
 		}
@@ -77,6 +80,9 @@ func build(pg *comm.ProcessGroup, s spec, data ...*G.Node) (*G.Node, error) {
 	}
 	if err := op.shapes(w, data, s); err != nil {
 		return fail("%v", err)
+	}
+	if op.outShape.TotalSize() == 0 {
+		return fail("the output (shape %v) would have no elements; gorgonia cannot hold empty tensors", op.outShape)
 	}
 
 	g := data[0].Graph()

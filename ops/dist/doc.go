@@ -23,17 +23,29 @@
 // AllGatherIntoTensor, Gather, Scatter, ReduceScatter, ReduceScatterTensor,
 // AllToAll and AllToAllSingle. Their arguments follow PyTorch's (roots and
 // ranks are ranks of the group). Functions with one output per rank (AllGather,
-// Gather, AllToAll) return one node per rank: each is a slice of one stacked
-// node of shape [world, ...] that a single collective fills, so the gradients
-// of the slices add up exactly into the stacked node's gradient (every element
-// receives one term, the others being exact zeros). Functions with one input
-// per rank (Scatter, ReduceScatter, AllToAll) take a list of nodes, one op
-// node reading them all.
+// Gather, AllToAll) return one node per rank: each is a block of one stacked
+// node of shape [world, ...] that a single collective fills. A block's
+// gradient is placed into zeros of the stacked shape, and gorgonia adds the
+// placed gradients up, which is exact: every element receives one term, the
+// others being zeros. Functions with one input per rank (Scatter,
+// ReduceScatter, AllToAll) take a list of nodes, one op node reading them all;
+// Scatter, like PyTorch's, takes the list on every rank, where off the source
+// rank it only gives the output's shape.
+//
+// Tensors may have any shape, scalars included, and any dtype comm moves
+// (float32, float64, int8, uint8, int32, int64); gradients exist for float32
+// and float64. Empty tensors are refused, as gorgonia cannot hold them.
 //
 // The executor of package graph runs these nodes with the run's context
 // (they implement its ContextDoer): a cancelled run, a dead peer or a
-// timeout ends them with an error wrapping comm's sentinels. Without a
-// context (TapeMachine) the group's default timeout bounds them.
+// timeout ends them with an error wrapping comm's sentinels. gorgonia's
+// TapeMachine runs them too, bounded by the group's default timeout.
+//
+// Ranks that are goroutines of one process (comm/local, tests) should build
+// their graphs one after the other and only run them concurrently: gorgonia
+// shares a few constant nodes between all graphs (the 1 that gorgonia.Grad
+// seeds the backward pass with, for one) and caches their hashes on first
+// use without synchronisation.
 //
 // # Semantics of the gradients
 //
@@ -41,14 +53,18 @@
 // receive (the non-roots of Reduce and Gather) are zeros and carry no
 // gradient. Sum, avg and premul_sum are linear: the gradient of an all-reduce
 // with one of them is the all-reduce of the output gradients with the same op.
-// Product's gradient is the product of the other ranks' values (computed from
-// an extra all-gather of the inputs with prefix and suffix products, exact
-// with zeros, no division). Max and min send the gradient to every rank
+// Product's gradient is the product of the other ranks' values (computed
+// with prefix and suffix products from the inputs that an extra all-gather,
+// or for reduce-scatter an all-to-all, brings: exact with zeros, no
+// division). Max and min send the gradient to every rank
 // holding the extreme value, split equally among ties. Band, bor and bxor
 // take integer tensors; asking for their gradient, or for any gradient of an
 // integer collective, fails in SymDiff with an error that names the op and
-// the reduce op and wraps ErrNotDifferentiable. The rules of every function
-// are listed in backward.go and in each function's documentation.
+// the reduce op and wraps ErrNotDifferentiable (gorgonia.Grad passes the
+// message on but not the wrapping). The rules of every function are listed
+// in backward.go and in each function's documentation. The gradients of
+// product, max and min are computed by backward nodes that have no gradient
+// of their own: second derivatives through them are refused.
 //
 // # Order of collectives
 //

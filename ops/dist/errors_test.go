@@ -15,6 +15,9 @@ import (
 	"github.com/tandemml/tandem/graph"
 )
 
+// The executor of package graph passes the run's context to collectives.
+var _ graph.ContextDoer = (*collective)(nil)
+
 // TestBuildErrors: malformed calls fail when the node is built, with an
 // error wrapping ErrInvalidArgument that says what is wrong.
 func TestBuildErrors(t *testing.T) {
@@ -56,6 +59,7 @@ func TestBuildErrors(t *testing.T) {
 		{"all_to_all_single split sum", func() (any, error) { return AllToAllSingle(pg, x, []int{1, 1, 1}, []int{1, 1, 1}) }, "add up to 3 rows"},
 		{"all_to_all_single self", func() (any, error) { return AllToAllSingle(pg, x, []int{0, 1, 1}, []int{2, 0, 0}) }, "sends itself 2 rows but expects 0"},
 		{"all_to_all_single equal", func() (any, error) { return AllToAllSingle(pg, x, nil, nil) }, "do not divide into 3 equal parts"},
+		{"all_to_all_single empty output", func() (any, error) { return AllToAllSingle(pg, x, []int{0, 0, 0}, []int{0, 1, 1}) }, "no elements"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := c.build()

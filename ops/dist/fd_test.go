@@ -41,8 +41,15 @@ func TestFiniteDifferences(t *testing.T) {
 				}
 				t.Run(name, func(t *testing.T) {
 					seed := uint64(world*1000 + len(name))
-					fdCheck(t, ctx, pgs, fdSpec(op, red, world, seed), seed)
+					fdCheck(t, ctx, pgs, fdSpec(op, red, world, seed), seed, false)
 				})
+				if world == 3 && op != "reduce_scatter_tensor" && op != "all_to_all_single" {
+					// Scalar nodes (shape ()): gorgonia gives them scalar values.
+					t.Run(name+"/scalar", func(t *testing.T) {
+						seed := uint64(world*1000 + len(name))
+						fdCheck(t, ctx, pgs, fdSpec(op, red, world, seed), seed, true)
+					})
+				}
 			}
 		}
 	}
@@ -76,8 +83,15 @@ func fdSpec(op, red string, world int, seed uint64) fixtureCase {
 }
 
 // fdInputShapes returns the shapes of rank r's inputs for the case.
-func fdInputShapes(c fixtureCase, r int) []tensor.Shape {
+func fdInputShapes(c fixtureCase, r int, scalar bool) []tensor.Shape {
 	w := c.World
+	if scalar {
+		n := 1
+		if c.Op == "scatter" || c.Op == "reduce_scatter" || c.Op == "all_to_all" {
+			n = w
+		}
+		return make([]tensor.Shape, n) // shape () each
+	}
 	switch c.Op {
 	case "scatter", "reduce_scatter", "all_to_all":
 		s := make([]tensor.Shape, w)
@@ -109,7 +123,7 @@ type fdRank struct {
 	grads     []G.Value
 }
 
-func fdCheck(t *testing.T, ctx context.Context, pgs []*comm.ProcessGroup, c fixtureCase, seed uint64) {
+func fdCheck(t *testing.T, ctx context.Context, pgs []*comm.ProcessGroup, c fixtureCase, seed uint64, scalar bool) {
 	rng := rand.New(rand.NewPCG(seed, 11))
 	w := c.World
 	// Inputs and output gradients of every rank. Min and max need values
@@ -117,7 +131,7 @@ func fdCheck(t *testing.T, ctx context.Context, pgs []*comm.ProcessGroup, c fixt
 	// which rank holds the extreme.
 	vals := make([][]*tensor.Dense, w)
 	for r := range vals {
-		for _, s := range fdInputShapes(c, r) {
+		for _, s := range fdInputShapes(c, r, scalar) {
 			vals[r] = append(vals[r], randTensor(rng, s))
 		}
 	}

@@ -56,7 +56,7 @@ func checkIntegerForward(t *testing.T, ctx context.Context, pgs []*comm.ProcessG
 	vals := make([][][]int64, world)
 	shapes := make([][]tensor.Shape, world)
 	for r := range vals {
-		shapes[r] = fdInputShapes(c, r)
+		shapes[r] = fdInputShapes(c, r, false)
 		for _, s := range shapes[r] {
 			v := make([]int64, s.TotalSize())
 			for i := range v {

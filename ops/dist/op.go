@@ -115,15 +115,8 @@ type collective struct {
 var (
 	_ G.Op         = (*collective)(nil)
 	_ G.SDOp       = (*collective)(nil)
-	_ ctxDoer      = (*collective)(nil)
 	_ fmt.Stringer = (*collective)(nil)
 )
-
-// ctxDoer is graph.ContextDoer, restated so that this package does not
-// depend on the executor: any executor that passes a context uses it.
-type ctxDoer interface {
-	DoContext(ctx context.Context, prealloc G.Value, inputs ...G.Value) (G.Value, error)
-}
 
 // Arity is the number of children: the data inputs plus the ordering edge.
 func (op *collective) Arity() int { return len(op.inTypes) }
