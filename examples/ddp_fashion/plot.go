@@ -230,7 +230,7 @@ func niceTicks(lo, hi float64, want int) ([]float64, float64) {
 	step := mag
 	for _, m := range []float64{1, 2, 5, 10} {
 		step = m * mag
-		if step >= raw {
+		if step >= raw*(1-1e-9) {
 			break
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/data"
+	"github.com/tandemml/tandem/ddp"
 	"github.com/tandemml/tandem/models"
 	"github.com/tandemml/tandem/optim"
 )
@@ -121,7 +122,13 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 	// The learning rate comes from -lr, also when resuming.
 	opt.SetLR(cfg.LR)
 
-	net := newSyncStep(pg, model)
+	// DDP checks that every rank built the same model, copies rank 0's
+	// weights to all, and from now on averages the gradients of every step
+	// in buckets, overlapped with the backward pass.
+	net, err := ddp.New(ctx, pg, model)
+	if err != nil {
+		return nil, nil, err
+	}
 
 	n := trainSet.Len()
 	if cfg.Limit > 0 {
@@ -209,6 +216,7 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 	if start < cfg.Epochs {
 		fmt.Fprintf(w, "done: %d epoch(s) in %s, final test accuracy %.2f%%\n",
 			cfg.Epochs-start, time.Since(runStart).Round(time.Second), 100*hist[len(hist)-1].TestAcc)
+		fmt.Fprintf(w, "ddp (rank 0): %s\n", net.Stats())
 	} else if cfg.Out != "" && rank == 0 && len(hist) > 0 {
 		if err := writePlot(filepath.Join(cfg.Out, "curves.png"), hist); err != nil {
 			return hist, model, err

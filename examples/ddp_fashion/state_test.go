@@ -1,0 +1,178 @@
+package main
+
+import (
+	"errors"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/checkpoint"
+	"github.com/tandemml/tandem/models"
+	"github.com/tandemml/tandem/optim"
+)
+
+func TestLatestCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, err := latestCheckpoint(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("empty folder: %v, want fs.ErrNotExist", err)
+	}
+	for _, name := range []string{"checkpoint-epoch002.safetensors", "checkpoint-epoch010.safetensors",
+		"checkpoint-epoch009.safetensors", "checkpoint-epoch011.safetensors.tmp", "curves.png"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path, epoch, err := latestCheckpoint(dir)
+	if err != nil || epoch != 10 || filepath.Base(path) != "checkpoint-epoch010.safetensors" {
+		t.Fatalf("got %q, %d, %v; want epoch 10", path, epoch, err)
+	}
+}
+
+// stepOnce gives every parameter a gradient and takes one optimizer step,
+// so that the optimizer has state to save.
+func stepOnce(t *testing.T, m models.Module, opt optim.Optimizer) {
+	t.Helper()
+	for _, p := range m.Params() {
+		g := p.Value.Clone().(*tensor.Dense)
+		for i, v := range g.Float32s() {
+			g.Float32s()[i] = 0.1*v + 0.01
+		}
+		p.Grad = g
+	}
+	if err := opt.Step(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckpointRoundTrip(t *testing.T) {
+	for _, name := range []string{"sgd", "adam"} {
+		t.Run(name, func(t *testing.T) {
+			cfg := config{Optimizer: name, LR: 0.01}
+			m, err := newModel(5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opt, err := newOptimizer(cfg, m.Params())
+			if err != nil {
+				t.Fatal(err)
+			}
+			stepOnce(t, m, opt)
+			hist := []epochStats{{Epoch: 1, TrainLoss: 0.5, TestLoss: 0.4, TestAcc: 0.8, Seconds: 3}}
+			path := checkpointPath(t.TempDir(), 1)
+			if err := saveCheckpoint(path, m, opt, 1, hist, runSettings{Seed: 5, WorldSize: 2, Batch: 64, Optimizer: name}); err != nil {
+				t.Fatal(err)
+			}
+
+			// A fresh model and optimizer from another seed take the state.
+			m2, _ := newModel(6)
+			opt2, _ := newOptimizer(cfg, m2.Params())
+			f, err := checkpoint.Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := restore(f, m2, opt2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Epoch != 1 || len(r.History) != 1 || r.History[0] != hist[0] || r.Settings["world_size"] != "2" {
+				t.Errorf("restored %+v", r)
+			}
+			sameState(t, "model", stateOf(m), stateOf(m2))
+			st1, st2 := opt.State(), opt2.State()
+			if len(st1) != len(st2) || len(st1) == 0 {
+				t.Fatalf("optimizer state has %d entries, restored %d", len(st1), len(st2))
+			}
+			for k, v := range st1 {
+				if !equalDense(v, st2[k]) {
+					t.Errorf("optimizer state %s differs after the round trip", k)
+				}
+			}
+			// The same next step from both.
+			stepOnce(t, m, opt)
+			stepOnce(t, m2, opt2)
+			sameState(t, "after one more step", stateOf(m), stateOf(m2))
+		})
+	}
+}
+
+func equalDense(a, b *tensor.Dense) bool {
+	if a == nil || b == nil || !a.Shape().Eq(b.Shape()) || a.Dtype() != b.Dtype() {
+		return false
+	}
+	return string(denseBytes(a)) == string(denseBytes(b))
+}
+
+func TestRestoreRefusesForeignCheckpoints(t *testing.T) {
+	m, _ := newModel(1)
+	opt, _ := newOptimizer(config{Optimizer: "sgd", LR: 0.1}, m.Params())
+	stepOnce(t, m, opt)
+	dir := t.TempDir()
+
+	// A checkpoint of another model: entries missing.
+	mlp, err := models.NewMLP([]int{784, 10}, models.ActReLU, true, nil, models.WithDtype(tensor.Float32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.safetensors")
+	if err := checkpoint.SaveModule(other, mlp, map[string]string{"epoch": "1"}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := checkpoint.Load(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := stateOf(m)
+	last := models.StateDict(m)[len(models.StateDict(m))-1].Name // the CNN's last entry, absent from the MLP
+	if _, err := restore(f, m, opt); !errors.Is(err, checkpoint.ErrMismatch) || !strings.Contains(err.Error(), last) {
+		t.Errorf("foreign model: %v, want ErrMismatch naming %s", err, last)
+	}
+	sameState(t, "model after a refused checkpoint", before, stateOf(m))
+
+	// No epoch in the metadata.
+	good := checkpointPath(dir, 1)
+	if err := saveCheckpoint(good, m, opt, 1, nil, runSettings{Optimizer: "sgd"}); err != nil {
+		t.Fatal(err)
+	}
+	f, _ = checkpoint.Load(good)
+	delete(f.Metadata, "epoch")
+	if _, err := restore(f, m, opt); !errors.Is(err, checkpoint.ErrFormat) {
+		t.Errorf("no epoch: %v, want ErrFormat", err)
+	}
+
+	// An SGD checkpoint into Adam: the optimizer state does not fit.
+	f, _ = checkpoint.Load(good)
+	adam, _ := newOptimizer(config{Optimizer: "adam", LR: 0.1}, m.Params())
+	if _, err := restore(f, m, adam); err == nil || !strings.Contains(err.Error(), "optimizer state") {
+		t.Errorf("sgd state into adam: %v", err)
+	}
+}
+
+func TestScoreBatch(t *testing.T) {
+	logits := tensor.New(tensor.WithShape(3, 3), tensor.WithBacking([]float32{
+		2, 0, 0, // predicts 0
+		0, 0, 1, // predicts 2
+		1, 1, 1, // a tie: predicts the first, 0
+	}))
+	correct, loss, err := scoreBatch(logits, []int64{0, 1, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if correct != 2 {
+		t.Errorf("correct = %v, want 2", correct)
+	}
+	want := -math.Log(math.Exp(2)/(math.Exp(2)+2)) - math.Log(1/(2+math.E)) + math.Log(3)
+	if math.Abs(loss-want) > 1e-6 {
+		t.Errorf("loss = %v, want %v", loss, want)
+	}
+	if _, _, err := scoreBatch(logits, []int64{0, 1, 5}); err == nil {
+		t.Error("label out of range accepted")
+	}
+	if _, _, err := scoreBatch(logits, []int64{0, 1}); err == nil {
+		t.Error("label count mismatch accepted")
+	}
+}
