@@ -39,7 +39,7 @@ func Reduce(pg *comm.ProcessGroup, x *G.Node, dst int, op comm.ReduceOp) (*G.Nod
 }
 
 // AllGather returns one node per rank, the k-th holding rank k's value of x,
-// on every rank. The nodes are slices of one stacked node of shape
+// on every rank. The nodes are blocks of one stacked node of shape
 // [world, x's shape...] that a single collective fills.
 //
 // Gradient: rank k's x receives the sum over ranks of the gradients arriving
@@ -64,7 +64,7 @@ func AllGatherIntoTensor(pg *comm.ProcessGroup, x *G.Node) (*G.Node, error) {
 
 // Gather returns one node per rank: on rank dst the k-th holds rank k's value
 // of x; on every other rank they hold zeros, which carry no gradient. The
-// nodes are slices of one stacked node that a single collective fills.
+// nodes are blocks of one stacked node that a single collective fills.
 //
 // Gradient: rank k's x receives the gradient arriving at rank dst's k-th
 // output (a scatter from dst).
@@ -107,7 +107,7 @@ func ReduceScatterTensor(pg *comm.ProcessGroup, x *G.Node, op comm.ReduceOp) (*G
 
 // AllToAll returns one node per rank: on rank r the k-th holds rank k's
 // ins[r]. Every rank passes world nodes of one shape and dtype. The outputs
-// are slices of one stacked node that a single collective fills.
+// are blocks of one stacked node that a single collective fills.
 //
 // Gradient: the all-to-all of the output gradients: rank k's ins[r] receives
 // the gradient at rank r's k-th output.

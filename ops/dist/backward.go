@@ -161,7 +161,7 @@ func (op *collective) backward(data G.Nodes, gy *G.Node) (G.Nodes, error) {
 }
 
 // unstack turns the stacked gradient of a per-rank input into the gradient
-// of each input node: one slice per rank for a list, the stack itself for a
+// of each input node: one block per rank for a list, the stack itself for a
 // packed input.
 func (op *collective) unstack(stacked *G.Node, err error) (G.Nodes, error) {
 	if err != nil {

@@ -135,7 +135,7 @@ func (op *collective) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return op.outShape.Clone(), nil
 }
 
-// ReturnsPtr is false: the output is always a fresh buffer.
+// ReturnsPtr is false: the output never aliases an input.
 func (op *collective) ReturnsPtr() bool { return false }
 
 // CallsExtern is false: collectives run in Go.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash"
+	"runtime"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/graph"
 )
 
@@ -255,4 +257,48 @@ func children(g *G.ExprGraph, n *G.Node) G.Nodes {
 		out = append(out, it.Node().(*G.Node))
 	}
 	return out
+}
+
+// TestNoGoroutinesLeft: running collective nodes leaves no goroutine behind
+// once the runs have returned and the groups are closed.
+func TestNoGoroutinesLeft(t *testing.T) {
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pgs, err := local.NewGroups(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs := make([]*graph.Program, len(pgs))
+	for r, pg := range pgs {
+		g := G.NewGraph()
+		x := input(g, "x", tensor.New(tensor.WithShape(4), tensor.WithBacking([]float64{1, 2, 3, float64(r)})))
+		parts, err := AllGather(pg, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := AllReduce(pg, parts[1], comm.Max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grads, err := G.Grad(G.Must(G.Sum(y)), x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if progs[r], err = graph.Compile(g, graph.WithGrads(G.Nodes{x}, grads)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		mustRanks(t, pgs, func(r int, _ *comm.ProcessGroup) error { return progs[r].Run(ctx) })
+	}
+	closeAll(pgs)
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
 }
