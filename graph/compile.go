@@ -149,7 +149,7 @@ func Compile(g *G.ExprGraph, opts ...Option) (*Program, error) {
 				p.ctxDoer[i] = cd
 			}
 			_, pd := op.(G.UsePreallocDoer)
-			p.prealloc[i] = cfg.reuse && (pd || p.ctxDoer[i] != nil)
+			p.prealloc[i] = cfg.reuse && (pd || p.ctxDoer[i] != nil) && !accumulatesIntoPrealloc(op)
 			if tm, ok := op.(G.TrainModeOp); ok {
 				if err := tm.SetTraining(!cfg.evalMode); err != nil {
 					return nil, fmt.Errorf("graph: Compile: node %q (%v): setting training mode: %w", nd.Name(), op, err)
@@ -310,4 +310,12 @@ func readTarget(op G.Op) *G.Value {
 		return nil
 	}
 	return (*G.Value)(unsafe.Pointer(f.Pointer()))
+}
+
+// accumulatesIntoPrealloc reports ops whose UsePreallocDo adds into the
+// buffer it is given instead of overwriting it: gorgonia's sliceIncrOp (the
+// gradient of Slice) is one. Handing such an op last run's output would add
+// this run's result to the previous one, so it always computes afresh.
+func accumulatesIntoPrealloc(op G.Op) bool {
+	return fmt.Sprintf("%T", op) == "gorgonia.sliceIncrOp"
 }
