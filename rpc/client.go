@@ -2,11 +2,11 @@ package rpc
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"reflect"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -141,9 +141,6 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 	if timeout <= 0 {
 		timeout = a.opts.timeout
 	}
-	dctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-
 	buf := getBuf()
 	defer putBuf(buf)
 	enc := Encoder{buf: (*buf)[:0], agent: a, to: call.To}
@@ -153,27 +150,12 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 		fut.Complete(nil, fmt.Errorf("rpc: call %q to worker %s: cannot send the argument (%T): %w", call.Function, call.To, call.Arg, err))
 		return fut
 	}
-	f := frame{kind: kindRequest, fn: call.Function, typ: typ, aux: uint64(timeout), meta: call.Meta, payload: enc.buf, tensors: enc.tensors}
-	hb := getBuf()
-	defer putBuf(hb)
-	head, data, err := appendHead((*hb)[:0], &f)
-	*hb = head
-	if err == nil && int64(len(head)-frameHeaderLen)+int64(data) > a.opts.maxMessage {
-		err = fmt.Errorf("%w: rpc: the argument makes a message of %d bytes, over the limit of %d (WithMaxMessageSize)", ErrTooLarge, len(head)-frameHeaderLen+int(data), a.opts.maxMessage)
-	}
-	if err != nil {
-		fut.Complete(nil, fmt.Errorf("rpc: call %q to worker %s: %w", call.Function, call.To, err))
-		return fut
-	}
 	p := &pendingCall{a: a, fn: call.Function, resType: call.ResultType, fut: fut, start: start}
 	var c *conn
 	for attempt := 0; ; attempt++ {
-		c, err = a.connTo(dctx, call.To.ID)
+		c, err = a.connTo(ctx, call.To.ID, timeout)
 		if err != nil {
-			if ctx.Err() == nil && dctx.Err() != nil {
-				err = fmt.Errorf("%w: rpc: call %q to worker %s: no connection within the call's timeout of %v: %w", ErrTimeout, call.Function, call.To, timeout, err)
-			}
-			fut.Complete(nil, err)
+			fut.Complete(nil, fmt.Errorf("rpc: call %q: %w", call.Function, err))
 			return fut
 		}
 		p.c = c
@@ -188,7 +170,24 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 		}
 	}
 	id := p.id
-	binary.LittleEndian.PutUint64(head[16:24], id)
+	f := frame{kind: kindRequest, id: id, fn: call.Function, typ: typ, aux: uint64(timeout), meta: call.Meta, payload: enc.buf, tensors: enc.tensors}
+	byRef := c.sendByRef && tensorBytes(enc.tensors) >= cmaThreshold
+	if byRef {
+		f.flags = flagByRef
+	}
+	hb := getBuf()
+	defer putBuf(hb)
+	head, data, err := appendHead((*hb)[:0], &f)
+	*hb = head
+	if err == nil && int64(len(head)-frameHeaderLen)+int64(data) > a.opts.maxMessage {
+		err = fmt.Errorf("%w: rpc: the argument makes a message of %d bytes, over the limit of %d (WithMaxMessageSize)", ErrTooLarge, len(head)-frameHeaderLen+int(data), a.opts.maxMessage)
+	}
+	if err != nil {
+		if q := c.take(id); q != nil {
+			q.finish(nil, fmt.Errorf("rpc: call %q to worker %s: %w", call.Function, call.To, err))
+		}
+		return fut
+	}
 	p.mu.Lock()
 	if !p.ended {
 		p.timer = time.AfterFunc(timeout, func() {
@@ -207,13 +206,30 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 		}
 	}
 	p.mu.Unlock()
+	var ack chan struct{}
+	if byRef {
+		ack = c.expectAck(id)
+	}
 	if err := c.write(frameBuffers(head, &f)); err != nil {
+		if byRef {
+			c.dropAck(id)
+		}
 		if q := c.take(id); q != nil {
 			q.finish(nil, fmt.Errorf("%w: rpc: call %q to worker %s: sending failed: %v", ErrPeerLost, call.Function, call.To, err))
 		}
 		return fut
 	}
 	a.m.sent.Add(1)
+	if byRef {
+		// The callee copies the tensors out of this process: they must stay
+		// as they are until it has.
+		if err := c.awaitAck(ack, id, fut.Done(), timeout); err != nil {
+			if q := c.take(id); q != nil {
+				q.finish(nil, fmt.Errorf("rpc: call %q to worker %s: %w", call.Function, call.To, err))
+			}
+		}
+		runtime.KeepAlive(enc.tensors)
+	}
 	return fut
 }
 

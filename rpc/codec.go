@@ -61,8 +61,9 @@ const nilTypeName = "nil"
 // methods; they must read back exactly what they wrote, in order.
 type Encoder struct {
 	buf     []byte
-	tensors []*tensor.Dense
-	seen    map[*tensor.Dense]int
+	tensors []*tensor.Dense // contiguous, as sent
+	origs   []*tensor.Dense // as given, to send a tensor used twice once
+	seen    map[*tensor.Dense]int // index of origs, once there are many
 	agent   *Agent
 	to      WorkerInfo
 	depth   int
@@ -115,8 +116,16 @@ func (e *Encoder) Encode(v any) error {
 }
 
 func (e *Encoder) addTensor(t *tensor.Dense) (int, error) {
-	if i, ok := e.seen[t]; ok {
-		return i, nil
+	if e.seen != nil {
+		if i, ok := e.seen[t]; ok {
+			return i, nil
+		}
+	} else {
+		for i, o := range e.origs {
+			if o == t {
+				return i, nil
+			}
+		}
 	}
 	if !littleEndian {
 		return 0, fmt.Errorf("%w: rpc: tensors travel in little-endian order; this host is big-endian", ErrInvalidArgument)
@@ -125,11 +134,16 @@ func (e *Encoder) addTensor(t *tensor.Dense) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if e.seen == nil {
-		e.seen = make(map[*tensor.Dense]int)
-	}
-	e.seen[t] = len(e.tensors)
+	e.origs = append(e.origs, t)
 	e.tensors = append(e.tensors, c)
+	if e.seen != nil {
+		e.seen[t] = len(e.origs) - 1
+	} else if len(e.origs) > 32 {
+		e.seen = make(map[*tensor.Dense]int, 2*len(e.origs))
+		for i, o := range e.origs {
+			e.seen[o] = i
+		}
+	}
 	return len(e.tensors) - 1, nil
 }
 

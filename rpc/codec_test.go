@@ -54,7 +54,7 @@ func roundTrip[T any](t *testing.T, v any) T {
 	var wire bytes.Buffer
 	bufs := frameBuffers(head, &f)
 	bufs.WriteTo(&wire)
-	g, err := decodeFrame(wire.Bytes(), 1<<30)
+	g, err := decodeFrame(wire.Bytes(), 1<<30, nil)
 	if err != nil {
 		t.Fatalf("decode frame: %v", err)
 	}

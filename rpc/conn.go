@@ -10,18 +10,25 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"gorgonia.org/tensor"
 )
 
 // The connection handshake. The dialler sends
 //
 //	"TNDMRPC" version(1 byte) caller id (u32) token length (u16) token
+//	same-host offer (45 bytes: see cma.go)
 //
 // and the acceptor answers one status byte (0 accepted, 1 wrong token, 2 bad
-// hello), a u16 length and a message. After that the dialler sends requests
-// and the acceptor sends replies, as frames (see frame.go).
+// hello), a u16 length and a message; when accepted, its own same-host offer
+// and one byte saying whether it could read the dialler's probe. The dialler
+// ends with one byte saying whether it could read the acceptor's. After
+// that the dialler sends requests and the acceptor sends replies, as frames
+// (see frame.go).
 const (
 	helloMagic   = "TNDMRPC"
 	helloVersion = 1
@@ -60,18 +67,33 @@ type conn struct {
 
 	// server side: handlers running, by call id, to cancel them.
 	rmu     sync.Mutex
-	running map[uint64]context.CancelFunc
+	running map[uint64]*callCtx
+
+	names     map[string]string // function and type names seen, interned
+	wdeadline time.Time         // the write deadline last set (flusher only)
+
+	// same-host copies (cma.go): whether the peer copies our tensors out of
+	// our memory, whether we copy theirs, and the acknowledgements awaited.
+	peerPID   int
+	sendByRef bool
+	recvByRef bool
+	fetch     func(dst []byte, addr uint64) error
+	amu       sync.Mutex
+	acks      map[uint64]chan struct{}
+	done      chan struct{} // closed by close
 
 	closeOnce sync.Once
 }
 
-func newConn(a *Agent, nc net.Conn, peer WorkerInfo, client bool, br *bufio.Reader) *conn {
-	c := &conn{a: a, nc: nc, peer: peer, client: client, br: br}
+func newConn(a *Agent, nc net.Conn, peer WorkerInfo, client bool, br *bufio.Reader, peerPID int, sendByRef, recvByRef bool) *conn {
+	c := &conn{a: a, nc: nc, peer: peer, client: client, br: br, peerPID: peerPID, sendByRef: sendByRef, recvByRef: recvByRef,
+		acks: map[uint64]chan struct{}{}, done: make(chan struct{})}
+	c.fetch = c.fetcher()
 	c.wcond.L = &c.wmu
 	if client {
 		c.pending = map[uint64]*pendingCall{}
 	} else {
-		c.running = map[uint64]context.CancelFunc{}
+		c.running = map[uint64]*callCtx{}
 	}
 	return c
 }
@@ -105,7 +127,12 @@ func (c *conn) write(bufs net.Buffers) error {
 		c.gen++
 		g := c.gen
 		c.wmu.Unlock()
-		c.nc.SetWriteDeadline(time.Now().Add(c.a.opts.timeout))
+		// A peer that stops reading must not block writers forever; the
+		// deadline is refreshed when half of it is used, not per write.
+		if now := time.Now(); c.wdeadline.Sub(now) < c.a.opts.timeout/2 {
+			c.wdeadline = now.Add(c.a.opts.timeout)
+			c.nc.SetWriteDeadline(c.wdeadline)
+		}
 		toWrite := batch
 		_, err := toWrite.WriteTo(c.nc)
 		c.wmu.Lock()
@@ -132,6 +159,7 @@ func (c *conn) write(bufs net.Buffers) error {
 func (c *conn) close(reason error) {
 	c.closeOnce.Do(func() {
 		c.nc.Close()
+		close(c.done)
 		c.wmu.Lock()
 		if c.werr == nil {
 			c.werr = net.ErrClosed
@@ -150,8 +178,8 @@ func (c *conn) close(reason error) {
 			}
 		} else {
 			c.rmu.Lock()
-			for _, cancel := range c.running {
-				cancel()
+			for _, cc := range c.running {
+				cc.cancel(context.Canceled)
 			}
 			c.rmu.Unlock()
 			c.a.mu.Lock()
@@ -193,12 +221,15 @@ func (a *Agent) tuneSocket(nc net.Conn) {
 	}
 }
 
-// connTo returns the connection to worker id, dialling it if needed.
-func (a *Agent) connTo(ctx context.Context, id int) (*conn, error) {
+// connTo returns the connection to worker id, dialling it if needed within
+// timeout.
+func (a *Agent) connTo(ctx context.Context, id int, timeout time.Duration) (*conn, error) {
 	s := a.peers[id]
 	if c := s.cur.Load(); c != nil && !c.dead.Load() {
 		return c, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	select {
 	case s.dialing <- struct{}{}:
 	case <-ctx.Done():
@@ -260,7 +291,11 @@ func (a *Agent) dial(ctx context.Context, id int) (*conn, error) {
 	hello = binary.LittleEndian.AppendUint32(hello, uint32(a.self.ID))
 	hello = binary.LittleEndian.AppendUint16(hello, uint16(len(a.token)))
 	hello = append(hello, a.token...)
+	mine, probe := a.newCMAHello()
+	hello = mine.append(hello)
 	br := bufio.NewReaderSize(nc, 64<<10)
+	var theirs cmaHello
+	var sendByRef, recvByRef bool
 	status, msg, err := func() (byte, string, error) {
 		if _, err := nc.Write(hello); err != nil {
 			return 0, "", err
@@ -273,8 +308,27 @@ func (a *Agent) dial(ctx context.Context, id int) (*conn, error) {
 		if _, err := io.ReadFull(br, m); err != nil {
 			return 0, "", err
 		}
-		return h[0], string(m), nil
+		if h[0] != statusOK {
+			return h[0], string(m), nil
+		}
+		var err error
+		if theirs, err = readCMAHello(br); err != nil {
+			return 0, "", err
+		}
+		b, err := br.ReadByte()
+		if err != nil {
+			return 0, "", err
+		}
+		sendByRef = b == 1
+		recvByRef = mine.canRead(theirs)
+		confirm := byte(0)
+		if recvByRef {
+			confirm = 1
+		}
+		_, err = nc.Write([]byte{confirm})
+		return statusOK, "", err
 	}()
+	runtime.KeepAlive(probe)
 	if err != nil {
 		nc.Close()
 		if ctx.Err() != nil {
@@ -292,7 +346,7 @@ func (a *Agent) dial(ctx context.Context, id int) (*conn, error) {
 		return nil, fmt.Errorf("%w: rpc: worker %s refused the connection: %s", ErrMismatch, peer, msg)
 	}
 	nc.SetDeadline(time.Time{})
-	return newConn(a, nc, peer, true, br), nil
+	return newConn(a, nc, peer, true, br, theirs.pid, sendByRef, recvByRef), nil
 }
 
 func (a *Agent) acceptLoop() {
@@ -331,9 +385,19 @@ func (a *Agent) acceptLoop() {
 	}
 }
 
-// serveConn checks a new connection's hello and then reads its calls.
+// serveConn checks a new connection's hello and then reads its calls. It
+// holds one count of a.wg, which the read loop takes over.
 func (a *Agent) serveConn(nc net.Conn) {
-	defer a.wg.Done()
+	c := a.handshake(nc)
+	if c == nil {
+		a.wg.Done()
+		return
+	}
+	c.readLoop()
+}
+
+// handshake checks a new connection's hello; nil means refused.
+func (a *Agent) handshake(nc net.Conn) *conn {
 	a.tuneSocket(nc)
 	nc.SetDeadline(time.Now().Add(a.opts.handshakeLimit))
 	raw := nc
@@ -345,7 +409,7 @@ func (a *Agent) serveConn(nc net.Conn) {
 			a.m.refused.Add(1)
 			a.opts.logger.Warn("rpc: TLS handshake failed", "worker", a.self.Name, "remote", nc.RemoteAddr().String(), "err", err)
 			nc.Close()
-			return
+			return nil
 		}
 		nc = tc
 	}
@@ -366,58 +430,84 @@ func (a *Agent) serveConn(nc net.Conn) {
 	if _, err := io.ReadFull(br, h[:]); err != nil {
 		a.m.refused.Add(1)
 		nc.Close()
-		return
+		return nil
 	}
 	if string(h[:len(helloMagic)]) != helloMagic || h[len(helloMagic)] != helloVersion {
 		refuse(statusBadHello, "not a Tandem RPC hello (or another protocol version)")
-		return
+		return nil
 	}
 	id := int(binary.LittleEndian.Uint32(h[len(helloMagic)+1:]))
 	tok := make([]byte, binary.LittleEndian.Uint16(h[len(helloMagic)+5:]))
 	if _, err := io.ReadFull(br, tok); err != nil {
 		a.m.refused.Add(1)
 		nc.Close()
-		return
+		return nil
 	}
 	if subtle.ConstantTimeCompare(tok, a.token) != 1 {
 		refuse(statusBadToken, "wrong token")
-		return
+		return nil
 	}
 	if id < 0 || id >= len(a.workers) {
 		refuse(statusBadHello, fmt.Sprintf("caller id %d is not in this group of %d", id, len(a.workers)))
-		return
+		return nil
 	}
-	if err := reply(statusOK, ""); err != nil {
+	theirs, err := readCMAHello(br)
+	if err != nil {
+		a.m.refused.Add(1)
 		nc.Close()
-		return
+		return nil
+	}
+	mine, probe := a.newCMAHello()
+	recvByRef := mine.canRead(theirs)
+	ok := []byte{statusOK, 0, 0}
+	ok = mine.append(ok)
+	if recvByRef {
+		ok = append(ok, 1)
+	} else {
+		ok = append(ok, 0)
+	}
+	if _, err := nc.Write(ok); err != nil {
+		nc.Close()
+		return nil
+	}
+	confirm, err := br.ReadByte()
+	runtime.KeepAlive(probe)
+	if err != nil {
+		nc.Close()
+		return nil
 	}
 	if !stop() {
 		nc.Close()
-		return
+		return nil
 	}
 	nc.SetDeadline(time.Time{})
-	c := newConn(a, nc, a.workers[id], false, br)
+	c := newConn(a, nc, a.workers[id], false, br, theirs.pid, confirm == 1, recvByRef)
 	a.mu.Lock()
 	if a.state == stateClosed {
 		a.mu.Unlock()
 		nc.Close()
-		return
+		return nil
 	}
 	a.servers[c] = struct{}{}
 	a.mu.Unlock()
-	c.readLoop0()
+	return c
 }
 
-// readLoop reads frames until the connection fails.
+// readLoop reads frames until the connection fails, holding one count of
+// a.wg. On a server connection, a call to a sync function hands the reading
+// to a new goroutine (with the count) and runs the function here.
 func (c *conn) readLoop() {
-	defer c.a.wg.Done()
-	c.readLoop0()
+	handler := c.readFrames()
+	c.a.wg.Done()
+	if handler != nil {
+		handler()
+	}
 }
 
-func (c *conn) readLoop0() {
+func (c *conn) readFrames() (handler func()) {
 	hdr := make([]byte, frameHeaderLen)
 	for {
-		f, err := readFrame(c.br, hdr, c.a.opts.maxMessage)
+		f, err := readFrame(c.br, hdr, c.a.opts.maxMessage, c.intern, c.fetch)
 		if err != nil {
 			var pe *protocolError
 			if errors.As(err, &pe) {
@@ -425,12 +515,99 @@ func (c *conn) readLoop0() {
 				c.a.opts.logger.Warn("rpc: closing a connection that sent a bad frame", "worker", c.a.self.Name, "peer", c.peer.String(), "err", err)
 			}
 			c.close(peerGone(err))
-			return
+			return nil
+		}
+		if f.flags&flagByRef != 0 {
+			// The tensors are copied: the sender may go on.
+			c.writeFrame(&frame{kind: kindReadDone, id: f.id})
+		}
+		if f.kind == kindReadDone {
+			c.ackArrived(f.id)
+			continue
 		}
 		if c.client {
 			c.a.onReply(c, f)
-		} else {
-			c.a.onRequest(c, f)
+			continue
+		}
+		if h := c.a.onRequest(c, f); h != nil {
+			c.a.wg.Add(1)
+			go c.readLoop()
+			return h
 		}
 	}
+}
+
+// intern returns b as a string, reusing the strings of names seen before
+// (function and type names repeat on every call).
+func (c *conn) intern(b []byte) string {
+	if s, ok := c.names[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if c.names == nil || len(c.names) >= 1024 {
+		c.names = make(map[string]string)
+	}
+	c.names[s] = s
+	return s
+}
+
+// writeFrame writes a frame without tensors.
+func (c *conn) writeFrame(f *frame) error {
+	var b [64]byte
+	head, _, err := appendHead(b[:0], f)
+	if err != nil {
+		return err
+	}
+	return c.write(net.Buffers{head})
+}
+
+// expectAck registers interest in the read-done frame of id.
+func (c *conn) expectAck(id uint64) chan struct{} {
+	ch := make(chan struct{})
+	c.amu.Lock()
+	c.acks[id] = ch
+	c.amu.Unlock()
+	return ch
+}
+
+func (c *conn) ackArrived(id uint64) {
+	c.amu.Lock()
+	ch := c.acks[id]
+	delete(c.acks, id)
+	c.amu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+func (c *conn) dropAck(id uint64) {
+	c.amu.Lock()
+	delete(c.acks, id)
+	c.amu.Unlock()
+}
+
+// awaitAck waits until the peer has copied a by-reference frame's tensors,
+// the connection failed, or give (a call's end) is closed.
+func (c *conn) awaitAck(ch chan struct{}, id uint64, give <-chan struct{}, limit time.Duration) error {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-c.done:
+		return fmt.Errorf("%w: rpc: connection to worker %s lost before it copied the tensors", ErrPeerLost, c.peer)
+	case <-give:
+	case <-t.C:
+	}
+	c.dropAck(id)
+	return fmt.Errorf("%w: rpc: worker %s did not copy the tensors within %v", ErrTimeout, c.peer, limit)
+}
+
+// tensorBytes sums the bytes of tensors.
+func tensorBytes(ts []*tensor.Dense) int {
+	n := 0
+	for _, t := range ts {
+		n += len(t.Header.Raw)
+	}
+	return n
 }

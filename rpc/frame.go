@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/bits"
 	"net"
+	"unsafe"
 
 	"gorgonia.org/tensor"
 )
@@ -21,7 +22,7 @@ import (
 //	  [12]    kind: 1 request, 2 response, 3 error, 4 cancel
 //	  [13]    code: error frames carry an error code, others 0
 //	  [14]    version: 1
-//	  [15]    reserved: 0
+//	  [15]    flags: bit 0 "tensors by reference" (same-host copies)
 //	  [16:24] call id (u64)
 //	head:
 //	  uvarint n, n bytes   function name (requests)
@@ -30,10 +31,13 @@ import (
 //	                       error's sentinel mask
 //	  uvarint m            metadata pairs, then m × (uvarint n, key, uvarint n, value)
 //	  uvarint n, n bytes   payload: the value's encoding, tensors excepted
-//	  uvarint t            tensors, then t × (dtype byte, uvarint ndim, ndim × uvarint dim)
+//	  uvarint t            tensors, then t × (dtype byte, uvarint ndim, ndim × uvarint dim,
+//	                       and with flag bit 0: uvarint address in the sender)
 //	data: the tensors' bytes, one after another, in native little-endian
 //	  element order; their sizes follow from dtype and shape and must add up
-//	  to the data length.
+//	  to the data length. With flag bit 0 there is no data (length 0): the
+//	  receiver copies each tensor from the sender's memory and answers with
+//	  a read-done frame (kind 5, same id, empty).
 //
 // A frame whose head does not parse exactly, whose sizes disagree, or whose
 // length passes the connection's limit is malformed: the connection that
@@ -46,6 +50,9 @@ const (
 	kindResponse = 2
 	kindError    = 3
 	kindCancel   = 4
+	kindReadDone = 5
+
+	flagByRef = 1
 
 	maxNameLen   = 4096
 	maxMetaPairs = 1024
@@ -61,6 +68,7 @@ type Metadata map[string]string
 type frame struct {
 	kind    byte
 	code    byte
+	flags   byte
 	id      uint64
 	fn      string
 	typ     string
@@ -138,7 +146,7 @@ func appendHead(dst []byte, f *frame) ([]byte, uint64, error) {
 	dst = binary.AppendUvarint(dst, uint64(len(f.payload)))
 	dst = append(dst, f.payload...)
 	dst = binary.AppendUvarint(dst, uint64(len(f.tensors)))
-	var data uint64
+	var data, refBytes uint64
 	for _, t := range f.tensors {
 		code, ok := dtypeCode(t.Dtype())
 		if !ok {
@@ -153,6 +161,15 @@ func appendHead(dst []byte, f *frame) ([]byte, uint64, error) {
 		for _, d := range shape {
 			dst = binary.AppendUvarint(dst, uint64(d))
 		}
+		if f.flags&flagByRef != 0 {
+			if len(t.Header.Raw) > 0 {
+				dst = binary.AppendUvarint(dst, uint64(uintptr(unsafe.Pointer(&t.Header.Raw[0]))))
+			} else {
+				dst = binary.AppendUvarint(dst, 0)
+			}
+			refBytes += uint64(len(t.Header.Raw))
+			continue
+		}
 		data += uint64(len(t.Header.Raw))
 	}
 	head := len(dst) - start - frameHeaderLen
@@ -162,9 +179,9 @@ func appendHead(dst []byte, f *frame) ([]byte, uint64, error) {
 	h := dst[start : start+frameHeaderLen]
 	binary.LittleEndian.PutUint32(h[0:4], uint32(head))
 	binary.LittleEndian.PutUint64(h[4:12], data)
-	h[12], h[13], h[14], h[15] = f.kind, f.code, frameVersion, 0
+	h[12], h[13], h[14], h[15] = f.kind, f.code, frameVersion, f.flags
 	binary.LittleEndian.PutUint64(h[16:24], f.id)
-	return dst, data, nil
+	return dst, data + refBytes, nil
 }
 
 func appendString(dst []byte, s string) []byte {
@@ -177,6 +194,9 @@ func appendString(dst []byte, s string) []byte {
 func frameBuffers(head []byte, f *frame) net.Buffers {
 	bufs := make(net.Buffers, 0, 1+len(f.tensors))
 	bufs = append(bufs, head)
+	if f.flags&flagByRef != 0 {
+		return bufs
+	}
 	for _, t := range f.tensors {
 		if len(t.Header.Raw) > 0 {
 			bufs = append(bufs, t.Header.Raw)
@@ -235,19 +255,26 @@ type tensorDesc struct {
 	dt    tensor.Dtype
 	shape []int
 	size  uint64 // bytes
+	addr  uint64 // by-reference frames: where the bytes are in the sender
 }
 
 // parseHeader validates the fixed header and returns its lengths.
 func parseHeader(h []byte, maxSize int64) (f frame, headLen uint32, dataLen uint64, err error) {
 	headLen = binary.LittleEndian.Uint32(h[0:4])
 	dataLen = binary.LittleEndian.Uint64(h[4:12])
-	f.kind, f.code = h[12], h[13]
+	f.kind, f.code, f.flags = h[12], h[13], h[15]
 	f.id = binary.LittleEndian.Uint64(h[16:24])
-	if h[14] != frameVersion || h[15] != 0 {
-		return f, 0, 0, malformed("frame version %d.%d, this side speaks %d.0", h[14], h[15], frameVersion)
+	if h[14] != frameVersion {
+		return f, 0, 0, malformed("frame version %d, this side speaks %d", h[14], frameVersion)
 	}
-	if f.kind < kindRequest || f.kind > kindCancel {
+	if f.flags&^flagByRef != 0 {
+		return f, 0, 0, malformed("frame flags %#x", f.flags)
+	}
+	if f.kind < kindRequest || f.kind > kindReadDone {
 		return f, 0, 0, malformed("frame kind %d", f.kind)
+	}
+	if f.flags&flagByRef != 0 && (dataLen != 0 || (f.kind != kindRequest && f.kind != kindResponse)) {
+		return f, 0, 0, malformed("a by-reference frame of kind %d with %d data bytes", f.kind, dataLen)
 	}
 	if dataLen > uint64(maxSize) || uint64(headLen) > uint64(maxSize)-dataLen {
 		return f, 0, 0, &protocolError{fmt.Errorf("%w: rpc: frame of %d bytes passes the limit of %d bytes (WithMaxMessageSize)", ErrTooLarge, uint64(headLen)+dataLen, maxSize)}
@@ -256,10 +283,19 @@ func parseHeader(h []byte, maxSize int64) (f frame, headLen uint32, dataLen uint
 }
 
 // parseHead fills f from the head bytes and returns the tensors' layout.
-func parseHead(f *frame, head []byte, dataLen uint64) ([]tensorDesc, error) {
+// intern (may be nil) turns names into strings.
+func parseHead(f *frame, head []byte, dataLen uint64, maxSize int64, intern func([]byte) string) ([]tensorDesc, error) {
+	byRef := f.flags&flagByRef != 0
+	if byRef {
+		// The tensors' bytes are not in the frame, but count toward the limit.
+		dataLen = uint64(maxSize) - uint64(len(head))
+	}
 	d := headDecoder{b: head}
-	f.fn = string(d.bytes("function name", maxNameLen))
-	f.typ = string(d.bytes("type name", maxNameLen))
+	if intern == nil {
+		intern = func(b []byte) string { return string(b) }
+	}
+	f.fn = intern(d.bytes("function name", maxNameLen))
+	f.typ = intern(d.bytes("type name", maxNameLen))
 	f.aux = d.uvarint("aux")
 	nmeta := d.uvarint("metadata count")
 	if d.err == nil && nmeta > maxMetaPairs {
@@ -317,11 +353,19 @@ func parseHead(f *frame, head []byte, dataLen uint64) ([]tensorDesc, error) {
 		}
 		hi, size := bits.Mul64(elems, uint64(dt.Size()))
 		if hi != 0 || size > dataLen-total {
+			if byRef {
+				d.err = &protocolError{fmt.Errorf("%w: rpc: tensors of a frame pass the limit of %d bytes (WithMaxMessageSize)", ErrTooLarge, maxSize)}
+				break
+			}
 			d.err = malformed("tensor %d of %v×%v needs more than the %d data bytes left", i, shape, dt, dataLen-total)
 			break
 		}
 		total += size
-		descs = append(descs, tensorDesc{dt: dt, shape: shape, size: size})
+		var addr uint64
+		if byRef {
+			addr = d.uvarint("tensor address")
+		}
+		descs = append(descs, tensorDesc{dt: dt, shape: shape, size: size, addr: addr})
 	}
 	if d.err != nil {
 		return nil, d.err
@@ -329,7 +373,7 @@ func parseHead(f *frame, head []byte, dataLen uint64) ([]tensorDesc, error) {
 	if len(d.b) != 0 {
 		return nil, malformed("%d stray bytes at the end of the head", len(d.b))
 	}
-	if total != dataLen {
+	if total != dataLen && !byRef {
 		return nil, malformed("tensors hold %d bytes, header says %d", total, dataLen)
 	}
 	switch f.kind {
@@ -337,9 +381,9 @@ func parseHead(f *frame, head []byte, dataLen uint64) ([]tensorDesc, error) {
 		if f.fn == "" {
 			return nil, malformed("request without a function name")
 		}
-	case kindCancel:
+	case kindCancel, kindReadDone:
 		if len(descs) != 0 || len(f.payload) != 0 {
-			return nil, malformed("cancel frame with a body")
+			return nil, malformed("frame of kind %d with a body", f.kind)
 		}
 	case kindError:
 		if len(descs) != 0 {
@@ -350,9 +394,10 @@ func parseHead(f *frame, head []byte, dataLen uint64) ([]tensorDesc, error) {
 }
 
 // readFrame reads one frame from r, receiving tensor data straight into the
-// tensors' own backing arrays. I/O errors come back as they are; a malformed
-// or oversized frame yields a *protocolError.
-func readFrame(r io.Reader, hdr []byte, maxSize int64) (*frame, error) {
+// tensors' own backing arrays (for a by-reference frame, copying it with
+// fetch; nil fetch refuses such frames). I/O errors come back as they are; a
+// malformed or oversized frame yields a *protocolError.
+func readFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) string, fetch func(dst []byte, addr uint64) error) (*frame, error) {
 	if _, err := io.ReadFull(r, hdr[:frameHeaderLen]); err != nil {
 		return nil, err
 	}
@@ -364,7 +409,10 @@ func readFrame(r io.Reader, hdr []byte, maxSize int64) (*frame, error) {
 	if _, err := io.ReadFull(r, head); err != nil {
 		return nil, unexpectedEOF(err)
 	}
-	descs, err := parseHead(&f, head, dataLen)
+	if f.flags&flagByRef != 0 && fetch == nil {
+		return nil, malformed("a by-reference frame on a connection without same-host copies")
+	}
+	descs, err := parseHead(&f, head, dataLen, maxSize, intern)
 	if err != nil {
 		return nil, err
 	}
@@ -376,7 +424,13 @@ func readFrame(r io.Reader, hdr []byte, maxSize int64) (*frame, error) {
 			if uint64(len(raw)) != d.size {
 				return nil, malformed("tensor %d: %d bytes allocated for %d", i, len(raw), d.size)
 			}
-			if _, err := io.ReadFull(r, raw); err != nil {
+			if f.flags&flagByRef != 0 {
+				if d.size > 0 {
+					if err := fetch(raw, d.addr); err != nil {
+						return nil, &protocolError{err}
+					}
+				}
+			} else if _, err := io.ReadFull(r, raw); err != nil {
 				return nil, unexpectedEOF(err)
 			}
 			f.tensors[i] = t
@@ -395,9 +449,9 @@ func unexpectedEOF(err error) error {
 // decodeFrame decodes one whole frame from b, refusing frames over maxSize
 // bytes and trailing bytes. It is the decoder the connections use, exposed
 // for tests and tools.
-func decodeFrame(b []byte, maxSize int64) (*frame, error) {
+func decodeFrame(b []byte, maxSize int64, fetch func(dst []byte, addr uint64) error) (*frame, error) {
 	r := bytes.NewReader(b)
-	f, err := readFrame(r, make([]byte, frameHeaderLen), maxSize)
+	f, err := readFrame(r, make([]byte, frameHeaderLen), maxSize, nil, fetch)
 	if err != nil {
 		return nil, err
 	}

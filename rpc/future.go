@@ -11,7 +11,7 @@ import (
 // A Future is safe for concurrent use.
 type Future[R any] struct {
 	mu        sync.Mutex
-	done      chan struct{}
+	done      chan struct{} // made on demand: futures completed before anyone asks need none
 	completed bool
 	val       R
 	err       error
@@ -20,8 +20,15 @@ type Future[R any] struct {
 
 // NewFuture returns an incomplete future; complete it with Complete.
 func NewFuture[R any]() *Future[R] {
-	return &Future[R]{done: make(chan struct{})}
+	return &Future[R]{}
 }
+
+// closedChan is the Done channel of futures completed before Done was asked.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Ready returns a future that is already complete.
 func Ready[R any](v R, err error) *Future[R] {
@@ -42,7 +49,9 @@ func (f *Future[R]) Complete(v R, err error) bool {
 	f.completed, f.val, f.err = true, v, err
 	cbs := f.callbacks
 	f.callbacks = nil
-	close(f.done)
+	if f.done != nil {
+		close(f.done)
+	}
 	f.mu.Unlock()
 	for _, cb := range cbs {
 		cb(v, err)
@@ -51,7 +60,17 @@ func (f *Future[R]) Complete(v R, err error) bool {
 }
 
 // Done returns a channel closed when the future completes.
-func (f *Future[R]) Done() <-chan struct{} { return f.done }
+func (f *Future[R]) Done() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done == nil {
+		if f.completed {
+			return closedChan
+		}
+		f.done = make(chan struct{})
+	}
+	return f.done
+}
 
 // Result returns the outcome if the future is complete; ok is false otherwise.
 func (f *Future[R]) Result() (v R, err error, ok bool) {
@@ -65,13 +84,11 @@ func (f *Future[R]) Result() (v R, err error, ok bool) {
 // work the future stands for is not cancelled by that (a call made with the
 // same ctx is: it ends with the same error).
 func (f *Future[R]) Wait(ctx context.Context) (R, error) {
-	select {
-	case <-f.done:
-		return f.val, f.err
-	default:
+	if v, err, ok := f.Result(); ok {
+		return v, err
 	}
 	select {
-	case <-f.done:
+	case <-f.Done():
 		return f.val, f.err
 	case <-ctx.Done():
 		var zero R

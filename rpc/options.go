@@ -40,6 +40,7 @@ type options struct {
 	serverIC       []ServerInterceptor
 	socketBuffer   int
 	handshakeLimit time.Duration
+	sameHostCopy   bool
 }
 
 func newOptions(opts []Option) options {
@@ -49,6 +50,7 @@ func newOptions(opts []Option) options {
 		maxMessage:     DefaultMaxMessageSize,
 		socketBuffer:   4 << 20,
 		handshakeLimit: 10 * time.Second,
+		sameHostCopy:   true,
 	}
 	for _, f := range opts {
 		if f != nil {
@@ -141,6 +143,12 @@ func WithServerInterceptor(ic ServerInterceptor) Option {
 // WithSocketBuffer sets the kernel send and receive buffer of each
 // connection in bytes (default 4 MiB; 0 keeps the system's).
 func WithSocketBuffer(n int) Option { return func(o *options) { o.socketBuffer = n } }
+
+// WithSameHostCopy turns same-host copies on (the default) or off: between
+// workers on one machine, large tensors are copied straight from the
+// sender's memory (Linux process_vm_readv) instead of through the socket,
+// where the handshake finds that this works (see the package docs).
+func WithSameHostCopy(on bool) Option { return func(o *options) { o.sameHostCopy = on } }
 
 // CallOption configures one call.
 type CallOption func(*callOptions)

@@ -4,60 +4,60 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"time"
 )
 
-// onRequest handles a frame read from a server connection.
-func (a *Agent) onRequest(c *conn, f *frame) {
+// onRequest handles a frame read from a server connection. For a call to a
+// sync function it returns the work to run on a goroutine of its own (the
+// read loop hands reading to a new goroutine and runs it itself, so the
+// handler starts without a scheduling hop).
+func (a *Agent) onRequest(c *conn, f *frame) (handler func()) {
 	switch f.kind {
 	case kindRequest:
 	case kindCancel:
 		c.rmu.Lock()
-		cancel := c.running[f.id]
+		cc := c.running[f.id]
 		c.rmu.Unlock()
-		if cancel != nil {
-			cancel()
+		if cc != nil {
+			cc.cancel(context.Canceled)
 		}
-		return
+		return nil
 	default:
 		c.close(malformed("worker %s sent a frame of kind %d on a server connection", c.peer, f.kind))
-		return
+		return nil
 	}
 	a.m.requestStart()
 	e := a.reg.lookup(f.fn)
 	if e == nil {
 		a.reply(c, f.id, f.fn, nil, nil, a.reg.unknownFunction(a.self.Name, f.fn))
-		return
+		return nil
 	}
 	if e.async {
 		a.serve(c, f, e)
-		return
+		return nil
 	}
-	go a.serve(c, f, e)
+	return func() { a.serve(c, f, e) }
 }
 
 // serve decodes the argument, runs the interceptors and the function, and
 // sends the reply when the function's future completes.
 func (a *Agent) serve(c *conn, f *frame, e *entry) {
-	ctx, cancel := context.WithCancel(a.baseCtx)
+	cc := &callCtx{parent: a.baseCtx, caller: c.peer, meta: f.meta, agent: a}
 	if f.aux > 0 {
-		ctx, cancel = context.WithTimeout(a.baseCtx, time.Duration(f.aux))
+		cc.deadline = time.Now().Add(time.Duration(f.aux))
 	}
-	ctx = context.WithValue(ctx, callerKey, c.peer)
-	ctx = context.WithValue(ctx, agentKey, a)
-	if f.meta != nil {
-		ctx = context.WithValue(ctx, metaKey, f.meta)
-	}
+	var ctx context.Context = cc
 	c.rmu.Lock()
-	c.running[f.id] = cancel
+	c.running[f.id] = cc
 	c.rmu.Unlock()
 	done := func() {
 		c.rmu.Lock()
 		delete(c.running, f.id)
 		c.rmu.Unlock()
-		cancel()
+		cc.cancel(context.Canceled)
 	}
 	argV, err := decodeTop(e.argType, f.typ, f.payload, f.tensors, a, c.peer)
 	if err != nil {
@@ -77,7 +77,7 @@ func (a *Agent) serve(c *conn, f *frame, e *entry) {
 		fut = final(ctx, sc)
 	}
 	fut.Then(func(v any, err error) {
-		if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == context.DeadlineExceeded {
+		if err != nil && errors.Is(err, context.DeadlineExceeded) && cc.Err() == context.DeadlineExceeded {
 			err = &handlerError{code: codeTimeout, msg: fmt.Sprintf("the call's timeout of %v passed while %q ran: %v", time.Duration(f.aux), e.name, err), err: err}
 		}
 		a.reply(c, f.id, e.name, sc.ReplyMeta, v, err)
@@ -169,6 +169,9 @@ func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, v any, err e
 			err = fmt.Errorf("rpc: cannot send the result (%T) of %q: %w", v, fn, eerr)
 		} else {
 			f.kind, f.typ, f.payload, f.tensors = kindResponse, typ, enc.buf, enc.tensors
+			if c.sendByRef && tensorBytes(enc.tensors) >= cmaThreshold {
+				f.flags = flagByRef
+			}
 		}
 	}
 	hb := getBuf()
@@ -190,6 +193,20 @@ func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, v any, err e
 		head, _, _ = appendHead((*hb)[:0], &f)
 	}
 	*hb = head
-	c.write(frameBuffers(head, &f))
+	if f.flags&flagByRef != 0 {
+		ack := c.expectAck(id)
+		if werr := c.write(frameBuffers(head, &f)); werr == nil {
+			// The caller copies the result out of this process: it must stay
+			// as it is until the caller has.
+			if aerr := c.awaitAck(ack, id, nil, a.opts.timeout); aerr != nil {
+				a.opts.logger.Warn("rpc: a reply was not copied", "worker", a.self.Name, "peer", c.peer.String(), "err", aerr)
+			}
+		} else {
+			c.dropAck(id)
+		}
+		runtime.KeepAlive(f.tensors)
+	} else {
+		c.write(frameBuffers(head, &f))
+	}
 	a.m.requestDone(err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,9 +17,10 @@ import (
 // workers run rounds through the store: in each, a worker waits until it has
 // no call in flight, no request being served and no held work, then
 // publishes how many requests it has sent and received so far, and reads
-// everyone's numbers. The group is done at the first round in which the
-// total sent equals the total received and both equal the previous round's
-// totals: no request was in flight anywhere and none was made in between.
+// everyone's numbers. The group is done at the first round in which every
+// worker's numbers equal its numbers of the round before: each was idle when
+// it reported, a call in flight keeps its caller busy until the reply, and
+// any work between two reports would have changed a number.
 // Handlers keep serving while this runs, so calls they make are waited for.
 // Every worker must call Shutdown(graceful); one that died makes the others
 // fail with ErrTimeout (the context's deadline, DefaultTimeout without one)
@@ -72,7 +74,7 @@ func (a *Agent) Shutdown(ctx context.Context, graceful bool) error {
 // drain runs the termination rounds of a graceful shutdown.
 func (a *Agent) drain(ctx context.Context) error {
 	world := len(a.workers)
-	prevS, prevR := int64(-1), int64(-1)
+	var prev []string
 	for round := 0; ; round++ {
 		if err := a.waitQuiet(ctx); err != nil {
 			return err
@@ -86,18 +88,14 @@ func (a *Agent) drain(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("rpc: graceful shutdown of %s, round %d: %w", a.self, round, err)
 		}
-		var S, R int64
+		cur := make([]string, len(vals))
 		for i, v := range vals {
-			var ws, wr int64
-			if _, err := fmt.Sscanf(string(v), "%d %d", &ws, &wr); err != nil {
-				return fmt.Errorf("%w: rpc: graceful shutdown: worker %s published %q", ErrMismatch, a.workers[i], v)
-			}
-			S, R = S+ws, R+wr
+			cur[i] = string(v)
 		}
-		if S == R && S == prevS && R == prevR {
+		if slices.Equal(cur, prev) {
 			break
 		}
-		prevS, prevR = S, R
+		prev = cur
 	}
 	// Whoever serves the store must stay until everyone has read the last
 	// round.
