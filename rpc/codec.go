@@ -61,8 +61,8 @@ const nilTypeName = "nil"
 // methods; they must read back exactly what they wrote, in order.
 type Encoder struct {
 	buf     []byte
-	tensors []*tensor.Dense // contiguous, as sent
-	origs   []*tensor.Dense // as given, to send a tensor used twice once
+	tensors []*tensor.Dense       // contiguous, as sent
+	origs   []*tensor.Dense       // as given, to send a tensor used twice once
 	seen    map[*tensor.Dense]int // index of origs, once there are many
 	agent   *Agent
 	to      WorkerInfo
