@@ -77,14 +77,14 @@ func ReadIDX(r io.Reader) (*IDX, error) {
 	}
 	total := int64(1)
 	for _, d := range dims {
-		total *= int64(d) // at most 2^32 * 2^32 before the check below stops it
-		if total > MaxIDXBytes {
+		if d != 0 && total > MaxIDXBytes/int64(d) {
 			return nil, fmt.Errorf("data: IDX: dimensions %v exceed %d values: %w", dims, int64(MaxIDXBytes), ErrInvalidArgument)
 		}
+		total *= int64(d)
 	}
 	// Grow the buffer as data arrives, so a header that lies about its size
 	// cannot make us allocate memory the file does not back.
-	buf := bytes.NewBuffer(make([]byte, 0, min(total, 64<<20)))
+	buf := bytes.NewBuffer(make([]byte, 0, min(total, 4<<20)))
 	if n, err := io.CopyN(buf, src, total); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("data: IDX: dimensions %v need %d bytes, the file holds %d: %w", dims, total, n, ErrInvalidArgument)
