@@ -125,8 +125,13 @@ func (m *manager) releaseOn(ctx context.Context, id ContextID, workers []int) er
 	return errors.Join(errs...)
 }
 
-// onShutdown drops every context when the agent shuts down.
+// onShutdown drops every context when the agent stops at once. A graceful
+// shutdown keeps serving until the whole group is idle, so contexts stay
+// usable (their owners end them); what is left goes with the agent.
 func (m *manager) onShutdown(ctx context.Context, graceful bool) error {
+	if graceful {
+		return nil
+	}
 	m.mu.Lock()
 	m.closed = true
 	cs := make([]*Context, 0, len(m.contexts))
