@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"gorgonia.org/tensor"
 
@@ -51,9 +52,10 @@ type DDP struct {
 	hasGrad        []bool // per parameter: Grad points at its bucket view
 	staticUsed     []bool // StaticGraph: the global used map, once known
 	noSync         int
-	launches       uint64 // bucket reductions started so far (the same count on every rank)
-	joined         bool   // inside Join: every step exchanges the join flags
-	lastRoot       int    // inside Join: lowest rank of the last non-empty set of active ranks
+	launches       uint64      // bucket reductions started so far (the same count on every rank)
+	commActive     atomic.Bool // reductions of the current step are in flight
+	joined         bool        // inside Join: every step exchanges the join flags
+	lastRoot       int         // inside Join: lowest rank of the last non-empty set of active ranks
 	failed         error
 
 	stats statsState

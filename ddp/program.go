@@ -3,6 +3,7 @@ package ddp
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 
 	G "gorgonia.org/gorgonia"
@@ -147,6 +148,18 @@ func (d *DDP) compile(x, y *tensor.Dense) (*program, error) {
 		}); err != nil {
 			return nil, err
 		}
+	}
+	if d.world > 1 && runtime.GOMAXPROCS(0) == 1 {
+		// With a single P, the goroutines moving a bucket's data only run
+		// when the backward pass lets them: offer them the processor
+		// between nodes while reductions are in flight, instead of leaving
+		// them to the scheduler's 10 ms preemption.
+		prog.OnReady(func(context.Context, *G.Node, G.Value) error {
+			if d.commActive.Load() {
+				runtime.Gosched()
+			}
+			return nil
+		})
 	}
 	p.prog = prog
 	return p, nil

@@ -36,7 +36,6 @@ type stepState struct {
 	futures    []Future
 	launchAt   []time.Time
 	doneAt     []time.Time
-	watched    []bool
 	recording  bool
 	order      []int
 	err        error
@@ -68,7 +67,6 @@ func (d *DDP) newStepState(ctx context.Context, pl plan, prog *program) *stepSta
 	s.futures = make([]Future, n)
 	s.launchAt = make([]time.Time, n)
 	s.doneAt = make([]time.Time, n)
-	s.watched = make([]bool, n)
 	s.stop = make(chan struct{})
 	s.recording = !d.rebuilt && !d.rebuildPending
 	return s
@@ -159,9 +157,15 @@ func (s *stepState) launch(bi int) {
 	}
 	f := s.d.reduce(s.ctx, gb)
 	s.futures[bi] = f
+	s.d.commActive.Store(true)
 	if dn, ok := f.(doner); ok {
 		if ch := dn.Done(); ch != nil {
-			s.watched[bi] = true
+			select {
+			case <-ch: // finished already (a world of one, a hook that worked synchronously)
+				s.doneAt[bi] = s.launchAt[bi]
+				return
+			default:
+			}
 			s.watchers.Add(1)
 			go func() {
 				defer s.watchers.Done()
@@ -233,7 +237,7 @@ func (s *stepState) finish() error {
 		}
 		now := time.Now()
 		s.mu.Lock()
-		if s.doneAt[bi].IsZero() || !s.watched[bi] {
+		if s.doneAt[bi].IsZero() {
 			s.doneAt[bi] = now
 		}
 		s.mu.Unlock()
@@ -266,6 +270,7 @@ func (s *stepState) finish() error {
 
 // stopWatchers ends the goroutines timing the buckets.
 func (s *stepState) stopWatchers() {
+	s.d.commActive.Store(false)
 	if s.stop == nil {
 		return
 	}

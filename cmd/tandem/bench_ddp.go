@@ -1,0 +1,421 @@
+//go:build unix
+
+package main
+
+// `tandem bench ddp`: the training step of DistributedDataParallel on an MLP
+// (784-1024-1024-10, float32, batch 64 a rank by default), one process per
+// rank with one core each (GOMAXPROCS=1) over the TCP backend, at world 1
+// and at world N. Comparable with /work/shared/peers/torch_ddp.py (PyTorch
+// DDP over gloo, one thread a rank): same model, batch, optimizer and step
+// count; rank 0's median step time. As in that script, world 1 runs the same
+// step without DDP, the baseline of the scaling efficiency.
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/ddp"
+	"github.com/tandemml/tandem/graph"
+	"github.com/tandemml/tandem/models"
+	"github.com/tandemml/tandem/optim"
+)
+
+func init() {
+	benches["ddp"] = command{
+		summary: "DDP training step of an MLP, one single-core process per rank over TCP: tandem bench ddp -nproc N [-batch 64] [-steps 60] [-warmup 10] [-json]",
+		run:     func(ctx context.Context, args []string) error { return benchDDP(ctx, args, os.Stdout) },
+	}
+}
+
+// ddpBenchResult is one line of `tandem bench ddp -json`: one world size.
+type ddpBenchResult struct {
+	Bench             string  `json:"bench"`
+	World             int     `json:"world"`
+	MedianStepS       float64 `json:"median_step_s"`
+	SamplesPerS       float64 `json:"samples_per_s"`
+	ScalingEfficiency float64 `json:"scaling_efficiency"`
+	Overlap           float64 `json:"overlap"`
+	// Details, from rank 0: whether the step used DDP (world 1 does not,
+	// unless -ddp1), the per-step averages of communication time, of the
+	// part of it overlapped with backward and of the time waited for it
+	// after backward, the buckets, the gradient bytes sent per step, and
+	// the load average of the machine when the world started.
+	DDP              bool    `json:"ddp"`
+	CommSPerStep     float64 `json:"comm_s_per_step"`
+	OverlappedSStep  float64 `json:"overlapped_s_per_step"`
+	WaitSPerStep     float64 `json:"wait_s_per_step"`
+	Buckets          int     `json:"buckets"`
+	BytesSentPerStep int64   `json:"bytes_sent_per_step"`
+	MeanStepS        float64 `json:"mean_step_s"`
+	CPUSPerStep      float64 `json:"cpu_s_per_step"` // process CPU time (user+system) per timed step
+	LastLoss         float64 `json:"last_loss"`
+	LoadAvg          string  `json:"loadavg,omitempty"`
+}
+
+// ddpBenchConfig is what the parent and every worker agree on.
+type ddpBenchConfig struct {
+	sizes    []int
+	batch    int
+	steps    int
+	warmup   int
+	capMB    float64
+	ddpWorld bool // use DDP at world 1 too
+}
+
+func (c ddpBenchConfig) args() []string {
+	s := make([]string, len(c.sizes))
+	for i, v := range c.sizes {
+		s[i] = strconv.Itoa(v)
+	}
+	a := []string{"-sizes", strings.Join(s, ","), "-batch", strconv.Itoa(c.batch), "-steps", strconv.Itoa(c.steps),
+		"-warmup", strconv.Itoa(c.warmup), "-bucket-cap-mb", strconv.FormatFloat(c.capMB, 'g', -1, 64)}
+	if c.ddpWorld {
+		a = append(a, "-ddp1")
+	}
+	return a
+}
+
+func benchDDP(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("tandem bench ddp", flag.ContinueOnError)
+	nproc := fs.Int("nproc", 2, "number of ranks (world 1 runs too, as the baseline)")
+	sizesFlag := fs.String("sizes", "784,1024,1024,10", "comma-separated layer `sizes` of the MLP")
+	batch := fs.Int("batch", 64, "batch size a rank")
+	steps := fs.Int("steps", 60, "training steps, warm-up included")
+	warmup := fs.Int("warmup", 10, "untimed warm-up steps")
+	capMB := fs.Float64("bucket-cap-mb", ddp.DefaultBucketCapMB, "DDP bucket cap in MiB")
+	ddp1 := fs.Bool("ddp1", false, "run world 1 through DDP too (default: a plain step, as torch_ddp.py does)")
+	asJSON := fs.Bool("json", false, "print one JSON object per world size")
+	worker := fs.Bool("worker", false, "internal: run as one rank (rank and world from the environment)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	sizes, err := parseInts(*sizesFlag)
+	if err != nil || len(sizes) < 2 {
+		return fmt.Errorf("-sizes: %q is not a list of at least two positive sizes", *sizesFlag)
+	}
+	if *batch < 1 || *steps < 1 || *warmup < 0 || *warmup >= *steps {
+		return fmt.Errorf("-batch and -steps must be positive and -warmup in [0, steps)")
+	}
+	if !(*capMB > 0) {
+		return fmt.Errorf("-bucket-cap-mb %v: must be positive", *capMB)
+	}
+	cfg := ddpBenchConfig{sizes: sizes, batch: *batch, steps: *steps, warmup: *warmup, capMB: *capMB, ddpWorld: *ddp1}
+	if *worker {
+		return ddpBenchWorker(ctx, cfg, stdout)
+	}
+	if *nproc < 1 {
+		return fmt.Errorf("-nproc %d: need at least one rank", *nproc)
+	}
+	worlds := []int{1}
+	if *nproc > 1 {
+		worlds = append(worlds, *nproc)
+	}
+	if !*asJSON {
+		fmt.Fprintf(stdout, "DDP training step, MLP %s, float32, batch %d a rank, one process and one core (GOMAXPROCS=1) a rank, TCP; rank 0's median of %d steps after %d warm-up\n",
+			*sizesFlag, *batch, *steps-*warmup, *warmup)
+		fmt.Fprintf(stdout, "%6s %5s %12s %12s %12s %10s %8s %12s %12s %8s %8s\n", "world", "ddp", "median step", "cpu/step", "samples/s", "scaling", "overlap", "comm/step", "wait/step", "buckets", "load")
+	}
+	var base float64
+	for _, n := range worlds {
+		res, err := ddpBenchWorld(ctx, cfg, n)
+		if err != nil {
+			return fmt.Errorf("world %d: %w", n, err)
+		}
+		res.Bench, res.World = "ddp", n
+		if res.MedianStepS > 0 {
+			res.SamplesPerS = float64(cfg.batch*n) / res.MedianStepS
+		}
+		if n == 1 {
+			base = res.SamplesPerS
+		}
+		if base > 0 {
+			res.ScalingEfficiency = res.SamplesPerS / (float64(n) * base)
+		}
+		if *asJSON {
+			line, _ := json.Marshal(res)
+			fmt.Fprintln(stdout, string(line))
+			continue
+		}
+		fmt.Fprintf(stdout, "%6d %5v %12s %12s %12.0f %9.1f%% %7.0f%% %12s %12s %8d %8s\n", n, res.DDP,
+			secs(res.MedianStepS), secs(res.CPUSPerStep), res.SamplesPerS, 100*res.ScalingEfficiency, 100*res.Overlap,
+			secs(res.CommSPerStep), secs(res.WaitSPerStep), res.Buckets, res.LoadAvg)
+	}
+	return nil
+}
+
+func secs(s float64) string { return time.Duration(s * 1e9).Round(10 * time.Microsecond).String() }
+
+// ddpBenchWorld runs one world of n worker processes and returns rank 0's
+// result.
+func ddpBenchWorld(ctx context.Context, cfg ddpBenchConfig, n int) (ddpBenchResult, error) {
+	var res ddpBenchResult
+	exe, err := os.Executable()
+	if err != nil {
+		return res, fmt.Errorf("finding this executable to start workers: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return res, fmt.Errorf("finding a free port for the store: %w", err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	var secret [16]byte
+	rand.Read(secret[:])
+	load := loadAvg()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		got     bool
+		parsed  error
+		errs    = make([]error, n)
+		wg      sync.WaitGroup
+		started []*exec.Cmd
+	)
+	for r := range n {
+		cmd := exec.Command(exe, append([]string{"bench", "ddp", "-worker"}, cfg.args()...)...)
+		cmd.Env = append(os.Environ(), "GOMAXPROCS=1",
+			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
+			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(n),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
+			"TANDEM_TOKEN="+hex.EncodeToString(secret[:]))
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return res, err
+		}
+		if err := cmd.Start(); err != nil {
+			cancel()
+			wg.Wait()
+			return res, fmt.Errorf("starting rank %d: %w", r, err)
+		}
+		started = append(started, cmd)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
+			defer stop()
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if r != 0 {
+					continue
+				}
+				var v ddpBenchResult
+				mu.Lock()
+				if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+					parsed = fmt.Errorf("rank 0 printed %q: %w", sc.Text(), err)
+				} else {
+					res, got = v, true
+				}
+				mu.Unlock()
+			}
+			if err := cmd.Wait(); err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return res, fmt.Errorf("benchmark workers failed (see their messages above): %w", err)
+	}
+	if parsed != nil {
+		return res, parsed
+	}
+	if !got {
+		return res, errors.New("rank 0 reported nothing")
+	}
+	res.LoadAvg = load
+	return res, nil
+}
+
+// loadAvg returns the 1-minute load average of the machine, "" when unknown.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+// ddpBenchWorker is one rank: it trains cfg.steps steps and rank 0 prints
+// its result as JSON.
+func ddpBenchWorker(ctx context.Context, cfg ddpBenchConfig, stdout io.Writer) error {
+	pg, err := comm.InitFromEnv(ctx, comm.WithInitTimeout(time.Minute), comm.WithoutDefault())
+	if err != nil {
+		return err
+	}
+	defer pg.Close()
+	model, err := models.NewMLP(cfg.sizes, models.ActReLU, true, mrand.New(mrand.NewPCG(0, 0)), models.WithDtype(tensor.Float32))
+	if err != nil {
+		return err
+	}
+	rng := mrand.New(mrand.NewPCG(uint64(pg.Rank()), 1))
+	x := make([]float32, cfg.batch*cfg.sizes[0])
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	y := make([]int64, cfg.batch)
+	classes := cfg.sizes[len(cfg.sizes)-1]
+	for i := range y {
+		y[i] = int64(rng.IntN(classes))
+	}
+	xt := tensor.New(tensor.WithShape(cfg.batch, cfg.sizes[0]), tensor.WithBacking(x))
+	yt := tensor.New(tensor.WithShape(cfg.batch), tensor.WithBacking(y))
+
+	useDDP := pg.Size() > 1 || cfg.ddpWorld
+	var step func() (float64, error)
+	var net *ddp.DDP
+	if useDDP {
+		net, err = ddp.New(ctx, pg, model, ddp.BucketCapMB(cfg.capMB))
+		if err != nil {
+			return err
+		}
+		step = func() (float64, error) { return net.Step(ctx, xt, yt) }
+	} else {
+		step, err = plainStep(ctx, model, xt, yt)
+		if err != nil {
+			return err
+		}
+	}
+	opt, err := optim.NewSGD(model.Params(), 0.01)
+	if err != nil {
+		return err
+	}
+	var times []float64
+	var loss float64
+	var cpu0 time.Duration
+	for i := range cfg.steps {
+		if i == cfg.warmup {
+			if net != nil {
+				net.ResetStats()
+			}
+			cpu0 = processCPU()
+		}
+		t0 := time.Now()
+		if loss, err = step(); err != nil {
+			return err
+		}
+		if err := opt.Step(); err != nil {
+			return err
+		}
+		if i >= cfg.warmup {
+			times = append(times, time.Since(t0).Seconds())
+		}
+	}
+	cpu := processCPU() - cpu0
+	if pg.Size() > 1 {
+		// leave together, so that no rank closes while another still reads
+		if err := pg.Barrier(ctx).Wait(ctx); err != nil {
+			return err
+		}
+	}
+	if pg.Rank() != 0 {
+		return nil
+	}
+	res := ddpBenchResult{DDP: useDDP, LastLoss: loss, CPUSPerStep: cpu.Seconds() / float64(len(times))}
+	sorted := slices.Clone(times)
+	slices.Sort(sorted)
+	res.MedianStepS = sorted[len(sorted)/2]
+	if len(sorted)%2 == 0 {
+		res.MedianStepS = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
+	}
+	for _, t := range times {
+		res.MeanStepS += t / float64(len(times))
+	}
+	if net != nil {
+		st := net.Stats()
+		k := float64(st.Steps)
+		res.Overlap = st.Overlap()
+		res.CommSPerStep = st.CommTime.Seconds() / k
+		res.OverlappedSStep = st.OverlappedTime.Seconds() / k
+		res.WaitSPerStep = st.WaitTime.Seconds() / k
+		res.Buckets = len(st.Buckets)
+		res.BytesSentPerStep = st.BytesSent / st.Steps
+	}
+	line, _ := json.Marshal(res)
+	fmt.Fprintln(stdout, string(line))
+	return nil
+}
+
+// plainStep returns a training step without DDP: the same graph, run by the
+// graph executor, the gradients handed to the optimizer without a copy.
+func plainStep(ctx context.Context, model models.Module, x, y *tensor.Dense) (func() (float64, error), error) {
+	b := models.NewBuilder(nil)
+	xn := b.Bind("x", x)
+	yn := b.Bind("y", y)
+	out, err := model.Forward(b, xn)
+	if err != nil {
+		return nil, err
+	}
+	loss, err := models.CrossEntropy(out, yn)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Backward(loss); err != nil {
+		return nil, err
+	}
+	ps := b.GradParams()
+	wrt := make(G.Nodes, len(ps))
+	for i, p := range ps {
+		if wrt[i], err = b.Node(p); err != nil {
+			return nil, err
+		}
+	}
+	prog, err := graph.Compile(b.Graph(), graph.WithGrads(wrt, b.GradNodes()))
+	if err != nil {
+		return nil, err
+	}
+	return func() (float64, error) {
+		if err := prog.Run(ctx); err != nil {
+			return 0, err
+		}
+		for i, p := range ps {
+			g, err := prog.Grad(wrt[i])
+			if err != nil {
+				return 0, err
+			}
+			gd, ok := g.(*tensor.Dense)
+			if !ok || gd.RequiresIterator() {
+				return 0, fmt.Errorf("gradient of %s is not a plain tensor", p.Name)
+			}
+			p.Grad = gd
+		}
+		switch v := prog.Value(loss).(type) {
+		case *G.F32:
+			return float64(*v), nil
+		case *tensor.Dense:
+			return float64(v.Float32s()[0]), nil
+		}
+		return 0, fmt.Errorf("loss of type %T", prog.Value(loss))
+	}, nil
+}
