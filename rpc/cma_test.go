@@ -40,6 +40,9 @@ func TestSameHostCopy(t *testing.T) {
 			if want := on && cmaSupported && bootID != ([16]byte{}); c.sendByRef != want || c.recvByRef != want {
 				t.Fatalf("same-host copies on the connection: send %v recv %v, want %v", c.sendByRef, c.recvByRef, want)
 			}
+			if copies := agents[0].Metrics().SameHostCopies + agents[1].Metrics().SameHostCopies; (copies >= 2) != on {
+				t.Fatalf("%d same-host copies with them %v", copies, map[bool]string{true: "on", false: "off"}[on])
+			}
 			// The caller may change the tensor as soon as Async returns.
 			var want float64
 			for _, v := range data {

@@ -198,3 +198,21 @@ func TestCodecRefusals(t *testing.T) {
 		t.Fatal("a huge slice of empty structs decoded")
 	}
 }
+
+func TestLargeReceivedTensors(t *testing.T) {
+	for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32, tensor.Int8, tensor.Bool, tensor.Complex128, tensor.Int} {
+		n := 2*uninitFrom/int(dt.Size()) + 3
+		x := tensor.New(tensor.Of(dt), tensor.WithShape(n))
+		raw := x.Header.Raw
+		for i := range raw {
+			raw[i] = byte(i*7 + 1)
+			if dt == tensor.Bool {
+				raw[i] &= 1
+			}
+		}
+		got := roundTrip[*tensor.Dense](t, x)
+		if got.Dtype() != dt || !got.Shape().Eq(x.Shape()) || !bytes.Equal(got.Header.Raw, raw) {
+			t.Fatalf("%v: got %v %v", dt, got.Dtype(), got.Shape())
+		}
+	}
+}

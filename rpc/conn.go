@@ -593,6 +593,7 @@ func (c *conn) awaitAck(ch chan struct{}, id uint64, give <-chan struct{}, limit
 	defer t.Stop()
 	select {
 	case <-ch:
+		c.a.m.byRef.Add(1)
 		return nil
 	case <-c.done:
 		return fmt.Errorf("%w: rpc: connection to worker %s lost before it copied the tensors", ErrPeerLost, c.peer)

@@ -419,7 +419,7 @@ func readFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) strin
 	if len(descs) > 0 {
 		f.tensors = make([]*tensor.Dense, len(descs))
 		for i, d := range descs {
-			t := tensor.New(tensor.Of(d.dt), tensor.WithShape(d.shape...))
+			t := newReceiveTensor(d.dt, d.shape, d.size)
 			raw := t.Header.Raw
 			if uint64(len(raw)) != d.size {
 				return nil, malformed("tensor %d: %d bytes allocated for %d", i, len(raw), d.size)

@@ -20,6 +20,7 @@ type Metrics struct {
 
 	ConnectionsRefused int64 // connections refused at the handshake (token, TLS, hello)
 	MalformedFrames    int64 // connections closed for a malformed or oversized frame
+	SameHostCopies     int64 // frames whose tensors the peer copied from this process's memory
 
 	// Latency of outgoing calls, from the call to its completion: the mean
 	// over all calls, and quantiles over the most recent ones.
@@ -48,6 +49,7 @@ type metrics struct {
 	serveFailed    atomic.Int64
 	refused        atomic.Int64
 	malformed      atomic.Int64
+	byRef          atomic.Int64
 
 	mu      sync.Mutex
 	ring    []time.Duration
@@ -104,6 +106,7 @@ func (a *Agent) Metrics() Metrics {
 		RequestsFailed:     m.serveFailed.Load(),
 		ConnectionsRefused: m.refused.Load(),
 		MalformedFrames:    m.malformed.Load(),
+		SameHostCopies:     m.byRef.Load(),
 	}
 	m.mu.Lock()
 	recent := slices.Clone(m.ring)

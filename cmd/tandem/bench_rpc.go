@@ -51,6 +51,8 @@ type rpcBenchResult struct {
 	CallsPerS float64 `json:"calls_per_s,omitempty"`
 	InFlight  int     `json:"in_flight,omitempty"`
 	Processes int     `json:"processes"`
+	// SameHostCopies: large tensors went by process_vm_readv, not the socket.
+	SameHostCopies bool `json:"same_host_copies"`
 }
 
 type rpcBenchConfig struct {
@@ -59,6 +61,8 @@ type rpcBenchConfig struct {
 	calls    int
 	remotes  int
 	iters    int
+	// sameHostCopy: let large tensors go by process_vm_readv.
+	sameHostCopy bool
 }
 
 const rpcEcho = "bench.echo"
@@ -72,6 +76,7 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 	remotes := fs.Int("remotes", 200, "timed Remote + ToHere pairs")
 	iters := fs.Int("iters", 0, "timed echo round trips per size (0: from 1000 for small tensors down to 20)")
 	inproc := fs.Bool("inproc", false, "run both workers in this process (default: the callee is a second process)")
+	noCMA := fs.Bool("no-same-host-copy", false, "send large tensors through the socket even between processes on one host")
 	torch := fs.Bool("torch", false, "also run /work/shared/peers/torch_rpc.py (needs python3-torch) and print the ratios")
 	peer := fs.Bool("peer", false, "internal: run as the callee (rank 1, from the environment)")
 	if err := fs.Parse(args); err != nil {
@@ -81,7 +86,7 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if *peer {
-		return rpcBenchPeer(ctx)
+		return rpcBenchPeer(ctx, !*noCMA)
 	}
 	maxBytes, err := parseByteSize(*maxFlag)
 	if err != nil {
@@ -90,7 +95,7 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 	if *inflight < 1 || *calls < 1 || *remotes < 1 || *iters < 0 {
 		return fmt.Errorf("-inflight, -calls and -remotes must be positive, -iters not negative")
 	}
-	cfg := rpcBenchConfig{maxBytes: maxBytes, inflight: *inflight, calls: *calls, remotes: *remotes, iters: *iters}
+	cfg := rpcBenchConfig{maxBytes: maxBytes, inflight: *inflight, calls: *calls, remotes: *remotes, iters: *iters, sameHostCopy: !*noCMA}
 	results, err := rpcBenchRun(ctx, cfg, *inproc)
 	if err != nil {
 		return err
@@ -100,7 +105,11 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 		procs = 1
 	}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "rpc between two workers on loopback (%d process(es)), medians\n", procs)
+		how := "inline over TCP"
+		if len(results) > 0 && results[0].SameHostCopies {
+			how = "same-host copies (process_vm_readv) from 256 KiB"
+		}
+		fmt.Fprintf(stdout, "rpc between two workers on loopback (%d process(es)), large tensors %s; medians\n", procs, how)
 	}
 	for _, r := range results {
 		r.Bench, r.Processes = "rpc", procs
@@ -167,7 +176,7 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		done := make(chan error, 1)
 		peerDone = done
 		go func() {
-			a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithToken(token))
+			a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy))
 			if err == nil {
 				err = a.Shutdown(ctx, true)
 			}
@@ -179,7 +188,7 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 			return nil, fmt.Errorf("finding this executable to start the peer: %w", err)
 		}
 		_, port, _ := net.SplitHostPort(st.Addr())
-		cmd := exec.CommandContext(ctx, exe, "bench", "rpc", "-peer")
+		cmd := exec.CommandContext(ctx, exe, "bench", "rpc", "-peer", "-no-same-host-copy="+strconv.FormatBool(!cfg.sameHostCopy))
 		cmd.Env = append(os.Environ(), "RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, rpc.TokenEnv+"="+token)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -189,13 +198,18 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		peerDone = done
 		go func() { done <- cmd.Wait() }()
 	}
-	a, err := rpc.Init(ctx, "w0", 0, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithToken(token))
+	a, err := rpc.Init(ctx, "w0", 0, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy))
 	if err != nil {
 		cancel()
 		<-peerDone
 		return nil, err
 	}
 	results, runErr := rpcBenchCases(ctx, a, cfg)
+	if runErr == nil {
+		for i := range results {
+			results[i].SameHostCopies = a.Metrics().SameHostCopies > 0
+		}
+	}
 	if runErr != nil {
 		a.Shutdown(ctx, false)
 		cancel()
@@ -213,8 +227,8 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 
 // rpcBenchPeer is the callee process: it serves until the caller shuts the
 // group down.
-func rpcBenchPeer(ctx context.Context) error {
-	a, err := rpc.InitFromEnv(ctx, "w1", rpc.WithRegistry(rpcBenchRegistry()))
+func rpcBenchPeer(ctx context.Context, sameHostCopy bool) error {
+	a, err := rpc.InitFromEnv(ctx, "w1", rpc.WithRegistry(rpcBenchRegistry()), rpc.WithSameHostCopy(sameHostCopy))
 	if err != nil {
 		return err
 	}
