@@ -80,7 +80,17 @@ func (c *Context) newPassLocked(id uint64, parent context.Context, timeout time.
 		}
 	}
 	// The pass fails when its deadline passes or its parent context ends.
-	p.stopTime = context.AfterFunc(ctx, func() { p.fail(context.Cause(ctx)) })
+	p.stopTime = context.AfterFunc(ctx, func() {
+		cause := context.Cause(ctx)
+		switch {
+		case errors.Is(cause, ErrTimeout):
+		case errors.Is(cause, context.DeadlineExceeded):
+			cause = fmt.Errorf("%w: autograd: backward pass of %s on worker %s: the deadline passed: %w", ErrTimeout, c.id, self, cause)
+		default:
+			cause = fmt.Errorf("autograd: backward pass of %s on worker %s stopped: %w", c.id, self, cause)
+		}
+		p.fail(cause)
+	})
 	c.passes[id] = p
 	return p
 }
