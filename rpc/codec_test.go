@@ -216,3 +216,25 @@ func TestLargeReceivedTensors(t *testing.T) {
 		}
 	}
 }
+
+func TestTensors(t *testing.T) {
+	a := dense([]int{1}, []float32{1})
+	b := dense([]int{2}, []float64{1, 2})
+	c := dense([]int{1}, []int64{3})
+	v := struct {
+		X    *tensor.Dense
+		List []*tensor.Dense
+		M    map[string]*inner
+		Any  Any
+		I    any
+		hide *tensor.Dense
+		N    []float32
+	}{X: a, List: []*tensor.Dense{b, a, nil}, M: map[string]*inner{"k": {T: c}}, Any: AnyOf(&inner{T: b}), I: c, hide: dense([]int{1}, []float32{9})}
+	got := Tensors(v)
+	if len(got) != 3 || got[0] != a || got[1] != b || got[2] != c {
+		t.Fatalf("Tensors: %v", got)
+	}
+	if Tensors(nil) != nil || len(Tensors(a)) != 1 {
+		t.Fatal("Tensors of nil or of a tensor")
+	}
+}

@@ -47,19 +47,39 @@
 //
 // Each ordered pair of workers shares one TCP connection (TLS with WithTLS)
 // that carries many calls at once: frames are length-prefixed and tagged
-// with a call id, one goroutine reads each connection, sync handlers run on
-// goroutines of their own, and concurrent writers coalesce their frames into
-// one writev. Every connection presents a shared token (WithToken,
-// TANDEM_TOKEN, or one the workers create through the store); a wrong token
-// is refused. A frame over the size limit (WithMaxMessageSize) or malformed
-// closes that connection only.
+// with a call id (the layout is in frame.go), one goroutine reads each
+// connection, a sync handler starts on the goroutine that read its call
+// (reading passes to a new goroutine), async handlers run without a
+// goroutine of their own, and concurrent writers coalesce their frames into
+// one writev. Tensors are written from their own memory and read into the
+// new tensor's memory, which is not zeroed first.
+//
+// Between workers on the same machine, frames whose tensors hold 256 KiB or
+// more go by reference: the receiver copies the tensors straight out of the
+// sender's memory (Linux process_vm_readv: one copy instead of the socket's
+// two) and acknowledges; the call, or the reply, goes on once the copy is
+// made, so the sender may change its tensors afterwards exactly as over
+// TCP. Each connection checks at its handshake that this works (same kernel
+// boot, and the peer's memory readable: same user, ptrace rules, no
+// seccomp filter forbidding it) and otherwise sends everything inline;
+// WithSameHostCopy(false) turns it off.
+//
+// Every connection presents a shared token (WithToken, TANDEM_TOKEN, or one
+// the workers create through the store when neither is set); a wrong token
+// is refused at the handshake. A frame over the size limit
+// (WithMaxMessageSize) or malformed closes that connection only; the agent
+// keeps serving the others.
 //
 // # Extending
 //
-// Client and server interceptors (WithClientInterceptor, UseServer) see
-// every call with its decoded argument and per-call Metadata; distributed
-// autograd uses them to record sends and receives. Packages such as rref
-// attach per-agent state with Extension and RegisterExtension.
+// Client and server interceptors (WithClientInterceptor,
+// WithServerInterceptor, UseClient, UseServer) see every call with its
+// decoded argument and result, and per-call Metadata both ways; Tensors
+// finds the tensors a value carries. Distributed autograd builds on these to
+// record sends and receives. Packages such as rref keep per-agent state with
+// Extension, install themselves on every agent with RegisterExtension, run
+// functions locally with CallLocal, and make graceful shutdown wait for
+// their background work with Hold.
 //
 // # Ending
 //
