@@ -56,6 +56,7 @@ type Builder struct {
 	bound []*Param // binding order
 	grads map[*Param]*G.Node
 	ids   int
+	scope *gradScope // which inputs need gradients, while Backward runs
 }
 
 // NewBuilder returns a Builder that adds nodes to g (a new graph if g is nil).
@@ -63,7 +64,7 @@ func NewBuilder(g *G.ExprGraph, opts ...BuilderOption) *Builder {
 	if g == nil {
 		g = G.NewGraph()
 	}
-	b := &Builder{g: g, nodes: map[*Param]*G.Node{}, grads: map[*Param]*G.Node{}}
+	b := &Builder{g: g, nodes: map[*Param]*G.Node{}, grads: map[*Param]*G.Node{}, scope: &gradScope{}}
 	for _, o := range opts {
 		o(b)
 	}
@@ -159,6 +160,12 @@ func (b *Builder) ParamNodes() []*G.Node {
 // parameter that requires gradients and influences loss. Parameters that do
 // not influence loss get no gradient node (their Grad is left alone, like
 // PyTorch leaving .grad unset for unused parameters).
+//
+// Backward builds no gradient for an input that does not depend on a
+// parameter being differentiated (the data batch fed to the first Linear or
+// Conv2d layer): like PyTorch, which computes no gradient for a tensor that
+// does not require one, it spares the executor a GEMM per such input. Call
+// gorgonia.Grad directly to differentiate with respect to bound inputs.
 func (b *Builder) Backward(loss *G.Node) error {
 	if loss == nil || !loss.IsScalar() {
 		return fmt.Errorf("models: Backward needs a scalar loss node: %w", errs.InvalidArgument)
@@ -171,7 +178,11 @@ func (b *Builder) Backward(loss *G.Node) error {
 		owner[b.nodes[p]] = p
 	}
 	for len(nodes) > 0 {
+		if err := b.scope.open(b.g, nodes); err != nil {
+			return fmt.Errorf("models: differentiating the loss: %w", err)
+		}
 		grads, err := G.Grad(loss, nodes...)
+		b.scope.close()
 		if err == nil {
 			for i, n := range nodes {
 				b.grads[owner[n]] = grads[i]

@@ -18,15 +18,20 @@ import (
 type chanKind int
 
 const (
-	chanAdd chanKind = iota // (x, c) -> x + c
-	chanMul                 // (x, c) -> x * c
-	chanSum                 // (x) -> Σ_{outer,inner} x            (shape of c)
-	chanDot                 // (x, y) -> Σ_{outer,inner} x*y       (shape of c)
+	chanAdd     chanKind = iota // (x, c) -> x + c
+	chanMul                     // (x, c) -> x * c
+	chanSum                     // (x) -> Σ_{outer,inner} x            (shape of c)
+	chanDot                     // (x, y) -> Σ_{outer,inner} x*y       (shape of c)
+	chanAddReLU                 // (x, c) -> max(x + c, 0): a bias followed by ReLU, in one pass
 )
 
 func (k chanKind) String() string {
-	return [...]string{"ChanAdd", "ChanMul", "ChanSum", "ChanDot"}[k]
+	return [...]string{"ChanAdd", "ChanMul", "ChanSum", "ChanDot", "ChanAddReLU"}[k]
 }
+
+// elementwise reports whether the op maps x to an output of x's shape (as
+// opposed to reducing it to the per-channel shape).
+func (k chanKind) elementwise() bool { return k == chanAdd || k == chanMul || k == chanAddReLU }
 
 type chanOp struct {
 	kind    chanKind
@@ -50,7 +55,7 @@ func (op chanOp) Type() hm.Type {
 		c = a
 	}
 	switch op.kind {
-	case chanAdd, chanMul:
+	case chanAdd, chanMul, chanAddReLU:
 		return hm.NewFnType(x, c, x)
 	case chanSum:
 		return hm.NewFnType(x, c)
@@ -63,7 +68,7 @@ func (op chanOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	if len(in) != op.Arity() {
 		return nil, fmt.Errorf("models: %v takes %d inputs, got %d", op, op.Arity(), len(in))
 	}
-	if op.kind == chanAdd || op.kind == chanMul {
+	if op.kind.elementwise() {
 		s, err := shapeOf(in[0])
 		return s.Clone(), err
 	}
@@ -96,7 +101,10 @@ func (op chanOp) split(s tensor.Shape) (outer, c, inner int, err error) {
 	return outer, c, inner, nil
 }
 
-func (op chanOp) Do(in ...G.Value) (G.Value, error) {
+func (op chanOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+// UsePreallocDo writes the result into prealloc when it fits (see outDense).
+func (op chanOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	if len(in) != op.Arity() {
 		return nil, fmt.Errorf("models: %v takes %d inputs, got %d", op, op.Arity(), len(in))
 	}
@@ -118,13 +126,15 @@ func (op chanOp) Do(in ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	var out *tensor.Dense
-	if op.kind == chanAdd || op.kind == chanMul {
-		out = newDense(x.Dtype(), x.Shape()...)
+	if op.kind.elementwise() {
+		out = outDense(prealloc, x.Dtype(), x.Shape(), in...)
 	} else {
-		out = newDense(x.Dtype(), op.cShape...)
-		if len(op.cShape) == 0 {
-			out = newDense(x.Dtype(), 1)
+		shape := op.cShape
+		if len(shape) == 0 {
+			shape = []int{1}
 		}
+		out = outDense(prealloc, x.Dtype(), shape, in...)
+		out.Zero() // the reductions accumulate
 	}
 	switch x.Dtype() {
 	case tensor.Float64:
@@ -150,29 +160,37 @@ func floats[T float](t *tensor.Dense) []T {
 
 func chanKernel[T float](k chanKind, outer, c, inner int, out, x, y []T) error {
 	switch k {
-	case chanAdd, chanMul:
+	case chanAdd, chanMul, chanAddReLU:
 		if len(y) != c {
 			return fmt.Errorf("per-channel tensor has %d elements, want %d", len(y), c)
+		}
+		if len(x) != outer*c*inner || len(out) != len(x) {
+			return fmt.Errorf("input has %d elements, want %d", len(x), outer*c*inner)
+		}
+		if inner == 1 {
+			// channels last (a Linear's bias): whole rows at a time.
+			for o := 0; o < outer; o++ {
+				chanRow(k, out[o*c:(o+1)*c], x[o*c:(o+1)*c], y)
+			}
+			return nil
 		}
 		i := 0
 		for o := 0; o < outer; o++ {
 			for ch := 0; ch < c; ch++ {
-				v := y[ch]
-				seg := x[i : i+inner]
-				dst := out[i : i+inner]
-				if k == chanAdd {
-					for j, xv := range seg {
-						dst[j] = xv + v
-					}
-				} else {
-					for j, xv := range seg {
-						dst[j] = xv * v
-					}
-				}
+				chanSeg(k, out[i:i+inner], x[i:i+inner], y[ch])
 				i += inner
 			}
 		}
 	case chanSum:
+		if inner == 1 {
+			out = out[:c]
+			for o := 0; o < outer; o++ {
+				for j, xv := range x[o*c : (o+1)*c] {
+					out[j] += xv
+				}
+			}
+			return nil
+		}
 		i := 0
 		for o := 0; o < outer; o++ {
 			for ch := 0; ch < c; ch++ {
@@ -203,6 +221,44 @@ func chanKernel[T float](k chanKind, outer, c, inner int, out, x, y []T) error {
 	return nil
 }
 
+// chanRow applies a whole per-channel vector y to one row x.
+func chanRow[T float](k chanKind, dst, x, y []T) {
+	dst, y = dst[:len(x)], y[:len(x)]
+	switch k {
+	case chanAdd:
+		for j, xv := range x {
+			dst[j] = xv + y[j]
+		}
+	case chanMul:
+		for j, xv := range x {
+			dst[j] = xv * y[j]
+		}
+	case chanAddReLU:
+		for j, xv := range x {
+			dst[j] = max(xv+y[j], 0)
+		}
+	}
+}
+
+// chanSeg applies one channel's value v to the run x of that channel.
+func chanSeg[T float](k chanKind, dst, x []T, v T) {
+	dst = dst[:len(x)]
+	switch k {
+	case chanAdd:
+		for j, xv := range x {
+			dst[j] = xv + v
+		}
+	case chanMul:
+		for j, xv := range x {
+			dst[j] = xv * v
+		}
+	case chanAddReLU:
+		for j, xv := range x {
+			dst[j] = max(xv+v, 0)
+		}
+	}
+}
+
 func (op chanOp) ReturnsPtr() bool      { return false }
 func (op chanOp) CallsExtern() bool     { return false }
 func (op chanOp) OverwritesInput() int  { return -1 }
@@ -214,7 +270,7 @@ func (op chanOp) String() string {
 
 func (op chanOp) DiffWRT(int) []bool {
 	switch op.kind {
-	case chanAdd, chanMul:
+	case chanAdd, chanMul, chanAddReLU:
 		return []bool{true, true}
 	}
 	if op.kind == chanSum {
@@ -224,9 +280,22 @@ func (op chanOp) DiffWRT(int) []bool {
 }
 
 // SymDiff: for x + c, dx = dy and dc = Σ dy; for x * c, dx = dy * c and
-// dc = Σ dy*x (sums over outer and inner positions).
-func (op chanOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+// dc = Σ dy*x (sums over outer and inner positions); for y = max(x + c, 0),
+// dx = dy where y > 0 (else 0, PyTorch's derivative at 0) and dc = Σ dx.
+// The ReLU mask is read from the output, which is positive exactly where
+// x + c is.
+func (op chanOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 	switch op.kind {
+	case chanAddReLU:
+		dx, err := G.ApplyOp(eltGradOp{eltReLU}, out, grad)
+		if err != nil {
+			return nil, err
+		}
+		dc, err := G.ApplyOp(chanOp{chanSum, op.axis, op.n, op.inDims, op.cShape}, dx)
+		if err != nil {
+			return nil, err
+		}
+		return G.Nodes{dx, dc}, nil
 	case chanAdd:
 		dc, err := G.ApplyOp(chanOp{chanSum, op.axis, op.n, op.inDims, op.cShape}, grad)
 		if err != nil {

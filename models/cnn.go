@@ -38,18 +38,24 @@ func (c *CNNConfig) defaults() {
 // Sequential; with the defaults it is, in PyTorch,
 //
 //	nn.Sequential(
-//	    nn.Conv2d(1, 16, 5, padding=2),  # 0: 0.weight [16 1 5 5], 0.bias
-//	    nn.MaxPool2d(2),                 # 1
-//	    nn.Conv2d(16, 32, 5, padding=2), # 2: 2.weight [32 16 5 5], 2.bias
-//	    nn.MaxPool2d(2),                 # 3
-//	    nn.Flatten(),                    # 4
-//	    nn.Linear(32*7*7, 128),          # 5: 5.weight [128 1568], 5.bias
-//	    nn.ReLU(),                       # 6
-//	    nn.Linear(128, 10),              # 7: 7.weight [10 128], 7.bias
+//	    nn.Conv2d(1, 16, 5, padding=2),  # 0: 0.weight [16 1 5 5], 0.bias [16]
+//	    nn.ReLU(),                       # 1
+//	    nn.MaxPool2d(2),                 # 2
+//	    nn.Conv2d(16, 32, 5, padding=2), # 3: 3.weight [32 16 5 5], 3.bias [32]
+//	    nn.ReLU(),                       # 4
+//	    nn.MaxPool2d(2),                 # 5
+//	    nn.Flatten(),                    # 6
+//	    nn.Linear(32*7*7, 128),          # 7: 7.weight [128 1568], 7.bias [128]
+//	    nn.ReLU(),                       # 8
+//	    nn.Linear(128, 10),              # 9: 9.weight [10 128], 9.bias [10]
 //	)
 //
-// taking [N, 1, 28, 28] to [N, 10] logits. Weights are drawn from rng (nil
-// means the DefaultSeed generator) in layer order; opts may add WithDtype.
+// taking [N, 1, 28, 28] to [N, 10] logits: conv-ReLU-pool twice, then a
+// hidden layer. Weights are drawn from rng (nil means the DefaultSeed
+// generator) in layer order; opts may add WithDtype. Each convolution or
+// Linear followed by a ReLU is built with the bias and the ReLU in one pass
+// (see Sequential.Forward). At batch 64 in float32 a training step costs
+// about 1.1 GFLOP, nearly all of it in GEMMs.
 func NewCNN(cfg CNNConfig, rng *rand.Rand, opts ...Option) (*Sequential, error) {
 	cfg.defaults()
 	if cfg.Size%4 != 0 || cfg.Kernel%2 == 0 || cfg.InChannels < 0 || cfg.Size < 0 || cfg.Kernel < 0 {
@@ -85,5 +91,5 @@ func NewCNN(cfg CNNConfig, rng *rand.Rand, opts ...Option) (*Sequential, error) 
 	if err != nil {
 		return nil, err
 	}
-	return NewSequential(conv1, pool1, conv2, pool2, Flatten{}, fc1, ReLU{}, fc2), nil
+	return NewSequential(conv1, ReLU{}, pool1, conv2, ReLU{}, pool2, Flatten{}, fc1, ReLU{}, fc2), nil
 }

@@ -20,9 +20,9 @@ func TestCNNNamesShapes(t *testing.T) {
 		shape tensor.Shape
 	}{
 		{"0.weight", tensor.Shape{16, 1, 5, 5}}, {"0.bias", tensor.Shape{16}},
-		{"2.weight", tensor.Shape{32, 16, 5, 5}}, {"2.bias", tensor.Shape{32}},
-		{"5.weight", tensor.Shape{128, 1568}}, {"5.bias", tensor.Shape{128}},
-		{"7.weight", tensor.Shape{10, 128}}, {"7.bias", tensor.Shape{10}},
+		{"3.weight", tensor.Shape{32, 16, 5, 5}}, {"3.bias", tensor.Shape{32}},
+		{"7.weight", tensor.Shape{128, 1568}}, {"7.bias", tensor.Shape{128}},
+		{"9.weight", tensor.Shape{10, 128}}, {"9.bias", tensor.Shape{10}},
 	}
 	sd := StateDict(m)
 	if len(sd) != len(want) {

@@ -69,9 +69,17 @@ func (l *Conv2d) Params() []*Param {
 func (l *Conv2d) Buffers() []*Param { return nil }
 
 // Forward convolves x of shape [N, in, H, W] into [N, out, H', W'] with
-// H' = floor((H + 2·pad - dilation·(kh-1) - 1)/stride) + 1 (likewise W').
-// It uses gorgonia's im2col convolution and adds the bias per channel.
-func (l *Conv2d) Forward(b *Builder, x *G.Node) (*G.Node, error) {
+// H' = floor((H + 2·pad - dilation·(kh-1) - 1)/stride) + 1 (likewise W'):
+// per sample one GEMM over an im2col matrix (see convOp), then the bias per
+// channel. The backward pass is exact: GEMMs for the weight and input
+// gradients and a col2im that adds every product back where it came from.
+func (l *Conv2d) Forward(b *Builder, x *G.Node) (*G.Node, error) { return l.forward(b, x, false) }
+
+// forwardReLU is Forward followed by ReLU, with the bias and the ReLU in one
+// pass (Sequential uses it for a Conv2d followed by a ReLU).
+func (l *Conv2d) forwardReLU(b *Builder, x *G.Node) (*G.Node, error) { return l.forward(b, x, true) }
+
+func (l *Conv2d) forward(b *Builder, x *G.Node, relu bool) (*G.Node, error) {
 	xs := x.Shape()
 	if len(xs) != 4 || xs[1] != l.In {
 		return nil, fmt.Errorf("models: Conv2d(%d, %d) needs input [N, %d, H, W], got %v: %w", l.In, l.Out, l.In, xs, errs.InvalidArgument)
@@ -85,16 +93,22 @@ func (l *Conv2d) Forward(b *Builder, x *G.Node) (*G.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	y, err := G.Conv2d(x, w, tensor.Shape{l.Kernel[0], l.Kernel[1]}, l.Padding[:], l.Stride[:], l.Dilation[:])
+	y, err := conv2d(b, x, w, convParams{k: l.Kernel, s: l.Stride, p: l.Padding, d: l.Dilation})
 	if err != nil {
 		return nil, fmt.Errorf("models: Conv2d(%d, %d): %w", l.In, l.Out, err)
 	}
 	if l.Bias == nil {
+		if relu {
+			return applyElt(eltReLU, y)
+		}
 		return y, nil
 	}
 	bn, err := b.Node(l.Bias)
 	if err != nil {
 		return nil, err
+	}
+	if relu {
+		return applyChan(chanAddReLU, y, bn, 1)
 	}
 	return applyChan(chanAdd, y, bn, 1)
 }

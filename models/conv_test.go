@@ -54,6 +54,9 @@ func TestConv2dForwardAndGradients(t *testing.T) {
 		{"plain", nil, 5, 6},
 		{"stride2 pad1", []Option{WithStride(2, 2), WithPadding(1, 1)}, 6, 5},
 		{"rect dilated no bias", []Option{WithKernel(2, 3), WithDilation(2, 1), WithPadding(1, 0), WithBias(false)}, 6, 7},
+		{"pointwise", []Option{WithKernel(1, 1)}, 4, 3},
+		{"same pad2 dilated", []Option{WithDilation(1, 2), WithPadding(2, 2)}, 5, 6},
+		{"stride (1,2) pad2", []Option{WithStride(1, 2), WithPadding(2, 1)}, 4, 5},
 	}
 	for _, c := range cases {
 		l, err := NewConv2d(2, 3, 3, append(c.opts, WithRand(rng))...)

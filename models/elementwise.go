@@ -47,7 +47,10 @@ func (op eltOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	s, err := shapeOf(in[0])
 	return s.Clone(), err
 }
-func (op eltOp) Do(in ...G.Value) (G.Value, error) {
+func (op eltOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+// UsePreallocDo writes f(x) into prealloc when it fits (see outDense).
+func (op eltOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	if len(in) != 1 {
 		return nil, fmt.Errorf("models: %v takes 1 input, got %d", op, len(in))
 	}
@@ -55,7 +58,7 @@ func (op eltOp) Do(in ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := newDense(x.Dtype(), x.Shape()...)
+	out := outDense(prealloc, x.Dtype(), x.Shape(), x)
 	switch x.Dtype() {
 	case tensor.Float64:
 		eltForward(op.kind, out.Float64s(), x.Float64s())
@@ -96,7 +99,10 @@ func (op eltGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	s, err := shapeOf(in[0])
 	return s.Clone(), err
 }
-func (op eltGradOp) Do(in ...G.Value) (G.Value, error) {
+func (op eltGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+// UsePreallocDo writes dy·f'(x) into prealloc when it fits (see outDense).
+func (op eltGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	if len(in) != 2 {
 		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
 	}
@@ -111,7 +117,7 @@ func (op eltGradOp) Do(in ...G.Value) (G.Value, error) {
 	if x.Dtype() != dy.Dtype() || x.Size() != dy.Size() {
 		return nil, fmt.Errorf("models: %v: input %v %v and gradient %v %v differ", op, x.Dtype(), x.Shape(), dy.Dtype(), dy.Shape())
 	}
-	out := newDense(x.Dtype(), x.Shape()...)
+	out := outDense(prealloc, x.Dtype(), x.Shape(), x, dy)
 	switch x.Dtype() {
 	case tensor.Float64:
 		eltBackward(op.kind, out.Float64s(), x.Float64s(), dy.Float64s())
@@ -139,12 +145,11 @@ const invSqrt2Pi = 0.3989422804014327 // 1/√(2π)
 func eltForward[T float](k eltKind, out, x []T) {
 	switch k {
 	case eltReLU:
+		// max compiles to branch-free code (random signs defeat a branch
+		// predictor); like PyTorch's relu it maps NaN to NaN.
+		out = out[:len(x)]
 		for i, v := range x {
-			if v > 0 {
-				out[i] = v
-			} else {
-				out[i] = 0
-			}
+			out[i] = max(v, 0)
 		}
 	case eltGELU:
 		// exact GELU, x·Φ(x), PyTorch's default (approximate="none").
@@ -158,14 +163,8 @@ func eltForward[T float](k eltKind, out, x []T) {
 func eltBackward[T float](k eltKind, out, x, dy []T) {
 	switch k {
 	case eltReLU:
-		// PyTorch's threshold backward: the derivative at 0 is 0.
-		for i, v := range x {
-			if v > 0 {
-				out[i] = dy[i]
-			} else {
-				out[i] = 0
-			}
-		}
+		// PyTorch's threshold backward: the derivative at 0 (and at NaN) is 0.
+		reluBackward(out, x, dy)
 	case eltGELU:
 		// d/dx x·Φ(x) = Φ(x) + x·φ(x)
 		for i, v := range x {
@@ -174,5 +173,48 @@ func eltBackward[T float](k eltKind, out, x, dy []T) {
 			pdf := invSqrt2Pi * math.Exp(-0.5*f*f)
 			out[i] = T(float64(dy[i]) * (cdf + f*pdf))
 		}
+	}
+}
+
+// reluBackward writes dy where x > 0 and 0 elsewhere. The selection is a
+// bit mask on the gradient's bits, which compiles to branch-free code: a
+// branch on the sign of activations mispredicts half the time and costs
+// several times the memory traffic.
+func reluBackward[T float](out, x, dy []T) {
+	switch o := any(out).(type) {
+	case []float32:
+		reluBackward32(o, any(x).([]float32), any(dy).([]float32))
+	case []float64:
+		reluBackward64(o, any(x).([]float64), any(dy).([]float64))
+	default:
+		for i, v := range x {
+			if v > 0 {
+				out[i] = dy[i]
+			} else {
+				out[i] = 0
+			}
+		}
+	}
+}
+
+func reluBackward32(out, x, dy []float32) {
+	out, dy = out[:len(x)], dy[:len(x)]
+	for i, v := range x {
+		var m uint32
+		if v > 0 {
+			m = ^uint32(0)
+		}
+		out[i] = math.Float32frombits(math.Float32bits(dy[i]) & m)
+	}
+}
+
+func reluBackward64(out, x, dy []float64) {
+	out, dy = out[:len(x)], dy[:len(x)]
+	for i, v := range x {
+		var m uint64
+		if v > 0 {
+			m = ^uint64(0)
+		}
+		out[i] = math.Float64frombits(math.Float64bits(dy[i]) & m)
 	}
 }

@@ -106,3 +106,46 @@ func shapeOf(d G.DimSizer) (tensor.Shape, error) {
 	}
 	return s, nil
 }
+
+// outDense returns the tensor an op writes its result into: prealloc itself
+// when it can hold the result (a contiguous *tensor.Dense that is not a
+// view, of dtype dt and exactly the given shape, sharing no memory with any
+// of the op's inputs), else a new zeroed tensor. Executors that reuse
+// buffers (the graph package, gorgonia's TapeMachine) hand ops the value they
+// returned in the previous run; writing into it saves allocating and
+// clearing the output every run. A reused tensor holds stale values: kernels
+// writing into it must overwrite every element (or clear it first).
+func outDense(prealloc G.Value, dt tensor.Dtype, shape []int, inputs ...G.Value) *tensor.Dense {
+	if d := reusable(prealloc, dt, shape, inputs); d != nil {
+		return d
+	}
+	return newDense(dt, shape...)
+}
+
+// reusable returns prealloc as a dense tensor when outDense may write into it.
+func reusable(prealloc G.Value, dt tensor.Dtype, shape []int, inputs []G.Value) *tensor.Dense {
+	d, ok := prealloc.(*tensor.Dense)
+	if !ok || d == nil || d.Dtype() != dt || d.IsView() || d.RequiresIterator() || d.IsScalar() || !d.Shape().Eq(tensor.Shape(shape)) {
+		return nil
+	}
+	if overlapsAny(d, inputs) {
+		return nil
+	}
+	return d
+}
+
+// overlapsAny reports whether v's memory overlaps that of any of inputs.
+func overlapsAny(v G.Value, inputs []G.Value) bool {
+	lo := v.Uintptr()
+	hi := lo + v.MemSize()
+	for _, in := range inputs {
+		if in == nil {
+			continue
+		}
+		l := in.Uintptr()
+		if l < hi && lo < l+in.MemSize() {
+			return true
+		}
+	}
+	return false
+}

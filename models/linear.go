@@ -50,7 +50,13 @@ func (l *Linear) Buffers() []*Param { return nil }
 
 // Forward maps x of shape [..., in] to [..., out] with one GEMM (the weight
 // transpose is a GEMM flag, not a copy) and one bias pass.
-func (l *Linear) Forward(b *Builder, x *G.Node) (*G.Node, error) {
+func (l *Linear) Forward(b *Builder, x *G.Node) (*G.Node, error) { return l.forward(b, x, false) }
+
+// forwardReLU is Forward followed by ReLU, with the bias and the ReLU in one
+// pass (Sequential uses it for a Linear followed by a ReLU).
+func (l *Linear) forwardReLU(b *Builder, x *G.Node) (*G.Node, error) { return l.forward(b, x, true) }
+
+func (l *Linear) forward(b *Builder, x *G.Node, relu bool) (*G.Node, error) {
 	xs := x.Shape()
 	if len(xs) == 0 || xs[len(xs)-1] != l.In {
 		return nil, fmt.Errorf("models: Linear(%d, %d) got input of shape %v (last axis must be %d): %w", l.In, l.Out, xs, l.In, errs.InvalidArgument)
@@ -65,7 +71,7 @@ func (l *Linear) Forward(b *Builder, x *G.Node) (*G.Node, error) {
 			return nil, err
 		}
 	}
-	y, err := MatMulT(in, w, false, true)
+	y, err := matMulT(b, in, w, false, true)
 	if err != nil {
 		return nil, fmt.Errorf("models: Linear(%d, %d): %w", l.In, l.Out, err)
 	}
@@ -74,7 +80,15 @@ func (l *Linear) Forward(b *Builder, x *G.Node) (*G.Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		if y, err = applyChan(chanAdd, y, bn, 1); err != nil {
+		kind := chanAdd
+		if relu {
+			kind = chanAddReLU
+		}
+		if y, err = applyChan(kind, y, bn, 1); err != nil {
+			return nil, err
+		}
+	} else if relu {
+		if y, err = applyElt(eltReLU, y); err != nil {
 			return nil, err
 		}
 	}

@@ -104,7 +104,14 @@ func (op xentOp) Type() hm.Type {
 	return hm.NewFnType(G.TensorType{Dims: 2, Of: op.zType}, G.TensorType{Dims: op.tDims, Of: op.tType}, op.zType)
 }
 func (op xentOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return tensor.ScalarShape(), nil }
-func (op xentOp) Do(in ...G.Value) (G.Value, error) {
+func (op xentOp) Do(in ...G.Value) (G.Value, error)              { return op.UsePreallocDo(nil, in...) }
+
+// UsePreallocDo stores the loss in prealloc when it is a scalar of the
+// logits' dtype.
+func (op xentOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	if len(in) != 2 {
+		return nil, fmt.Errorf("models: cross entropy takes logits and target, got %d inputs", len(in))
+	}
 	z, t, lab, err := op.inputs(in[:2])
 	if err != nil {
 		return nil, err
@@ -119,6 +126,18 @@ func (op xentOp) Do(in ...G.Value) (G.Value, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	switch p := prealloc.(type) {
+	case *G.F64:
+		if p != nil && z.Dtype() == tensor.Float64 {
+			*p = G.F64(loss)
+			return p, nil
+		}
+	case *G.F32:
+		if p != nil && z.Dtype() == tensor.Float32 {
+			*p = G.F32(float32(loss))
+			return p, nil
+		}
 	}
 	return scalarValue(z.Dtype(), loss)
 }
@@ -225,7 +244,10 @@ func (op xentGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	s, err := shapeOf(in[0])
 	return s.Clone(), err
 }
-func (op xentGradOp) Do(in ...G.Value) (G.Value, error) {
+func (op xentGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+// UsePreallocDo writes the gradient into prealloc when it fits (see outDense).
+func (op xentGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	if len(in) != 3 {
 		return nil, fmt.Errorf("models: %v takes 3 inputs, got %d", op, len(in))
 	}
@@ -238,7 +260,7 @@ func (op xentGradOp) Do(in ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	n, c := z.Shape()[0], z.Shape()[1]
-	out := newDense(z.Dtype(), n, c)
+	out := outDense(prealloc, z.Dtype(), []int{n, c}, in...)
 	switch z.Dtype() {
 	case tensor.Float64:
 		err = xentBackward(out.Float64s(), z.Float64s(), floats[float64](t), lab, n, c, g)

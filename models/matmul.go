@@ -18,19 +18,26 @@ import (
 // matMulOps with other flags (see SymDiff).
 type matMulOp struct {
 	transA, transB bool
+	need           *inputGrads // which operands need gradients (nil: both)
 }
 
 // MatMulT returns op(a)·op(b) where op transposes a (b) when transA (transB)
 // is true. It is the product Linear uses (x·Wᵀ with W stored [out, in]) and
 // costs one GEMM forward and one per input gradient backward.
 func MatMulT(a, b *G.Node, transA, transB bool) (*G.Node, error) {
+	return matMulT(nil, a, b, transA, transB)
+}
+
+// matMulT is MatMulT for a layer built through bl (nil for none), whose
+// Backward then skips the gradient of an operand that needs none.
+func matMulT(bl *Builder, a, b *G.Node, transA, transB bool) (*G.Node, error) {
 	if a.Dims() != 2 || b.Dims() != 2 {
 		return nil, fmt.Errorf("models: MatMulT needs two matrices, got shapes %v and %v", a.Shape(), b.Shape())
 	}
 	if a.Dtype() != b.Dtype() {
 		return nil, fmt.Errorf("models: MatMulT dtype mismatch: %v and %v", a.Dtype(), b.Dtype())
 	}
-	op := matMulOp{transA, transB}
+	op := matMulOp{transA: transA, transB: transB, need: newInputGrads(bl, a, b)}
 	if _, err := op.InferShape(a.Shape(), b.Shape()); err != nil {
 		return nil, err
 	}
@@ -81,7 +88,11 @@ func (op matMulOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape{m, n}, nil
 }
 
-func (op matMulOp) Do(in ...G.Value) (G.Value, error) {
+func (op matMulOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+// UsePreallocDo computes the product into prealloc when it fits (see
+// outDense), else into a new tensor.
+func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	if len(in) != 2 {
 		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
 	}
@@ -100,7 +111,7 @@ func (op matMulOp) Do(in ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := newDense(a.Dtype(), m, n)
+	out := outDense(prealloc, a.Dtype(), []int{m, n}, a, b)
 	ta, tb := blas.NoTrans, blas.NoTrans
 	if op.transA {
 		ta = blas.Trans
@@ -129,7 +140,7 @@ func (op matMulOp) String() string {
 	return fmt.Sprintf("MatMulT{a:%t,b:%t}", op.transA, op.transB)
 }
 
-func (op matMulOp) DiffWRT(int) []bool { return []bool{true, true} }
+func (op matMulOp) DiffWRT(int) []bool { return []bool{op.need.need(0), op.need.need(1)} }
 
 // SymDiff: with C = A'·B' (A' = op(A), B' = op(B)) and upstream dC,
 // dA' = dC·B'ᵀ and dB' = A'ᵀ·dC; undoing the transposes gives
@@ -137,7 +148,8 @@ func (op matMulOp) DiffWRT(int) []bool { return []bool{true, true} }
 //	dA = dC·op(B)ᵀ          (A not transposed)   dA = op(B)·dCᵀ   (A transposed)
 //	dB = op(A)ᵀ·dC          (B not transposed)   dB = dCᵀ·op(A)   (B transposed)
 //
-// each a single GEMM with flags.
+// each a single GEMM with flags. An operand that needs no gradient (see
+// gradScope) gets none.
 func (op matMulOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	if len(in) != 2 {
 		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
@@ -145,21 +157,25 @@ func (op matMulOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	a, b := in[0], in[1]
 	var da, db *G.Node
 	var err error
-	if !op.transA {
-		da, err = G.ApplyOp(matMulOp{false, !op.transB}, grad, b)
-	} else {
-		da, err = G.ApplyOp(matMulOp{op.transB, true}, b, grad)
+	if op.need.need(0) {
+		if !op.transA {
+			da, err = G.ApplyOp(matMulOp{transA: false, transB: !op.transB}, grad, b)
+		} else {
+			da, err = G.ApplyOp(matMulOp{transA: op.transB, transB: true}, b, grad)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	if !op.transB {
-		db, err = G.ApplyOp(matMulOp{!op.transA, false}, a, grad)
-	} else {
-		db, err = G.ApplyOp(matMulOp{true, op.transA}, grad, a)
-	}
-	if err != nil {
-		return nil, err
+	if op.need.need(1) {
+		if !op.transB {
+			db, err = G.ApplyOp(matMulOp{transA: !op.transA, transB: false}, a, grad)
+		} else {
+			db, err = G.ApplyOp(matMulOp{transA: true, transB: op.transA}, grad, a)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	return G.Nodes{da, db}, nil
 }

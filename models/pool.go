@@ -99,7 +99,10 @@ func (op poolOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	}
 	return tensor.Shape{s[0], s[1], oh, ow}, nil
 }
-func (op poolOp) Do(in ...G.Value) (G.Value, error) {
+func (op poolOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+// UsePreallocDo writes the maxima into prealloc when it fits (see outDense).
+func (op poolOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	if len(in) != 1 {
 		return nil, fmt.Errorf("models: %v takes 1 input, got %d", op, len(in))
 	}
@@ -111,7 +114,7 @@ func (op poolOp) Do(in ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := newDense(x.Dtype(), os...)
+	out := outDense(prealloc, x.Dtype(), os, x)
 	s := x.Shape()
 	switch x.Dtype() {
 	case tensor.Float64:
@@ -124,9 +127,32 @@ func (op poolOp) Do(in ...G.Value) (G.Value, error) {
 	return out, nil
 }
 
+// pairs reports whether the windows are 2×2, stride 2, unpadded: the
+// common case, which has its own branch-free kernels.
+func (op poolOp) pairs() bool {
+	return op.k == [2]int{2, 2} && op.s == [2]int{2, 2} && op.p == [2]int{}
+}
+
 // poolKernel writes the window maxima of x into out; when dy is given it
-// instead adds dy at each window's argmax into dx.
+// instead writes into dx, for every element of x, the sum of dy over the
+// windows whose argmax it is (0 for most).
 func poolKernel[T float](op poolOp, s tensor.Shape, x, out, dy, dx []T) {
+	if op.pairs() {
+		if dy == nil {
+			pool2Forward(s, x, out)
+		} else {
+			pool2Backward(s, x, dy, dx)
+		}
+		return
+	}
+	poolGeneric(op, s, x, out, dy, dx)
+}
+
+// poolGeneric is poolKernel for any window, stride and padding.
+func poolGeneric[T float](op poolOp, s tensor.Shape, x, out, dy, dx []T) {
+	if dy != nil {
+		clear(dx)
+	}
 	h, w := s[2], s[3]
 	oh, ow := op.outHW(h, w)
 	planes := s[0] * s[1]
@@ -166,6 +192,89 @@ func poolKernel[T float](op poolOp, s tensor.Shape, x, out, dy, dx []T) {
 	}
 }
 
+// pool2Forward is poolKernel's forward pass for 2×2 windows with stride 2.
+// The builtin max propagates NaN, as the general kernel does.
+func pool2Forward[T float](s tensor.Shape, x, out []T) {
+	h, w := s[2], s[3]
+	oh, ow := h/2, w/2
+	for pl := 0; pl < s[0]*s[1]; pl++ {
+		xp := x[pl*h*w : (pl+1)*h*w]
+		op := out[pl*oh*ow : (pl+1)*oh*ow]
+		for i := 0; i < oh; i++ {
+			r0 := xp[2*i*w : 2*i*w+2*ow]
+			r1 := xp[(2*i+1)*w : (2*i+1)*w+2*ow]
+			o := op[i*ow : (i+1)*ow]
+			for j := range o {
+				o[j] = max(max(r0[2*j], r0[2*j+1]), max(r1[2*j], r1[2*j+1]))
+			}
+		}
+	}
+}
+
+// pool2Backward is poolKernel's backward pass for 2×2 windows with stride
+// 2. Windows do not overlap, so each element of x gets either its window's
+// gradient (when it is the window's first maximum, or its first NaN) or 0,
+// and every element of dx is written (rows and columns past the last window
+// get 0). Which of the four it is depends on the data at random, so the
+// index is picked by a tournament of comparisons that compile to
+// conditional moves rather than branches (which would mispredict about half
+// the time); a window holding a NaN takes the exact general path.
+func pool2Backward[T float](s tensor.Shape, x, dy, dx []T) {
+	h, w := s[2], s[3]
+	oh, ow := h/2, w/2
+	for pl := 0; pl < s[0]*s[1]; pl++ {
+		xp := x[pl*h*w : (pl+1)*h*w]
+		dp := dx[pl*h*w : (pl+1)*h*w]
+		gp := dy[pl*oh*ow : (pl+1)*oh*ow]
+		for i := 0; i < oh; i++ {
+			g := gp[i*ow : (i+1)*ow]
+			r0 := xp[2*i*w : 2*i*w+2*len(g)]
+			r1 := xp[(2*i+1)*w : (2*i+1)*w+2*len(g)]
+			d0 := dp[2*i*w : 2*i*w+2*len(g)]
+			d1 := dp[(2*i+1)*w : (2*i+1)*w+2*len(g)]
+			for j, gv := range g {
+				a, b, c, d := r0[2*j], r0[2*j+1], r1[2*j], r1[2*j+1]
+				// Strict comparisons keep the first of equal maxima.
+				kab := 0
+				if b > a {
+					kab = 1
+				}
+				kcd := 2
+				if d > c {
+					kcd = 3
+				}
+				ab, cd := max(a, b), max(c, d) // NaN-propagating
+				k := kab
+				if cd > ab {
+					k = kcd
+				}
+				if ab != ab || cd != cd {
+					k = firstNaN(a, b, c, d)
+				}
+				var v [4]T
+				v[k&3] = gv
+				d0[2*j], d0[2*j+1], d1[2*j], d1[2*j+1] = v[0], v[1], v[2], v[3]
+			}
+			clear(dp[2*i*w+2*ow : (2*i+1)*w])
+			clear(dp[(2*i+1)*w+2*ow : (2*i+2)*w])
+		}
+		clear(dp[2*oh*w:])
+	}
+}
+
+// firstNaN returns the index of the first NaN among a, b, c, d (3 if none).
+func firstNaN[T float](a, b, c, d T) int {
+	switch {
+	case a != a:
+		return 0
+	case b != b:
+		return 1
+	case c != c:
+		return 2
+	}
+	return 3
+}
+
 func (op poolOp) ReturnsPtr() bool      { return false }
 func (op poolOp) CallsExtern() bool     { return false }
 func (op poolOp) OverwritesInput() int  { return -1 }
@@ -195,7 +304,10 @@ func (op poolGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	s, err := shapeOf(in[0])
 	return s.Clone(), err
 }
-func (op poolGradOp) Do(in ...G.Value) (G.Value, error) {
+func (op poolGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+// UsePreallocDo writes dx into prealloc when it fits (see outDense).
+func (op poolGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	if len(in) != 2 {
 		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
 	}
@@ -214,7 +326,7 @@ func (op poolGradOp) Do(in ...G.Value) (G.Value, error) {
 	if !dy.Shape().Eq(os) || dy.Dtype() != x.Dtype() {
 		return nil, fmt.Errorf("models: %v: gradient %v %v for output %v", op, dy.Dtype(), dy.Shape(), os)
 	}
-	dx := newDense(x.Dtype(), x.Shape()...)
+	dx := outDense(prealloc, x.Dtype(), x.Shape(), x, dy)
 	switch x.Dtype() {
 	case tensor.Float64:
 		poolKernel(op.poolOp, x.Shape(), x.Float64s(), nil, dy.Float64s(), dx.Float64s())

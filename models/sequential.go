@@ -96,15 +96,40 @@ func (s *Sequential) StateDict() []*Param {
 	return out
 }
 
-// Forward feeds x through the children in order.
+// Forward feeds x through the children in order. A Linear or Conv2d
+// directly followed by a ReLU is built as one layer whose bias and ReLU take
+// a single pass over the output (forward and backward); the result and the
+// parameter names are those of the two layers applied one after the other.
 func (s *Sequential) Forward(b *Builder, x *G.Node) (*G.Node, error) {
 	var err error
-	for i, m := range s.Layers {
+	for i := 0; i < len(s.Layers); i++ {
+		m := s.Layers[i]
+		if f, ok := m.(reluFuser); ok && i+1 < len(s.Layers) && isReLU(s.Layers[i+1]) {
+			if x, err = f.forwardReLU(b, x); err != nil {
+				return nil, fmt.Errorf("layers %s (%T) and %s (ReLU): %w", s.name(i), m, s.name(i+1), err)
+			}
+			i++
+			continue
+		}
 		if x, err = m.Forward(b, x); err != nil {
 			return nil, fmt.Errorf("layer %s (%T): %w", s.name(i), m, err)
 		}
 	}
 	return x, nil
+}
+
+// reluFuser is a layer that can apply a ReLU to its output in the same pass
+// as its bias.
+type reluFuser interface {
+	forwardReLU(b *Builder, x *G.Node) (*G.Node, error)
+}
+
+func isReLU(m Module) bool {
+	switch m.(type) {
+	case ReLU, *ReLU:
+		return true
+	}
+	return false
 }
 
 func (s *Sequential) name(i int) string {

@@ -1,0 +1,671 @@
+package models
+
+import (
+	"fmt"
+	"hash"
+	"sync"
+
+	"github.com/chewxy/hm"
+	"gonum.org/v1/gonum/blas"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	tblas "github.com/tandemml/tandem/internal/blas"
+	"github.com/tandemml/tandem/internal/errs"
+)
+
+// Conv2d's ops. The forward pass of sample n is one GEMM,
+//
+//	y[n] (O×P) = W (O×CK) · col(x[n]) (CK×P)
+//
+// where P = OH·OW output positions, CK = C·kh·kw, and col(x[n]) is the
+// im2col matrix whose row (c, u, v) holds, for every output position, the
+// input pixel that kernel tap (u, v) of channel c sees there (0 in the
+// padding). The gradients are GEMMs over the same matrices:
+//
+//	dW = Σ_n dy[n] · col(x[n])ᵀ           (accumulated by GEMM's beta)
+//	dx[n] = col2im(Wᵀ · dy[n])              (col2im adds each entry back
+//	                                          into the pixel it came from)
+//
+// so they are exact sums of products, like the direct definition. A
+// 1×1 kernel with stride 1 and no padding needs no im2col: col(x[n]) is
+// x[n] itself. The im2col matrix of one sample is built in a scratch buffer
+// reused across samples and runs.
+
+// convGeom is the geometry of one convolution.
+type convGeom struct {
+	n, c, h, w     int // input [N, C, H, W]
+	o, oh, ow      int // output [N, O, OH, OW]
+	kh, kw         int
+	sh, sw, ph, pw int
+	dh, dw         int
+}
+
+func (g convGeom) ck() int { return g.c * g.kh * g.kw }
+func (g convGeom) p() int  { return g.oh * g.ow }
+
+// direct reports whether col(x[n]) is x[n] itself.
+func (g convGeom) direct() bool {
+	return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0
+}
+
+// convParams are a convolution's kernel, stride, padding and dilation.
+type convParams struct {
+	k, s, p, d [2]int
+}
+
+func (cp convParams) String() string {
+	return fmt.Sprintf("k:%v,s:%v,p:%v,d:%v", cp.k, cp.s, cp.p, cp.d)
+}
+
+// outHW returns the output height and width for an H×W input; ok is false
+// when the dilated kernel does not fit the padded input.
+func (cp convParams) outHW(h, w int) (oh, ow int, ok bool) {
+	eh := cp.d[0]*(cp.k[0]-1) + 1
+	ew := cp.d[1]*(cp.k[1]-1) + 1
+	if h+2*cp.p[0] < eh || w+2*cp.p[1] < ew {
+		return 0, 0, false
+	}
+	return (h+2*cp.p[0]-eh)/cp.s[0] + 1, (w+2*cp.p[1]-ew)/cp.s[1] + 1, true
+}
+
+func (cp convParams) geom(x tensor.Shape, o int) (convGeom, error) {
+	if len(x) != 4 {
+		return convGeom{}, fmt.Errorf("models: Conv2d needs an NCHW input, got shape %v: %w", x, errs.InvalidArgument)
+	}
+	oh, ow, ok := cp.outHW(x[2], x[3])
+	if !ok {
+		return convGeom{}, fmt.Errorf("models: Conv2d kernel %v (dilation %v) larger than the padded input %v: %w", cp.k, cp.d, x, errs.InvalidArgument)
+	}
+	return convGeom{n: x[0], c: x[1], h: x[2], w: x[3], o: o, oh: oh, ow: ow,
+		kh: cp.k[0], kw: cp.k[1], sh: cp.s[0], sw: cp.s[1], ph: cp.p[0], pw: cp.p[1], dh: cp.d[0], dw: cp.d[1]}, nil
+}
+
+// scratch keeps im2col buffers between runs of one op.
+type scratch struct{ pool sync.Pool }
+
+// getScratch returns a slice of n elements (contents undefined) and the
+// function that gives it back to s.
+func getScratch[T float](s *scratch, n int) ([]T, func()) {
+	if s == nil {
+		return make([]T, n), func() {}
+	}
+	if p, ok := s.pool.Get().(*[]T); ok && cap(*p) >= n {
+		buf := (*p)[:n]
+		return buf, func() { s.pool.Put(p) }
+	}
+	buf := make([]T, n)
+	return buf, func() { s.pool.Put(&buf) }
+}
+
+// gemmFunc is tblas.Sgemm or tblas.Dgemm.
+type gemmFunc[T float] func(tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int)
+
+// validRange returns the output columns j in [0, n) whose input column
+// j·s + off lies in [0, w).
+func validRange(n, s, off, w int) (j0, j1 int) {
+	if off < 0 {
+		j0 = (-off + s - 1) / s
+	}
+	if w-1-off < 0 {
+		return 0, 0
+	}
+	j1 = min(n, (w-1-off)/s+1)
+	if j0 > j1 {
+		j0 = j1
+	}
+	return j0, j1
+}
+
+// im2col fills col (CK×P) from one sample x (C×H×W).
+func im2col[T float](g convGeom, x, col []T) {
+	p := g.p()
+	row := 0
+	for c := 0; c < g.c; c++ {
+		plane := x[c*g.h*g.w : (c+1)*g.h*g.w]
+		for u := 0; u < g.kh; u++ {
+			for v := 0; v < g.kw; v++ {
+				dst := col[row*p : (row+1)*p]
+				row++
+				off := v*g.dw - g.pw
+				j0, j1 := validRange(g.ow, g.sw, off, g.w)
+				for i := 0; i < g.oh; i++ {
+					seg := dst[i*g.ow : (i+1)*g.ow]
+					r := i*g.sh - g.ph + u*g.dh
+					if r < 0 || r >= g.h {
+						clear(seg)
+						continue
+					}
+					src := plane[r*g.w : (r+1)*g.w]
+					for j := range seg[:j0] {
+						seg[j] = 0
+					}
+					for j := j1; j < len(seg); j++ {
+						seg[j] = 0
+					}
+					if g.sw == 1 {
+						copy(seg[j0:j1], src[j0+off:j1+off])
+						continue
+					}
+					for j := j0; j < j1; j++ {
+						seg[j] = src[j*g.sw+off]
+					}
+				}
+			}
+		}
+	}
+}
+
+// col2im adds col (CK×P) into one sample dx (C×H×W), each entry into the
+// pixel im2col took it from.
+func col2im[T float](g convGeom, col, dx []T) {
+	p := g.p()
+	row := 0
+	for c := 0; c < g.c; c++ {
+		plane := dx[c*g.h*g.w : (c+1)*g.h*g.w]
+		for u := 0; u < g.kh; u++ {
+			for v := 0; v < g.kw; v++ {
+				src := col[row*p : (row+1)*p]
+				row++
+				off := v*g.dw - g.pw
+				j0, j1 := validRange(g.ow, g.sw, off, g.w)
+				for i := 0; i < g.oh; i++ {
+					r := i*g.sh - g.ph + u*g.dh
+					if r < 0 || r >= g.h {
+						continue
+					}
+					seg := src[i*g.ow : (i+1)*g.ow]
+					dst := plane[r*g.w : (r+1)*g.w]
+					if g.sw == 1 {
+						d := dst[j0+off : j1+off]
+						s := seg[j0:j1]
+						s = s[:len(d)]
+						for j, v := range s {
+							d[j] += v
+						}
+						continue
+					}
+					for j := j0; j < j1; j++ {
+						dst[j*g.sw+off] += seg[j]
+					}
+				}
+			}
+		}
+	}
+}
+
+// Stride 1 (the common case, "same" convolutions included) uses a wide
+// layout instead of im2col's: with the input zero-padded to Hp×Wp and the
+// output computed at every padded column, output position (i, j') is
+// i·Wp + j', and the kernel tap (u, v) of channel c sees input element
+// c·Hp·Wp + (i + u·dh)·Wp + j' + v·dw. So row (c, u, v) of the wide column
+// matrix is one contiguous run of the padded input, copied in one go, where
+// im2col copies one short run per output row. The Wp - OW extra columns
+// of each output row are computed and dropped (forward) or fed zeros
+// (backward, so they add nothing); they cost a little more GEMM and save
+// far more copying.
+
+// wide reports whether the wide layout applies.
+func (g convGeom) wide() bool { return g.sh == 1 && g.sw == 1 }
+
+// padded returns the padded height and width and the number of wide
+// output positions, (OH-1)·Wp + OW: the last row needs no extra columns,
+// which keeps every run inside the padded input.
+func (g convGeom) padded() (hp, wp, pw int) {
+	hp, wp = g.h+2*g.ph, g.w+2*g.pw
+	return hp, wp, (g.oh-1)*wp + g.ow
+}
+
+// padInput returns sample xn zero-padded to C×Hp×Wp in buf (xn itself when
+// there is no padding).
+func padInput[T float](g convGeom, xn, buf []T) []T {
+	if g.ph == 0 && g.pw == 0 {
+		return xn
+	}
+	hp, wp, _ := g.padded()
+	clear(buf)
+	for c := 0; c < g.c; c++ {
+		for r := 0; r < g.h; r++ {
+			copy(buf[c*hp*wp+(r+g.ph)*wp+g.pw:][:g.w], xn[c*g.h*g.w+r*g.w:][:g.w])
+		}
+	}
+	return buf
+}
+
+// wideCols fills col (CK×P') from the padded sample xp.
+func wideCols[T float](g convGeom, xp, col []T) {
+	hp, wp, pw := g.padded()
+	row := 0
+	for c := 0; c < g.c; c++ {
+		for u := 0; u < g.kh; u++ {
+			for v := 0; v < g.kw; v++ {
+				copy(col[row*pw:(row+1)*pw], xp[c*hp*wp+u*g.dh*wp+v*g.dw:][:pw])
+				row++
+			}
+		}
+	}
+}
+
+// narrowRows copies the OW real columns of each wide output row of yw
+// (rows×P') into y (rows×OH·OW).
+func narrowRows[T float](g convGeom, rows int, yw, y []T) {
+	_, wp, pw := g.padded()
+	p := g.p()
+	for o := 0; o < rows; o++ {
+		for i := 0; i < g.oh; i++ {
+			copy(y[o*p+i*g.ow:][:g.ow], yw[o*pw+i*wp:][:g.ow])
+		}
+	}
+}
+
+// widenRows is narrowRows' inverse, with zeros in the extra columns.
+func widenRows[T float](g convGeom, rows int, y, yw []T) {
+	_, wp, pw := g.padded()
+	p := g.p()
+	for o := 0; o < rows; o++ {
+		for i := 0; i < g.oh; i++ {
+			d := yw[o*pw+i*wp : o*pw+min((i+1)*wp, pw)]
+			copy(d, y[o*p+i*g.ow:][:g.ow])
+			clear(d[g.ow:])
+		}
+	}
+}
+
+// addWideCols adds col (CK×P') into the padded sample dxp, each row where
+// wideCols took it from.
+func addWideCols[T float](g convGeom, col, dxp []T) {
+	hp, wp, pw := g.padded()
+	row := 0
+	for c := 0; c < g.c; c++ {
+		for u := 0; u < g.kh; u++ {
+			for v := 0; v < g.kw; v++ {
+				src := col[row*pw : (row+1)*pw]
+				dst := dxp[c*hp*wp+u*g.dh*wp+v*g.dw:][:pw]
+				for j, x := range src {
+					dst[j] += x
+				}
+				row++
+			}
+		}
+	}
+}
+
+// convForward computes y (N×O×P) from x (N×C×H×W) and w (O×CK).
+func convForward[T float](g convGeom, sc *scratch, gemm gemmFunc[T], x, w, y []T) {
+	ck, p := g.ck(), g.p()
+	in := g.c * g.h * g.w
+	switch {
+	case g.direct():
+		for n := 0; n < g.n; n++ {
+			gemm(blas.NoTrans, blas.NoTrans, g.o, p, ck, 1, w, ck, x[n*in:(n+1)*in], p, 0, y[n*g.o*p:(n+1)*g.o*p], p)
+		}
+	case g.wide():
+		hp, wp, pw := g.padded()
+		xpad, done1 := getScratch[T](sc, g.c*hp*wp)
+		defer done1()
+		col, done2 := getScratch[T](sc, ck*pw)
+		defer done2()
+		yw, done3 := getScratch[T](sc, g.o*pw)
+		defer done3()
+		for n := 0; n < g.n; n++ {
+			wideCols(g, padInput(g, x[n*in:(n+1)*in], xpad), col)
+			gemm(blas.NoTrans, blas.NoTrans, g.o, pw, ck, 1, w, ck, col, pw, 0, yw, pw)
+			narrowRows(g, g.o, yw, y[n*g.o*p:(n+1)*g.o*p])
+		}
+	default:
+		col, done := getScratch[T](sc, ck*p)
+		defer done()
+		for n := 0; n < g.n; n++ {
+			im2col(g, x[n*in:(n+1)*in], col)
+			gemm(blas.NoTrans, blas.NoTrans, g.o, p, ck, 1, w, ck, col, p, 0, y[n*g.o*p:(n+1)*g.o*p], p)
+		}
+	}
+}
+
+// convGradW computes dw (O×CK) = Σ_n dy[n] · col(x[n])ᵀ.
+func convGradW[T float](g convGeom, sc *scratch, gemm gemmFunc[T], x, dy, dw []T) {
+	ck, p := g.ck(), g.p()
+	in := g.c * g.h * g.w
+	if g.n == 0 {
+		clear(dw)
+		return
+	}
+	beta := func(n int) T {
+		if n == 0 {
+			return 0
+		}
+		return 1
+	}
+	switch {
+	case g.direct():
+		for n := 0; n < g.n; n++ {
+			gemm(blas.NoTrans, blas.Trans, g.o, ck, p, 1, dy[n*g.o*p:(n+1)*g.o*p], p, x[n*in:(n+1)*in], p, beta(n), dw, ck)
+		}
+	case g.wide():
+		hp, wp, pw := g.padded()
+		xpad, done1 := getScratch[T](sc, g.c*hp*wp)
+		defer done1()
+		col, done2 := getScratch[T](sc, ck*pw)
+		defer done2()
+		dyw, done3 := getScratch[T](sc, g.o*pw)
+		defer done3()
+		for n := 0; n < g.n; n++ {
+			wideCols(g, padInput(g, x[n*in:(n+1)*in], xpad), col)
+			widenRows(g, g.o, dy[n*g.o*p:(n+1)*g.o*p], dyw)
+			gemm(blas.NoTrans, blas.Trans, g.o, ck, pw, 1, dyw, pw, col, pw, beta(n), dw, ck)
+		}
+	default:
+		col, done := getScratch[T](sc, ck*p)
+		defer done()
+		for n := 0; n < g.n; n++ {
+			im2col(g, x[n*in:(n+1)*in], col)
+			gemm(blas.NoTrans, blas.Trans, g.o, ck, p, 1, dy[n*g.o*p:(n+1)*g.o*p], p, col, p, beta(n), dw, ck)
+		}
+	}
+}
+
+// convGradX computes dx[n] = col2im(Wᵀ · dy[n]).
+func convGradX[T float](g convGeom, sc *scratch, gemm gemmFunc[T], w, dy, dx []T) {
+	ck, p := g.ck(), g.p()
+	in := g.c * g.h * g.w
+	switch {
+	case g.direct():
+		for n := 0; n < g.n; n++ {
+			gemm(blas.Trans, blas.NoTrans, ck, p, g.o, 1, w, ck, dy[n*g.o*p:(n+1)*g.o*p], p, 0, dx[n*in:(n+1)*in], p)
+		}
+	case g.wide():
+		hp, wp, pw := g.padded()
+		dyw, done1 := getScratch[T](sc, g.o*pw)
+		defer done1()
+		col, done2 := getScratch[T](sc, ck*pw)
+		defer done2()
+		pad := g.ph != 0 || g.pw != 0
+		var dxpad []T
+		if pad {
+			var done3 func()
+			dxpad, done3 = getScratch[T](sc, g.c*hp*wp)
+			defer done3()
+		}
+		for n := 0; n < g.n; n++ {
+			dxn := dx[n*in : (n+1)*in]
+			widenRows(g, g.o, dy[n*g.o*p:(n+1)*g.o*p], dyw)
+			gemm(blas.Trans, blas.NoTrans, ck, pw, g.o, 1, w, ck, dyw, pw, 0, col, pw)
+			if !pad {
+				clear(dxn)
+				addWideCols(g, col, dxn)
+				continue
+			}
+			clear(dxpad)
+			addWideCols(g, col, dxpad)
+			for c := 0; c < g.c; c++ {
+				for r := 0; r < g.h; r++ {
+					copy(dxn[c*g.h*g.w+r*g.w:][:g.w], dxpad[c*hp*wp+(r+g.ph)*wp+g.pw:][:g.w])
+				}
+			}
+		}
+	default:
+		col, done := getScratch[T](sc, ck*p)
+		defer done()
+		for n := 0; n < g.n; n++ {
+			dxn := dx[n*in : (n+1)*in]
+			gemm(blas.Trans, blas.NoTrans, ck, p, g.o, 1, w, ck, dy[n*g.o*p:(n+1)*g.o*p], p, 0, col, p)
+			clear(dxn)
+			col2im(g, col, dxn)
+		}
+	}
+}
+
+// convOp convolves x [N, C, H, W] with w [O, C, kh, kw] into [N, O, OH, OW]
+// (groups 1, no bias).
+type convOp struct {
+	convParams
+	need *inputGrads // which inputs need gradients (nil: both)
+	sc   *scratch
+}
+
+// convGradXOp is the gradient with respect to x: inputs (w, dy), output
+// [N, C, H, W] for the H×W input the op was built for.
+type convGradXOp struct {
+	convParams
+	h, w int
+	sc   *scratch
+}
+
+// convGradWOp is the gradient with respect to w: inputs (x, dy), output
+// [O, C, kh, kw].
+type convGradWOp struct {
+	convParams
+	sc *scratch
+}
+
+func conv2d(bl *Builder, x, w *G.Node, cp convParams) (*G.Node, error) {
+	op := convOp{convParams: cp, need: newInputGrads(bl, x, w), sc: &scratch{}}
+	if _, err := op.InferShape(x.Shape(), w.Shape()); err != nil {
+		return nil, err
+	}
+	if x.Dtype() != w.Dtype() {
+		return nil, fmt.Errorf("models: Conv2d dtype mismatch: input %v, weight %v: %w", x.Dtype(), w.Dtype(), errs.InvalidArgument)
+	}
+	return G.ApplyOp(op, x, w)
+}
+
+func fourD() hm.Type { return G.TensorType{Dims: 4, Of: hm.TypeVariable('a')} }
+
+func (op convOp) Arity() int    { return 2 }
+func (op convOp) Type() hm.Type { return hm.NewFnType(fourD(), fourD(), fourD()) }
+func (op convOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	if len(in) != 2 {
+		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+	}
+	xs, err := shapeOf(in[0])
+	if err != nil {
+		return nil, err
+	}
+	ws, err := shapeOf(in[1])
+	if err != nil {
+		return nil, err
+	}
+	if len(ws) != 4 || len(xs) != 4 || ws[1] != xs[1] || ws[2] != op.k[0] || ws[3] != op.k[1] {
+		return nil, fmt.Errorf("models: Conv2d with kernel %v: input %v and weight %v do not fit (want [N, C, H, W] and [O, C, %d, %d]): %w",
+			op.k, xs, ws, op.k[0], op.k[1], errs.InvalidArgument)
+	}
+	g, err := op.geom(xs, ws[0])
+	if err != nil {
+		return nil, err
+	}
+	return tensor.Shape{g.n, g.o, g.oh, g.ow}, nil
+}
+
+func (op convOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+// UsePreallocDo writes the convolution into prealloc when it fits (see outDense).
+func (op convOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	x, w, err := twoDense(op, in)
+	if err != nil {
+		return nil, err
+	}
+	os, err := op.InferShape(x.Shape(), w.Shape())
+	if err != nil {
+		return nil, err
+	}
+	g, _ := op.geom(x.Shape(), w.Shape()[0])
+	out := outDense(prealloc, x.Dtype(), os, x, w)
+	switch x.Dtype() {
+	case tensor.Float64:
+		convForward(g, op.sc, tblas.Dgemm, x.Float64s(), w.Float64s(), out.Float64s())
+	case tensor.Float32:
+		convForward(g, op.sc, tblas.Sgemm, x.Float32s(), w.Float32s(), out.Float32s())
+	default:
+		return nil, checkFloat(x.Dtype())
+	}
+	return out, nil
+}
+
+// twoDense unpacks two dense inputs of one float dtype.
+func twoDense(op fmt.Stringer, in []G.Value) (a, b *tensor.Dense, err error) {
+	if len(in) != 2 {
+		return nil, nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+	}
+	if a, err = denseOf(in[0]); err != nil {
+		return nil, nil, err
+	}
+	if b, err = denseOf(in[1]); err != nil {
+		return nil, nil, err
+	}
+	if a.Dtype() != b.Dtype() {
+		return nil, nil, fmt.Errorf("models: %v dtype mismatch: %v and %v", op, a.Dtype(), b.Dtype())
+	}
+	return a, b, checkFloat(a.Dtype())
+}
+
+func (op convOp) ReturnsPtr() bool      { return false }
+func (op convOp) CallsExtern() bool     { return false }
+func (op convOp) OverwritesInput() int  { return -1 }
+func (op convOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op convOp) Hashcode() uint32      { return hashOf(op) }
+func (op convOp) String() string        { return "Conv2d{" + op.convParams.String() + "}" }
+func (op convOp) DiffWRT(int) []bool    { return []bool{op.need.need(0), op.need.need(1)} }
+
+// SymDiff returns the exact gradients (convGradXOp, convGradWOp); an input
+// that needs no gradient (see gradScope) gets none.
+func (op convOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	if len(in) != 2 {
+		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+	}
+	x, w := in[0], in[1]
+	var dx, dw *G.Node
+	var err error
+	if op.need.need(0) {
+		xs := x.Shape()
+		if dx, err = G.ApplyOp(convGradXOp{convParams: op.convParams, h: xs[2], w: xs[3], sc: &scratch{}}, w, grad); err != nil {
+			return nil, err
+		}
+	}
+	if op.need.need(1) {
+		if dw, err = G.ApplyOp(convGradWOp{convParams: op.convParams, sc: &scratch{}}, x, grad); err != nil {
+			return nil, err
+		}
+	}
+	return G.Nodes{dx, dw}, nil
+}
+
+func (op convGradXOp) Arity() int    { return 2 }
+func (op convGradXOp) Type() hm.Type { return hm.NewFnType(fourD(), fourD(), fourD()) }
+func (op convGradXOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	if len(in) != 2 {
+		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+	}
+	ws, err := shapeOf(in[0])
+	if err != nil {
+		return nil, err
+	}
+	dys, err := shapeOf(in[1])
+	if err != nil {
+		return nil, err
+	}
+	if len(ws) != 4 || len(dys) != 4 {
+		return nil, fmt.Errorf("models: %v needs a 4-d weight and gradient, got %v and %v", op, ws, dys)
+	}
+	xs := tensor.Shape{dys[0], ws[1], op.h, op.w}
+	g, err := op.geom(xs, ws[0])
+	if err != nil {
+		return nil, err
+	}
+	if dys[1] != g.o || dys[2] != g.oh || dys[3] != g.ow {
+		return nil, fmt.Errorf("models: %v: gradient %v does not fit input %v and weight %v", op, dys, xs, ws)
+	}
+	return xs, nil
+}
+func (op convGradXOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+// UsePreallocDo writes dx into prealloc when it fits (see outDense).
+func (op convGradXOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	w, dy, err := twoDense(op, in)
+	if err != nil {
+		return nil, err
+	}
+	xs, err := op.InferShape(w.Shape(), dy.Shape())
+	if err != nil {
+		return nil, err
+	}
+	g, _ := op.geom(xs, w.Shape()[0])
+	out := outDense(prealloc, w.Dtype(), xs, w, dy)
+	switch w.Dtype() {
+	case tensor.Float64:
+		convGradX(g, op.sc, tblas.Dgemm, w.Float64s(), dy.Float64s(), out.Float64s())
+	case tensor.Float32:
+		convGradX(g, op.sc, tblas.Sgemm, w.Float32s(), dy.Float32s(), out.Float32s())
+	}
+	return out, nil
+}
+func (op convGradXOp) ReturnsPtr() bool      { return false }
+func (op convGradXOp) CallsExtern() bool     { return false }
+func (op convGradXOp) OverwritesInput() int  { return -1 }
+func (op convGradXOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op convGradXOp) Hashcode() uint32      { return hashOf(op) }
+func (op convGradXOp) String() string {
+	return fmt.Sprintf("Conv2dGradX{%v,in:%dx%d}", op.convParams, op.h, op.w)
+}
+func (op convGradXOp) DiffWRT(int) []bool { return []bool{false, false} }
+func (op convGradXOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+	return nil, fmt.Errorf("models: second derivatives of Conv2d are not implemented")
+}
+
+func (op convGradWOp) Arity() int    { return 2 }
+func (op convGradWOp) Type() hm.Type { return hm.NewFnType(fourD(), fourD(), fourD()) }
+func (op convGradWOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	if len(in) != 2 {
+		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+	}
+	xs, err := shapeOf(in[0])
+	if err != nil {
+		return nil, err
+	}
+	dys, err := shapeOf(in[1])
+	if err != nil {
+		return nil, err
+	}
+	if len(dys) != 4 {
+		return nil, fmt.Errorf("models: %v needs a 4-d gradient, got %v", op, dys)
+	}
+	g, err := op.geom(xs, dys[1])
+	if err != nil {
+		return nil, err
+	}
+	if dys[0] != g.n || dys[2] != g.oh || dys[3] != g.ow {
+		return nil, fmt.Errorf("models: %v: gradient %v does not fit input %v", op, dys, xs)
+	}
+	return tensor.Shape{g.o, g.c, g.kh, g.kw}, nil
+}
+func (op convGradWOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+// UsePreallocDo writes dw into prealloc when it fits (see outDense).
+func (op convGradWOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	x, dy, err := twoDense(op, in)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := op.InferShape(x.Shape(), dy.Shape())
+	if err != nil {
+		return nil, err
+	}
+	g, _ := op.geom(x.Shape(), dy.Shape()[1])
+	out := outDense(prealloc, x.Dtype(), ws, x, dy)
+	switch x.Dtype() {
+	case tensor.Float64:
+		convGradW(g, op.sc, tblas.Dgemm, x.Float64s(), dy.Float64s(), out.Float64s())
+	case tensor.Float32:
+		convGradW(g, op.sc, tblas.Sgemm, x.Float32s(), dy.Float32s(), out.Float32s())
+	}
+	return out, nil
+}
+func (op convGradWOp) ReturnsPtr() bool      { return false }
+func (op convGradWOp) CallsExtern() bool     { return false }
+func (op convGradWOp) OverwritesInput() int  { return -1 }
+func (op convGradWOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op convGradWOp) Hashcode() uint32      { return hashOf(op) }
+func (op convGradWOp) String() string        { return "Conv2dGradW{" + op.convParams.String() + "}" }
+func (op convGradWOp) DiffWRT(int) []bool    { return []bool{false, false} }
+func (op convGradWOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+	return nil, fmt.Errorf("models: second derivatives of Conv2d are not implemented")
+}
