@@ -176,7 +176,7 @@ func Init(ctx context.Context, rawURL string, opts ...InitOption) (*ProcessGroup
 			return nil, fmt.Errorf("comm: init: rank %d connecting backend %q: %w", plan.env.Rank, cfg.backend, err)
 		}
 		return tr, nil
-	}, owned && plan.env.Rank == 0)
+	}, plan.servesStore())
 	if err != nil {
 		ns.Close()
 		closeStore()
@@ -324,6 +324,12 @@ func planInit(rawURL string, cfg *initConfig) (*initPlan, error) {
 		}
 	}
 	return p, nil
+}
+
+// servesStore reports whether this rank runs the TCP store server that the
+// others depend on.
+func (p *initPlan) servesStore() bool {
+	return p.env.Rank == 0 && (p.scheme == "env" || p.scheme == "tcp")
 }
 
 // masterIsLoopback reports whether the store lives on this machine's loopback,
