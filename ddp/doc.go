@@ -90,6 +90,13 @@
 // each step. Join lets ranks with fewer batches stop early: they shadow the
 // others' collectives with zero gradients until every rank is done.
 //
+// # Synchronized batch normalization
+//
+// SyncBatchNorm normalizes with the statistics of the global batch, all
+// ranks' examples together, through the differentiable collectives of
+// ops/dist, so its gradient is exact as well; ConvertSyncBatchNorm swaps it
+// in for every BatchNorm2d of a Sequential model, on a group of its own.
+//
 // # Failure
 //
 // Every blocking call takes a context. A Step that fails on one rank (a

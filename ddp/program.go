@@ -23,6 +23,7 @@ type program struct {
 	used   []bool // per DDP parameter: has a gradient in this graph
 	unused []int  // DDP parameters without one
 	grads  int    // number of used parameters
+	syncBN bool   // the graph holds SyncBatchNorm collectives
 	lru    uint64
 }
 
@@ -104,6 +105,12 @@ func (d *DDP) compile(x, y *tensor.Dense) (*program, error) {
 		return nil, fmt.Errorf("ddp: differentiating the loss: %w", err)
 	}
 	p := &program{x: xn, y: yn, loss: loss, used: make([]bool, len(d.params))}
+	for _, n := range b.Graph().AllNodes() {
+		if _, ok := n.Op().(sbnOp); ok {
+			p.syncBN = true
+			break
+		}
+	}
 	var wrt, grads G.Nodes
 	var hooked []int
 	for _, mp := range b.GradParams() {

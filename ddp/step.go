@@ -78,6 +78,9 @@ func (d *DDP) step(ctx context.Context, x, y *tensor.Dense) (float64, error) {
 		return 0, err
 	}
 	pl := d.localPlan()
+	if d.joined && prog.syncBN {
+		return 0, fmt.Errorf("ddp: a model with SyncBatchNorm cannot train inside Join: a rank that has joined runs no forward pass to take part in its collectives: %w", ErrInvalidArgument)
+	}
 	if d.joined {
 		flags, err := d.exchangeFlags(ctx, pl, true)
 		if err != nil {
