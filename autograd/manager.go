@@ -19,6 +19,7 @@ type manager struct {
 	contexts map[ContextID]*Context
 	closed   bool
 	msgSeq   atomic.Uint64
+	modules  map[uint64]*ModuleHost // built for RemoteModules, by id
 }
 
 type managerKey struct{}
@@ -134,6 +135,7 @@ func (m *manager) onShutdown(ctx context.Context, graceful bool) error {
 	}
 	m.mu.Lock()
 	m.closed = true
+	m.modules = nil
 	cs := make([]*Context, 0, len(m.contexts))
 	for _, c := range m.contexts {
 		cs = append(cs, c)

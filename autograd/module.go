@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"gorgonia.org/tensor"
@@ -11,14 +12,24 @@ import (
 	"github.com/tandemml/tandem/rref"
 )
 
-const fnModuleForward = "autograd.module.forward"
+const (
+	fnModuleForward = "autograd.module.forward"
+	fnModuleDrop    = "autograd.module.drop"
+	metaModule      = "autograd-module" // the id a new module is filed under
+)
 
 // ModuleHost is a module living on the worker that built it for a
-// RemoteModule: the module and the Function that applies it.
+// RemoteModule: the module and the Function that applies it. Its worker
+// files it under an id, so that forward calls name it with a number (an
+// RRef to it serves for its parameters and its lifetime).
 type ModuleHost struct {
+	agent  *rpc.Agent
+	id     uint64
 	module models.Module
 	fn     *Function
 }
+
+type moduleIDKey struct{}
 
 // Module returns the hosted module (on its worker).
 func (h *ModuleHost) Module() models.Module { return h.module }
@@ -36,9 +47,9 @@ func (h *ModuleHost) ParamNames() []string {
 // ParameterRRefs returns owner references to the module's learnable
 // parameters, in order (sent to the caller, they become its references).
 func (h *ModuleHost) ParameterRRefs(ctx context.Context) ([]*rref.RRef[*models.Param], error) {
-	a := rpc.AgentFromContext(ctx)
+	a := h.agent
 	if a == nil {
-		return nil, fmt.Errorf("autograd: ParameterRRefs outside an agent")
+		return nil, fmt.Errorf("autograd: ParameterRRefs of a module not built by an agent")
 	}
 	var out []*rref.RRef[*models.Param]
 	for _, p := range h.module.Params() {
@@ -65,24 +76,59 @@ func RegisterModule[C any](r rpc.Registrar, name string, ctor func(ctx context.C
 		if m == nil {
 			return nil, fmt.Errorf("%w: autograd: module constructor %q returned nil", ErrInvalidArgument, name)
 		}
-		return &ModuleHost{module: m, fn: NewModuleFunction(name, m, opts...)}, nil
+		h := &ModuleHost{module: m, fn: NewModuleFunction(name, m, opts...)}
+		id, ok := ctx.Value(moduleIDKey{}).(uint64) // a call to this worker itself
+		if !ok {
+			id, _ = parseUint(rpc.MetadataFromContext(ctx)[metaModule])
+		}
+		h.agent = rpc.AgentFromContext(ctx)
+		if h.agent != nil && id != 0 {
+			h.id = id
+			managerOf(h.agent).addModule(h)
+		}
+		return h, nil
 	})
 }
 
+func (m *manager) addModule(h *ModuleHost) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.modules == nil {
+		m.modules = map[uint64]*ModuleHost{}
+	}
+	m.modules[h.id] = h
+}
+
+func (m *manager) module(id uint64) (*ModuleHost, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.modules[id]; h != nil {
+		return h, nil
+	}
+	return nil, fmt.Errorf("%w: autograd: worker %s has no module %s (closed, or not built with NewRemoteModule)", ErrInvalidArgument, m.agent.Self(), msgString(id))
+}
+
 type moduleForwardReq struct {
-	Module *rref.RRef[*ModuleHost]
+	Module uint64
 	X      *tensor.Dense
 }
 
 func registerModuleProtocol(reg *rpc.Registry, add func(string, func() error) error) error {
-	return add(fnModuleForward, func() error { return rpc.Register(reg, fnModuleForward, serveModuleForward) })
+	return errors.Join(
+		add(fnModuleForward, func() error { return rpc.Register(reg, fnModuleForward, serveModuleForward) }),
+		add(fnModuleDrop, func() error { return rpc.Register(reg, fnModuleDrop, serveModuleDrop) }),
+	)
 }
 
 func serveModuleForward(ctx context.Context, req moduleForwardReq) (*tensor.Dense, error) {
-	if req.Module == nil || req.X == nil {
-		return nil, fmt.Errorf("%w: autograd: module forward needs a module and an input", ErrInvalidArgument)
+	m, err := handlerManager(ctx)
+	if err != nil {
+		return nil, err
 	}
-	h, err := req.Module.LocalValue()
+	if req.X == nil {
+		return nil, fmt.Errorf("%w: autograd: module forward needs an input", ErrInvalidArgument)
+	}
+	h, err := m.module(req.Module)
 	if err != nil {
 		return nil, err
 	}
@@ -91,6 +137,17 @@ func serveModuleForward(ctx context.Context, req moduleForwardReq) (*tensor.Dens
 		return nil, err
 	}
 	return outs[0], nil
+}
+
+func serveModuleDrop(ctx context.Context, id uint64) (struct{}, error) {
+	m, err := handlerManager(ctx)
+	if err != nil {
+		return struct{}{}, err
+	}
+	m.mu.Lock()
+	delete(m.modules, id)
+	m.mu.Unlock()
+	return struct{}{}, nil
 }
 
 // RemoteModule is a module built on another worker (PyTorch's
@@ -102,6 +159,7 @@ type RemoteModule struct {
 	agent  *rpc.Agent
 	worker rpc.WorkerInfo
 	ref    *rref.RRef[*ModuleHost]
+	id     uint64
 }
 
 // NewRemoteModule builds a module on worker with the constructor registered
@@ -112,16 +170,18 @@ func NewRemoteModule(ctx context.Context, a *rpc.Agent, worker, ctor string, cfg
 	if err != nil {
 		return nil, err
 	}
-	ctx = detach(ctx)
-	ref, err := rref.Remote[*ModuleHost](ctx, a, worker, ctor, cfg)
+	id := managerOf(a).newMsgID()
+	ctx = context.WithValue(detach(ctx), moduleIDKey{}, id)
+	ref, err := rref.Remote[*ModuleHost](ctx, a, worker, ctor, cfg, rpc.WithMetadata(rpc.Metadata{metaModule: formatUint(id)}))
 	if err != nil {
 		return nil, err
 	}
+	rm := &RemoteModule{agent: a, worker: info, ref: ref, id: id}
 	if _, err := rref.Call[[]string](ctx, ref, "ParamNames"); err != nil {
-		ref.Release(ctx)
+		rm.Close(ctx)
 		return nil, fmt.Errorf("autograd: building module %q on worker %s: %w", ctor, info, err)
 	}
-	return &RemoteModule{agent: a, worker: info, ref: ref}, nil
+	return rm, nil
 }
 
 // Worker returns the worker the module lives on.
@@ -143,7 +203,7 @@ func (m *RemoteModule) ForwardAsync(ctx context.Context, c *Context, x *tensor.D
 	} else {
 		ctx = detach(ctx)
 	}
-	return rpc.Async[*tensor.Dense](ctx, m.agent, m.worker.Name, fnModuleForward, moduleForwardReq{Module: m.ref, X: x}, opts...)
+	return rpc.Async[*tensor.Dense](ctx, m.agent, m.worker.Name, fnModuleForward, moduleForwardReq{Module: m.id, X: x}, opts...)
 }
 
 // ParameterRRefs returns references to the module's learnable parameters,
@@ -158,5 +218,13 @@ func (m *RemoteModule) ParamNames(ctx context.Context) ([]string, error) {
 	return rref.Call[[]string](detach(ctx), m.ref, "ParamNames")
 }
 
-// Close releases the module: its worker frees it once no reference remains.
-func (m *RemoteModule) Close(ctx context.Context) error { return m.ref.Release(detach(ctx)) }
+// Close releases the module: its worker stops serving Forward for it and
+// frees it once no reference (such as a parameter RRef) remains.
+func (m *RemoteModule) Close(ctx context.Context) error {
+	ctx = detach(ctx)
+	_, err := rpc.Sync[struct{}](ctx, m.agent, m.worker.Name, fnModuleDrop, m.id)
+	if err != nil {
+		err = fmt.Errorf("autograd: closing the module on worker %s: %w", m.worker, err)
+	}
+	return errors.Join(err, m.ref.Release(ctx))
+}

@@ -64,6 +64,7 @@ type optimNewReq struct {
 // remoteOptimizer is the optimizer a DistributedOptimizer keeps on one
 // worker, over the parameters that worker holds.
 type remoteOptimizer struct {
+	agent  *rpc.Agent
 	mu     sync.Mutex
 	opt    optim.Optimizer
 	params []*models.Param
@@ -96,7 +97,11 @@ func serveOptimNew(ctx context.Context, req optimNewReq) (*remoteOptimizer, erro
 	if err != nil {
 		return nil, err
 	}
-	return &remoteOptimizer{opt: opt, params: params}, nil
+	a := rpc.AgentFromContext(ctx)
+	if a == nil {
+		return nil, fmt.Errorf("autograd: building an optimizer outside an agent")
+	}
+	return &remoteOptimizer{agent: a, opt: opt, params: params}, nil
 }
 
 // Check reports whether the optimizer exists (its constructor succeeded).
@@ -105,10 +110,7 @@ func (o *remoteOptimizer) Check() int { return len(o.params) }
 // Step updates the parameters with the gradients of context id on this
 // worker. Parameters without a gradient in the context are skipped.
 func (o *remoteOptimizer) Step(ctx context.Context, id ContextID) error {
-	a := rpc.AgentFromContext(ctx)
-	if a == nil {
-		return fmt.Errorf("autograd: optimizer step outside an agent")
-	}
+	a := o.agent
 	c := managerOf(a).lookup(id)
 	if c == nil {
 		return unknownContext(a, id)
