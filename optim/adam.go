@@ -164,29 +164,30 @@ func adamKernel[T float](p, g, m, v, vmax []T, c adamConsts) {
 	decay, wd := T(c.decay), T(c.weightDecay)
 	b1, omb1, b2, omb2 := T(c.beta1), T(c.oneMinusBeta1), T(c.beta2), T(c.oneMinusBeta2)
 	negStep, bc2s, eps := T(c.negStepSize), T(c.bc2Sqrt), T(c.eps)
+	maximize, decoupled, l2, ams := c.maximize, c.decoupled, c.l2, vmax != nil
 	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
-	if vmax != nil {
+	if ams {
 		vmax = vmax[:len(p)]
 	}
 	for i := range p {
-		gi := g[i]
-		if c.maximize {
+		gi, pi := g[i], p[i]
+		if maximize {
 			gi = -gi
 		}
-		if c.decoupled {
-			p[i] = T(p[i] * decay)
-		} else if c.l2 {
-			gi = fma(wd, p[i], gi)
+		if decoupled {
+			pi = T(pi * decay)
+		} else if l2 {
+			gi = fma(wd, pi, gi)
 		}
-		m[i] = fma(omb1, gi, T(m[i]*b1))
-		v[i] = fma(T(omb2*gi), gi, T(v[i]*b2))
-		vi := v[i]
-		if vmax != nil {
-			vmax[i] = maximum(vmax[i], vi)
-			vi = vmax[i]
+		mi := fma(omb1, gi, T(m[i]*b1))
+		vi := fma(T(omb2*gi), gi, T(v[i]*b2))
+		m[i], v[i] = mi, vi
+		if ams {
+			vi = maximum(vmax[i], vi)
+			vmax[i] = vi
 		}
 		denom := T(sqrt(vi)/bc2s) + eps
-		p[i] = p[i] + T(negStep*m[i])/denom
+		p[i] = pi + T(negStep*mi)/denom
 	}
 }
 

@@ -3,6 +3,7 @@ package optim
 import (
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/tandemml/tandem/models"
 	"gorgonia.org/tensor"
@@ -114,6 +115,9 @@ func elemSlices(t, like *tensor.Dense) (any, error) {
 	default:
 		return nil, fmt.Errorf("tensor has dtype %v; optimizers handle float32 and float64: %w", t.Dtype(), ErrInvalidArgument)
 	}
+	if want := t.Shape().TotalSize(); !t.IsScalar() && n != want {
+		return nil, fmt.Errorf("tensor of shape %v is backed by %d elements; pass a contiguous tensor: %w", t.Shape(), n, ErrInvalidArgument)
+	}
 	if like != nil {
 		_, m := sliceLen(like)
 		if m != n {
@@ -142,9 +146,16 @@ func zerosLike(v *tensor.Dense) *tensor.Dense {
 // cloneDense returns a deep copy of t.
 func cloneDense(t *tensor.Dense) *tensor.Dense { return t.Clone().(*tensor.Dense) }
 
-// fma returns a*b+c rounded once (for float32: computed in float64, then
-// rounded to float32).
-func fma[T float](a, b, c T) T { return T(math.FMA(float64(a), float64(b), float64(c))) }
+// fma returns a*b+c rounded once. For float32 the product of two float32
+// values is exact in float64, so float64 arithmetic gives what a float64 FMA
+// would (the sum rounded to float64, then to float32) without the FMA; it
+// equals a true float32 FMA except in rare double-rounding cases.
+func fma[T float](a, b, c T) T {
+	if unsafe.Sizeof(a) == 4 {
+		return T(float64(a)*float64(b) + float64(c))
+	}
+	return T(math.FMA(float64(a), float64(b), float64(c)))
+}
 
 // sqrt is the correctly rounded square root in T.
 func sqrt[T float](x T) T { return T(math.Sqrt(float64(x))) }

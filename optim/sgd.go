@@ -114,31 +114,43 @@ func (o *SGD) consts() sgdConsts {
 
 // sgdKernel updates p in place. buf is nil without momentum; first says the
 // buffer is being created by this step (it becomes a copy of the gradient).
+// The settings are copied into locals so the loop tests registers, not the
+// struct, and the momentum-free case has its own loop.
 func sgdKernel[T float](p, g, buf []T, first bool, c sgdConsts) {
 	negLR, wd, mom, damp := T(c.negLR), T(c.weightDecay), T(c.momentum), T(c.oneMinusDampening)
+	maximize, hasWD, nesterov := c.maximize, c.weightDecay != 0, c.nesterov
 	g = g[:len(p)]
-	if buf != nil {
-		buf = buf[:len(p)]
+	if buf == nil {
+		for i := range p {
+			d := g[i]
+			if maximize {
+				d = -d
+			}
+			if hasWD {
+				d = fma(wd, p[i], d)
+			}
+			p[i] = fma(negLR, d, p[i])
+		}
+		return
 	}
+	buf = buf[:len(p)]
 	for i := range p {
 		d := g[i]
-		if c.maximize {
+		if maximize {
 			d = -d
 		}
-		if c.weightDecay != 0 {
+		if hasWD {
 			d = fma(wd, p[i], d)
 		}
-		if buf != nil {
-			if first {
-				buf[i] = d
-			} else {
-				buf[i] = fma(damp, d, T(buf[i]*mom))
-			}
-			if c.nesterov {
-				d = fma(mom, buf[i], d)
-			} else {
-				d = buf[i]
-			}
+		b := d
+		if !first {
+			b = fma(damp, d, T(buf[i]*mom))
+		}
+		buf[i] = b
+		if nesterov {
+			d = fma(mom, b, d)
+		} else {
+			d = b
 		}
 		p[i] = fma(negLR, d, p[i])
 	}
