@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -92,6 +93,8 @@ func TestParityWithPyTorch(t *testing.T) {
 	const tol = 1e-9
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
+			before := runtime.NumGoroutine()
+			t.Cleanup(func() { checkNoLeak(t, before) }) // runs after the groups are closed
 			pgs := be.make(t, m.World)
 			ctx := testCtx(t, 60*time.Second)
 			nets := make([]*ddp.DDP, m.World)
@@ -121,11 +124,15 @@ func TestParityWithPyTorch(t *testing.T) {
 				if err != nil {
 					return err
 				}
+				worstLoss := 0.0
 				for s := 0; s < m.Steps; s++ {
 					x, ok1 := data.Get(fmt.Sprintf("rank%d.step%d.x", r, s))
 					y, ok2 := data.Get(fmt.Sprintf("rank%d.step%d.y", r, s))
 					if !ok1 || !ok2 {
 						return fmt.Errorf("data for rank %d step %d missing", r, s)
+					}
+					if x.Shape()[0] != m.Batch || y.Shape()[0] != m.Batch {
+						return fmt.Errorf("rank %d step %d: batch of %d rows, the manifest says %d", r, s, x.Shape()[0], m.Batch)
 					}
 					loss, err := net.Step(ctx, x, y)
 					if err != nil {
@@ -134,6 +141,7 @@ func TestParityWithPyTorch(t *testing.T) {
 					if want := m.Losses[r][s]; !relClose(loss, want, tol) {
 						return fmt.Errorf("step %d: loss %.17g, PyTorch %.17g (diff %.3g)", s, loss, want, loss-want)
 					}
+					worstLoss = math.Max(worstLoss, maxRelDiff([]float64{loss}, []float64{m.Losses[r][s]}))
 					if err := opt.Step(); err != nil {
 						return err
 					}
@@ -154,8 +162,8 @@ func TestParityWithPyTorch(t *testing.T) {
 					worst = math.Max(worst, maxRelDiff(got, w))
 				}
 				if r == 0 {
-					t.Logf("%s: world %d, %d steps, %d buckets %v; worst relative difference of the final weights %.3g",
-						be.name, m.World, m.Steps, len(net.Buckets()), bucketSizes(net.Buckets()), worst)
+					t.Logf("%s: world %d, %d steps, %d buckets %v; worst relative difference of rank 0's losses %.3g, of the final weights %.3g",
+						be.name, m.World, m.Steps, len(net.Buckets()), bucketSizes(net.Buckets()), worstLoss, worst)
 				}
 				return nil
 			})
