@@ -57,10 +57,10 @@ type fnConfig struct {
 	mode    models.Mode
 }
 
-// Workers sets how many graph nodes the function's programs may run at
+// GraphWorkers sets how many graph nodes the function's programs may run at
 // once (package graph's Workers; default 1, deterministic: a pipeline gets
 // its parallelism from its stages).
-func Workers(n int) FunctionOption {
+func GraphWorkers(n int) FunctionOption {
 	return func(c *fnConfig) {
 		if n > 0 {
 			c.workers = n
