@@ -57,9 +57,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fl.IntVar(&cfg.Batch, "batch", 64, "examples per rank and step (the global batch is this times the number of ranks)")
 	fl.Float64Var(&cfg.LR, "lr", 0, fmt.Sprintf("learning rate (default %g for sgd, %g for adam)", defaultLRSGD, defaultLRAdam))
 	fl.StringVar(&cfg.Optimizer, "optim", "sgd", "optimizer: sgd (momentum 0.9) or adam")
+	fl.StringVar(&cfg.Schedule, "schedule", "cosine", "learning-rate schedule, stepped per epoch: cosine (annealed to 0 over -epochs) or none")
 	fl.StringVar(&cfg.Out, "out", "out/ddp_fashion", "folder for checkpoints and the plot (rank 0 writes it); empty: none")
 	dataDir := fl.String("data", "", "folder holding the Fashion-MNIST files (default: $TANDEM_DATA, then "+data.FashionMNISTDebianDir+")")
 	download := fl.Bool("download", false, "download Fashion-MNIST when it is not found")
+	checkData := fl.Bool("check-data", false, "only check that Fashion-MNIST can be loaded (say how to get it if not) and exit")
 	fl.BoolVar(&cfg.Resume, "resume", false, "continue from the newest checkpoint in -out")
 	fl.IntVar(&cfg.Limit, "limit", 0, "train on the first N training examples only (0: all 60000)")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the initial weights and of the shuffling")
@@ -84,6 +86,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if err := cfg.validate(); err != nil {
 		return err
+	}
+
+	if *checkData {
+		trainSet, testSet, err := loadFashion(ctx, *dataDir, *download)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "ddp_fashion: Fashion-MNIST found: %d training and %d test images\n", trainSet.Len(), testSet.Len())
+		return nil
 	}
 
 	pg, err := joinJob(ctx, stdout)
@@ -129,7 +140,7 @@ func loadFashion(ctx context.Context, dir string, download bool) (train, test *d
 		opts = append(opts, data.NoDownload())
 	}
 	if train, err = data.FashionMNIST(ctx, "train", opts...); err != nil {
-		return nil, nil, fmt.Errorf("%w\n(or run with -download to fetch it from the canonical mirrors)", err)
+		return nil, nil, fmt.Errorf("%w\nAlternatively, pass -download to fetch the files from the canonical mirrors", err)
 	}
 	if test, err = data.FashionMNIST(ctx, "test", opts...); err != nil {
 		return nil, nil, err

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -73,7 +74,7 @@ func writeSynthetic(t *testing.T, dir string, nTrain, nTest int) {
 
 // testConfig is a quick configuration for the synthetic data.
 func testConfig(out string, epochs int) config {
-	return config{Epochs: epochs, Batch: 16, LR: 0.02, Optimizer: "sgd", Out: out, Seed: 3,
+	return config{Epochs: epochs, Batch: 16, LR: 0.02, Optimizer: "sgd", Schedule: "cosine", Out: out, Seed: 3,
 		EvalBatch: 40, Progress: progressLines, ProgressEvery: 50}
 }
 
@@ -153,55 +154,62 @@ func sameState(t *testing.T, what string, a, b map[string][]float32) {
 	}
 }
 
-// TestTrainTwoRanksAndResume trains for two epochs with two ranks, checks
-// what they report and write, then resumes for a third epoch and checks
-// that the result equals, bit for bit, a run that trained three epochs
-// without stopping.
+// TestTrainTwoRanksAndResume trains for three epochs with two ranks and
+// checks what they report and write; then it plays a run killed after its
+// second epoch (a folder holding only the first two checkpoints), resumes
+// it, and checks that the third epoch comes out bit for bit as in the run
+// that was not interrupted: weights, optimizer state, learning rate and
+// statistics.
 func TestTrainTwoRanksAndResume(t *testing.T) {
 	before := runtime.NumGoroutine()
 	trainSet, testSet := loadSynthetic(t)
 
-	// Two epochs, then stop.
-	outB := t.TempDir()
-	two := runRanks(t, 2, testConfig(outB, 2), trainSet, testSet)
-	h := two[0].hist
-	if len(h) != 2 || h[0].Epoch != 1 || h[1].Epoch != 2 {
-		t.Fatalf("history %+v, want epochs 1 and 2", h)
+	outA := t.TempDir()
+	straight := runRanks(t, 2, testConfig(outA, 3), trainSet, testSet)
+	h := straight[0].hist
+	if len(h) != 3 || h[0].Epoch != 1 || h[2].Epoch != 3 {
+		t.Fatalf("history %+v, want epochs 1 to 3", h)
 	}
-	if !(h[1].TrainLoss < h[0].TrainLoss) {
-		t.Errorf("training loss did not decrease: %v then %v", h[0].TrainLoss, h[1].TrainLoss)
+	if !(h[2].TrainLoss < h[0].TrainLoss) || !(h[1].TrainLoss < h[0].TrainLoss) {
+		t.Errorf("training loss did not decrease: %v, %v, %v", h[0].TrainLoss, h[1].TrainLoss, h[2].TrainLoss)
 	}
-	if h[1].TestAcc < 0.5 {
-		t.Errorf("test accuracy %.2f after two epochs on separable data, want at least 0.5", h[1].TestAcc)
+	if h[2].TestAcc < 0.5 {
+		t.Errorf("test accuracy %.2f after three epochs on separable data, want at least 0.5", h[2].TestAcc)
 	}
-	for r := range two {
-		// Every rank sees the same, all-reduced, statistics...
-		if len(two[r].hist) != 2 || two[r].hist[1].TestAcc != h[1].TestAcc || two[r].hist[1].TrainLoss != h[1].TrainLoss {
-			t.Errorf("rank %d history %+v differs from rank 0's %+v", r, two[r].hist, h)
+	if !(h[0].LR == 0.02 && h[1].LR < h[0].LR && h[2].LR < h[1].LR) {
+		t.Errorf("learning rates %v, %v, %v: want 0.02 annealed down", h[0].LR, h[1].LR, h[2].LR)
+	}
+	// Every rank sees the same, all-reduced, statistics, and the replicas
+	// hold the same weights.
+	for r := range straight {
+		if len(straight[r].hist) != 3 || straight[r].hist[2].TestAcc != h[2].TestAcc || straight[r].hist[2].TrainLoss != h[2].TrainLoss {
+			t.Errorf("rank %d history %+v differs from rank 0's %+v", r, straight[r].hist, h)
 		}
 	}
-	// ...and the replicas hold the same weights.
-	sameState(t, "rank 0 vs rank 1 after two epochs", stateOf(two[0].model), stateOf(two[1].model))
-	if two[1].out != "" {
-		t.Errorf("rank 1 printed %q; only rank 0 reports", two[1].out)
+	sameState(t, "rank 0 vs rank 1", stateOf(straight[0].model), stateOf(straight[1].model))
+	if straight[1].out != "" {
+		t.Errorf("rank 1 printed %q; only rank 0 reports", straight[1].out)
 	}
-	for _, want := range []string{"epoch 1/2  50%", "epoch 2/2 100%", "ETA", "test accuracy", "checkpoint-epoch002.safetensors"} {
-		if !strings.Contains(two[0].out, want) {
-			t.Errorf("rank 0 output lacks %q:\n%s", want, two[0].out)
+	for _, want := range []string{"epoch 1/3  50%", "epoch 3/3 100%", "ETA", "test accuracy", "checkpoint-epoch003.safetensors"} {
+		if !strings.Contains(straight[0].out, want) {
+			t.Errorf("rank 0 output lacks %q:\n%s", want, straight[0].out)
 		}
 	}
-	for _, name := range []string{"checkpoint-epoch001.safetensors", "checkpoint-epoch002.safetensors"} {
-		f, err := checkpoint.Load(filepath.Join(outB, name))
+	for e := 1; e <= 3; e++ {
+		f, err := checkpoint.Load(checkpointPath(outA, e))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"0.weight", "7.bias", "optimizer.state.0.momentum_buffer", "optimizer.param_groups.0.lr"} {
+		for _, want := range []string{"0.weight", "0.bias", "optimizer.state.0.momentum_buffer", "optimizer.param_groups.0.lr"} {
 			if _, ok := f.Get(want); !ok {
-				t.Errorf("%s lacks %s (has %v)", name, want, f.Names())
+				t.Errorf("checkpoint %d lacks %s (has %v)", e, want, f.Names())
 			}
 		}
+		if f.Metadata["epoch"] != strconv.Itoa(e) || f.Metadata["scheduler"] == "" {
+			t.Errorf("checkpoint %d metadata %v", e, f.Metadata)
+		}
 	}
-	pngFile, err := os.Open(filepath.Join(outB, "curves.png"))
+	pngFile, err := os.Open(filepath.Join(outA, "curves.png"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,27 +222,36 @@ func TestTrainTwoRanksAndResume(t *testing.T) {
 		t.Errorf("curves.png is %v, want %dx%d", b, plotW, plotH)
 	}
 
-	// Resume for a third epoch.
+	// The same run, killed after epoch 2, resumed.
+	outB := t.TempDir()
+	for e := 1; e <= 2; e++ {
+		b, err := os.ReadFile(checkpointPath(outA, e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(checkpointPath(outB, e), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cfg := testConfig(outB, 3)
 	cfg.Resume = true
 	resumed := runRanks(t, 2, cfg, trainSet, testSet)
-	if !strings.Contains(resumed[0].out, "2 epoch(s) done") || strings.Contains(resumed[0].out, "epoch 1/3") {
-		t.Errorf("the resumed run did not start at epoch 3:\n%s", resumed[0].out)
+	out := resumed[0].out
+	if !strings.Contains(out, "2 epoch(s) done") || strings.Contains(out, "epoch 1/3") || strings.Contains(out, "epoch 2/3") || !strings.Contains(out, "epoch 3/3") {
+		t.Errorf("the resumed run did not train epoch 3 alone:\n%s", out)
+	}
+	if strings.Contains(out, "note:") {
+		t.Errorf("the resumed run reports changed settings:\n%s", out)
 	}
 	rh := resumed[0].hist
-	if len(rh) != 3 || rh[2].Epoch != 3 || rh[0] != h[0] || rh[1] != h[1] {
-		t.Fatalf("resumed history %+v, want the two first epochs %+v and a third", rh, h)
+	if len(rh) != 3 || rh[0] != h[0] || rh[1] != h[1] {
+		t.Fatalf("resumed history %+v, want the first two epochs of %+v and a third", rh, h)
 	}
-	sameState(t, "resumed ranks", stateOf(resumed[0].model), stateOf(resumed[1].model))
-
-	// The same three epochs without stopping.
-	outA := t.TempDir()
-	straight := runRanks(t, 2, testConfig(outA, 3), trainSet, testSet)
-	sameState(t, "resumed vs uninterrupted", stateOf(straight[0].model), stateOf(resumed[0].model))
-	if a, b := straight[0].hist[2], rh[2]; a.TrainLoss != b.TrainLoss || a.TestAcc != b.TestAcc || a.TestLoss != b.TestLoss {
+	if a, b := h[2], rh[2]; a.TrainLoss != b.TrainLoss || a.TestAcc != b.TestAcc || a.TestLoss != b.TestLoss || a.LR != b.LR {
 		t.Errorf("third epoch: uninterrupted %+v, resumed %+v", a, b)
 	}
-	// The optimizer's state too: the two epoch-3 checkpoints hold the same tensors.
+	sameState(t, "resumed ranks", stateOf(resumed[0].model), stateOf(resumed[1].model))
+	sameState(t, "resumed vs uninterrupted", stateOf(straight[0].model), stateOf(resumed[0].model))
 	fa, err := checkpoint.Load(checkpointPath(outA, 3))
 	if err != nil {
 		t.Fatal(err)
@@ -249,12 +266,15 @@ func TestTrainTwoRanksAndResume(t *testing.T) {
 	for _, n := range fa.Names() {
 		x, _ := fa.Get(n)
 		y, _ := fb.Get(n)
-		if !bytes.Equal(denseBytes(x), denseBytes(y)) {
+		if !equalDense(x, y) {
 			t.Errorf("checkpoint entry %s differs between the resumed and the uninterrupted run", n)
 		}
 	}
+	if fa.Metadata["scheduler"] != fb.Metadata["scheduler"] {
+		t.Errorf("scheduler state %s, resumed %s", fa.Metadata["scheduler"], fb.Metadata["scheduler"])
+	}
 
-	// Nothing left to do.
+	// Resuming a finished run has nothing to do.
 	again := runRanks(t, 2, cfg, trainSet, testSet)
 	if !strings.Contains(again[0].out, "nothing to do") || len(again[0].hist) != 3 {
 		t.Errorf("resuming a finished run: %d epochs, output:\n%s", len(again[0].hist), again[0].out)
@@ -307,7 +327,20 @@ func TestRunSingleProcess(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "curves.png")); err != nil {
 		t.Error(err)
 	}
-	// A second run with -resume and the same -epochs has nothing to train.
+	// -check-data finds the files.
+	buf.Reset()
+	if err := run(context.Background(), []string{"-data", dir, "-check-data"}, &buf); err != nil || !strings.Contains(buf.String(), "64 training and 20 test images") {
+		t.Errorf("-check-data: %v, %q", err, buf.String())
+	}
+	// A fresh run into the same folder replaces the earlier run's checkpoints.
+	buf.Reset()
+	if err := run(context.Background(), args, &buf); err != nil {
+		t.Fatalf("%v\n%s", err, buf.String())
+	}
+	if !strings.Contains(buf.String(), "removed 1 checkpoint(s)") {
+		t.Errorf("second fresh run:\n%s", buf.String())
+	}
+	// A run with -resume and the same -epochs has nothing to train.
 	buf.Reset()
 	if err := run(context.Background(), append(args, "-resume"), &buf); err != nil {
 		t.Fatalf("%v\n%s", err, buf.String())
@@ -320,7 +353,11 @@ func TestRunSingleProcess(t *testing.T) {
 // TestMissingData checks that a folder without the files gives an error
 // that says how to get them.
 func TestMissingData(t *testing.T) {
-	err := run(context.Background(), []string{"-data", t.TempDir(), "-out", ""}, io.Discard)
+	err := run(context.Background(), []string{"-data", t.TempDir(), "-check-data"}, io.Discard)
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("-check-data: got %v, want an error wrapping fs.ErrNotExist", err)
+	}
+	err = run(context.Background(), []string{"-data", t.TempDir(), "-out", ""}, io.Discard)
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("got %v, want an error wrapping fs.ErrNotExist", err)
 	}
@@ -336,6 +373,8 @@ func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-optim", "rmsprop"},
 		{"-progress", "fancy"},
+		{"-schedule", "step"},
+		{"-epochs", "0"},
 		{"extra"},
 	} {
 		if err := run(context.Background(), args, io.Discard); err == nil {

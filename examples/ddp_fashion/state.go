@@ -43,6 +43,7 @@ type epochStats struct {
 	TrainLoss float64 `json:"train_loss"` // mean over the epoch's training batches
 	TestLoss  float64 `json:"test_loss"`  // mean cross entropy on the test set
 	TestAcc   float64 `json:"test_acc"`   // fraction of the test set classified right
+	LR        float64 `json:"lr"`         // learning rate of the epoch
 	Seconds   float64 `json:"seconds"`    // wall time of training and evaluation
 }
 
@@ -76,6 +77,25 @@ func latestCheckpoint(dir string) (string, int, error) {
 	return best, bestEpoch, nil
 }
 
+// removeCheckpoints deletes the checkpoint files in dir and says how many
+// there were.
+func removeCheckpoints(dir string) (int, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range entries {
+		if checkpointName.MatchString(e.Name()) && e.Type().IsRegular() {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
 // runSettings are recorded in every checkpoint, so that a resumed run can
 // say when it differs from the run it continues.
 type runSettings struct {
@@ -83,6 +103,9 @@ type runSettings struct {
 	WorldSize int
 	Batch     int
 	Optimizer string
+	LR        float64 // the initial learning rate
+	Schedule  string
+	Epochs    int
 	Limit     int
 }
 
@@ -92,12 +115,16 @@ func (s runSettings) metadata() map[string]string {
 		"world_size": strconv.Itoa(s.WorldSize),
 		"batch":      strconv.Itoa(s.Batch),
 		"optimizer":  s.Optimizer,
+		"lr":         strconv.FormatFloat(s.LR, 'g', -1, 64),
+		"schedule":   s.Schedule,
+		"epochs":     strconv.Itoa(s.Epochs),
 		"limit":      strconv.Itoa(s.Limit),
 	}
 }
 
 // saveCheckpoint writes the state after epoch (from 1) to path, atomically.
-func saveCheckpoint(path string, model models.Module, opt optim.Optimizer, epoch int, hist []epochStats, settings runSettings) error {
+// sched may be nil (a constant learning rate).
+func saveCheckpoint(path string, model models.Module, opt optim.Optimizer, sched optim.Scheduler, epoch int, hist []epochStats, settings runSettings) error {
 	tensors := checkpoint.StateTensors(model)
 	state := opt.State()
 	names := make([]string, 0, len(state))
@@ -116,6 +143,13 @@ func saveCheckpoint(path string, model models.Module, opt optim.Optimizer, epoch
 	meta["format"] = "pt"
 	meta["epoch"] = strconv.Itoa(epoch)
 	meta["history"] = string(histJSON)
+	if sched != nil {
+		st, err := json.Marshal(sched.State())
+		if err != nil {
+			return err
+		}
+		meta["scheduler"] = string(st)
+	}
 	if err := checkpoint.Save(path, tensors, meta); err != nil {
 		return fmt.Errorf("saving checkpoint %s: %w", path, err)
 	}
@@ -143,7 +177,7 @@ type shippedCheckpoint struct {
 // reads it and broadcasts its bytes; every rank decodes them and loads them
 // into its replica. It returns nil, and no error, when dir holds no
 // checkpoint (every rank learns that from rank 0).
-func resumeFrom(ctx context.Context, pg *comm.ProcessGroup, dir string, model models.Module, opt optim.Optimizer) (*resumed, error) {
+func resumeFrom(ctx context.Context, pg *comm.ProcessGroup, dir string, model models.Module, opt optim.Optimizer, sched optim.Scheduler) (*resumed, error) {
 	var ship shippedCheckpoint
 	if pg.Rank() == 0 {
 		path, _, err := latestCheckpoint(dir)
@@ -172,7 +206,7 @@ func resumeFrom(ctx context.Context, pg *comm.ProcessGroup, dir string, model mo
 	if err != nil {
 		return nil, fmt.Errorf("resuming from %s: %w", ship.Path, err)
 	}
-	r, err := restore(f, model, opt)
+	r, err := restore(f, model, opt, sched)
 	if err != nil {
 		return nil, fmt.Errorf("resuming from %s: %w", ship.Path, err)
 	}
@@ -180,8 +214,10 @@ func resumeFrom(ctx context.Context, pg *comm.ProcessGroup, dir string, model mo
 	return &r, nil
 }
 
-// restore loads a decoded checkpoint into model and opt.
-func restore(f *checkpoint.File, model models.Module, opt optim.Optimizer) (resumed, error) {
+// restore loads a decoded checkpoint into model, opt and sched (which may be
+// nil; a checkpoint without a scheduler leaves sched as it is). Nothing is
+// changed when the checkpoint does not fit.
+func restore(f *checkpoint.File, model models.Module, opt optim.Optimizer, sched optim.Scheduler) (resumed, error) {
 	var r resumed
 	epoch, err := strconv.Atoi(f.Metadata["epoch"])
 	if err != nil || epoch < 1 {
@@ -215,8 +251,24 @@ func restore(f *checkpoint.File, model models.Module, opt optim.Optimizer) (resu
 		return r, fmt.Errorf("the checkpoint does not fit this model (missing: [%s], not in the model: [%s]): %w",
 			strings.Join(missing, ", "), strings.Join(unknown, ", "), checkpoint.ErrMismatch)
 	}
+	var schedState *optim.SchedulerState
+	if js, ok := f.Metadata["scheduler"]; ok && sched != nil {
+		schedState = new(optim.SchedulerState)
+		if err := json.Unmarshal([]byte(js), schedState); err != nil {
+			return r, fmt.Errorf("metadata \"scheduler\": %w", err)
+		}
+		// What the scheduler's LoadState accepts, checked before anything changes.
+		if st := *schedState; st.LastEpoch < 0 || st.StepCount < 1 || !(st.LastLR >= 0) || !(st.BaseLR >= 0) {
+			return r, fmt.Errorf("metadata \"scheduler\" holds an invalid state %+v: %w", st, checkpoint.ErrFormat)
+		}
+	}
 	if err := opt.LoadState(state); err != nil {
 		return r, fmt.Errorf("optimizer state: %w", err)
+	}
+	if schedState != nil {
+		if err := sched.LoadState(*schedState); err != nil {
+			return r, fmt.Errorf("metadata \"scheduler\": %w", err)
+		}
 	}
 	if err := checkpoint.CopyInto(model, f, checkpoint.NonStrict()); err != nil {
 		return r, err

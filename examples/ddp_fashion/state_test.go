@@ -31,6 +31,13 @@ func TestLatestCheckpoint(t *testing.T) {
 	if err != nil || epoch != 10 || filepath.Base(path) != "checkpoint-epoch010.safetensors" {
 		t.Fatalf("got %q, %d, %v; want epoch 10", path, epoch, err)
 	}
+	if n, err := removeCheckpoints(dir); n != 3 || err != nil {
+		t.Fatalf("removeCheckpoints: %d, %v; want 3 files removed", n, err)
+	}
+	left, _ := os.ReadDir(dir)
+	if len(left) != 2 {
+		t.Errorf("%d files left, want the plot and the stray .tmp", len(left))
+	}
 }
 
 // stepOnce gives every parameter a gradient and takes one optimizer step,
@@ -52,7 +59,7 @@ func stepOnce(t *testing.T, m models.Module, opt optim.Optimizer) {
 func TestCheckpointRoundTrip(t *testing.T) {
 	for _, name := range []string{"sgd", "adam"} {
 		t.Run(name, func(t *testing.T) {
-			cfg := config{Optimizer: name, LR: 0.01}
+			cfg := config{Optimizer: name, LR: 0.01, Schedule: "cosine", Epochs: 4}
 			m, err := newModel(5)
 			if err != nil {
 				t.Fatal(err)
@@ -61,23 +68,32 @@ func TestCheckpointRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			sched, err := newScheduler(cfg, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
 			stepOnce(t, m, opt)
-			hist := []epochStats{{Epoch: 1, TrainLoss: 0.5, TestLoss: 0.4, TestAcc: 0.8, Seconds: 3}}
+			sched.Step()
+			hist := []epochStats{{Epoch: 1, TrainLoss: 0.5, TestLoss: 0.4, TestAcc: 0.8, LR: 0.01, Seconds: 3}}
 			path := checkpointPath(t.TempDir(), 1)
-			if err := saveCheckpoint(path, m, opt, 1, hist, runSettings{Seed: 5, WorldSize: 2, Batch: 64, Optimizer: name}); err != nil {
+			if err := saveCheckpoint(path, m, opt, sched, 1, hist, runSettings{Seed: 5, WorldSize: 2, Batch: 64, Optimizer: name}); err != nil {
 				t.Fatal(err)
 			}
 
-			// A fresh model and optimizer from another seed take the state.
+			// A fresh model, optimizer and schedule from another seed take the state.
 			m2, _ := newModel(6)
 			opt2, _ := newOptimizer(cfg, m2.Params())
+			sched2, _ := newScheduler(cfg, opt2)
 			f, err := checkpoint.Load(path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := restore(f, m2, opt2)
+			r, err := restore(f, m2, opt2, sched2)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if sched2.State() != sched.State() || opt2.LR() != opt.LR() || opt.LR() >= 0.01 {
+				t.Errorf("schedule %+v lr %v restored as %+v lr %v", sched.State(), opt.LR(), sched2.State(), opt2.LR())
 			}
 			if r.Epoch != 1 || len(r.History) != 1 || r.History[0] != hist[0] || r.Settings["world_size"] != "2" {
 				t.Errorf("restored %+v", r)
@@ -92,9 +108,14 @@ func TestCheckpointRoundTrip(t *testing.T) {
 					t.Errorf("optimizer state %s differs after the round trip", k)
 				}
 			}
-			// The same next step from both.
+			// The same next epoch from both.
 			stepOnce(t, m, opt)
 			stepOnce(t, m2, opt2)
+			sched.Step()
+			sched2.Step()
+			if opt2.LR() != opt.LR() {
+				t.Errorf("next learning rate %v, restored run %v", opt.LR(), opt2.LR())
+			}
 			sameState(t, "after one more step", stateOf(m), stateOf(m2))
 		})
 	}
@@ -128,26 +149,35 @@ func TestRestoreRefusesForeignCheckpoints(t *testing.T) {
 	}
 	before := stateOf(m)
 	last := models.StateDict(m)[len(models.StateDict(m))-1].Name // the CNN's last entry, absent from the MLP
-	if _, err := restore(f, m, opt); !errors.Is(err, checkpoint.ErrMismatch) || !strings.Contains(err.Error(), last) {
+	if _, err := restore(f, m, opt, nil); !errors.Is(err, checkpoint.ErrMismatch) || !strings.Contains(err.Error(), last) {
 		t.Errorf("foreign model: %v, want ErrMismatch naming %s", err, last)
 	}
 	sameState(t, "model after a refused checkpoint", before, stateOf(m))
 
 	// No epoch in the metadata.
 	good := checkpointPath(dir, 1)
-	if err := saveCheckpoint(good, m, opt, 1, nil, runSettings{Optimizer: "sgd"}); err != nil {
+	sched, _ := newScheduler(config{Schedule: "cosine", Epochs: 3}, opt)
+	if err := saveCheckpoint(good, m, opt, sched, 1, nil, runSettings{Optimizer: "sgd"}); err != nil {
 		t.Fatal(err)
 	}
 	f, _ = checkpoint.Load(good)
 	delete(f.Metadata, "epoch")
-	if _, err := restore(f, m, opt); !errors.Is(err, checkpoint.ErrFormat) {
+	if _, err := restore(f, m, opt, sched); !errors.Is(err, checkpoint.ErrFormat) {
 		t.Errorf("no epoch: %v, want ErrFormat", err)
+	}
+
+	// A broken scheduler state changes nothing.
+	f, _ = checkpoint.Load(good)
+	f.Metadata["scheduler"] = `{"LastEpoch":-4,"StepCount":0}`
+	lr := opt.LR()
+	if _, err := restore(f, m, opt, sched); !errors.Is(err, checkpoint.ErrFormat) || opt.LR() != lr {
+		t.Errorf("bad scheduler state: %v (lr %v, was %v)", err, opt.LR(), lr)
 	}
 
 	// An SGD checkpoint into Adam: the optimizer state does not fit.
 	f, _ = checkpoint.Load(good)
 	adam, _ := newOptimizer(config{Optimizer: "adam", LR: 0.1}, m.Params())
-	if _, err := restore(f, m, adam); err == nil || !strings.Contains(err.Error(), "optimizer state") {
+	if _, err := restore(f, m, adam, nil); err == nil || !strings.Contains(err.Error(), "optimizer state") {
 		t.Errorf("sgd state into adam: %v", err)
 	}
 }

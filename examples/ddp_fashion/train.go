@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"gorgonia.org/tensor"
@@ -22,8 +24,9 @@ import (
 type config struct {
 	Epochs    int     // train until this many epochs are done
 	Batch     int     // examples per rank and step
-	LR        float64 // learning rate
+	LR        float64 // initial learning rate
 	Optimizer string  // "sgd" (momentum 0.9) or "adam"
+	Schedule  string  // "cosine" (annealed to 0 over Epochs) or "none"
 	Out       string  // folder for checkpoints and the plot ("" = none)
 	Resume    bool    // continue from the newest checkpoint in Out
 	Limit     int     // train on the first Limit examples only (0 = all)
@@ -49,7 +52,19 @@ func (c config) validate() error {
 	if c.Optimizer != "sgd" && c.Optimizer != "adam" {
 		return fmt.Errorf("-optim %q: want sgd or adam", c.Optimizer)
 	}
+	if c.Schedule != "cosine" && c.Schedule != "none" {
+		return fmt.Errorf("-schedule %q: want cosine or none", c.Schedule)
+	}
 	return nil
+}
+
+// newScheduler returns the learning-rate schedule named by cfg, stepped
+// once per epoch, or nil for a constant rate.
+func newScheduler(cfg config, opt optim.Optimizer) (optim.Scheduler, error) {
+	if cfg.Schedule == "cosine" {
+		return optim.NewCosineAnnealingLR(opt, cfg.Epochs, 0)
+	}
+	return nil, nil
 }
 
 // newOptimizer builds the optimizer named by cfg over params.
@@ -90,10 +105,26 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 	if err != nil {
 		return nil, nil, err
 	}
-	settings := runSettings{Seed: cfg.Seed, WorldSize: world, Batch: cfg.Batch, Optimizer: cfg.Optimizer, Limit: cfg.Limit}
+	sched, err := newScheduler(cfg, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	settings := runSettings{Seed: cfg.Seed, WorldSize: world, Batch: cfg.Batch, Optimizer: cfg.Optimizer,
+		LR: cfg.LR, Schedule: cfg.Schedule, Epochs: cfg.Epochs, Limit: cfg.Limit}
 	if cfg.Out != "" && rank == 0 {
 		if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 			return nil, nil, err
+		}
+		if !cfg.Resume {
+			// A fresh run: checkpoints of an earlier run in the folder would
+			// mix with this one's (and -resume would pick the wrong one).
+			n, err := removeCheckpoints(cfg.Out)
+			if err != nil {
+				return nil, nil, err
+			}
+			if n > 0 {
+				fmt.Fprintf(w, "removed %d checkpoint(s) of an earlier run from %s (use -resume to continue it instead)\n", n, cfg.Out)
+			}
 		}
 	}
 
@@ -103,7 +134,7 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 		if cfg.Out == "" {
 			return nil, nil, fmt.Errorf("-resume needs -out, the folder holding the checkpoints")
 		}
-		r, err := resumeFrom(ctx, pg, cfg.Out, model, opt)
+		r, err := resumeFrom(ctx, pg, cfg.Out, model, opt, sched)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -112,15 +143,14 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 		} else {
 			start, hist = r.Epoch, r.History
 			fmt.Fprintf(w, "resumed from %s: %d epoch(s) done\n", r.Path, r.Epoch)
-			for k, v := range settings.metadata() {
-				if old, ok := r.Settings[k]; ok && old != v {
-					fmt.Fprintf(w, "note: %s was %s in the checkpointed run and is %s now; the run will not retrace the original exactly\n", k, old, v)
+			meta := settings.metadata()
+			for _, k := range slices.Sorted(maps.Keys(meta)) {
+				if old, ok := r.Settings[k]; ok && old != meta[k] {
+					fmt.Fprintf(w, "note: %s was %s in the checkpointed run and is %s now; the run will not retrace the original exactly\n", k, old, meta[k])
 				}
 			}
 		}
 	}
-	// The learning rate comes from -lr, also when resuming.
-	opt.SetLR(cfg.LR)
 
 	// DDP checks that every rank built the same model, copies rank 0's
 	// weights to all, and from now on averages the gradients of every step
@@ -157,6 +187,7 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 	runStart := time.Now()
 	for epoch := start; epoch < cfg.Epochs; epoch++ {
 		t0 := time.Now()
+		lr := opt.LR()
 		label := fmt.Sprintf("epoch %d/%d", epoch+1, cfg.Epochs)
 		prog := newProgress(w, cfg.Progress, cfg.ProgressEvery, label, steps, cfg.Now)
 		var lossSum, seen float64
@@ -196,14 +227,18 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 			TrainLoss: sums.Float64s()[0] / max(sums.Float64s()[1], 1),
 			TestLoss:  res.Loss,
 			TestAcc:   res.Accuracy,
+			LR:        lr,
 			Seconds:   time.Since(t0).Seconds(),
 		}
 		hist = append(hist, st)
-		fmt.Fprintf(w, "%s: train loss %.4f  test loss %.4f  test accuracy %.2f%% (%d images)  %.1fs\n",
-			label, st.TrainLoss, st.TestLoss, 100*st.TestAcc, res.N, st.Seconds)
+		fmt.Fprintf(w, "%s: train loss %.4f  test loss %.4f  test accuracy %.2f%% (%d images)  lr %.3g  %.1fs\n",
+			label, st.TrainLoss, st.TestLoss, 100*st.TestAcc, res.N, lr, st.Seconds)
+		if sched != nil {
+			sched.Step() // the next epoch's rate, saved with the checkpoint
+		}
 		if cfg.Out != "" && rank == 0 {
 			path := checkpointPath(cfg.Out, epoch+1)
-			if err := saveCheckpoint(path, model, opt, epoch+1, hist, settings); err != nil {
+			if err := saveCheckpoint(path, model, opt, sched, epoch+1, hist, settings); err != nil {
 				return hist, model, err
 			}
 			plot := filepath.Join(cfg.Out, "curves.png")
