@@ -364,11 +364,48 @@ func convGradW[T float](g convGeom, sc *scratch, gemm gemmFunc[T], x, dy, dw []T
 	}
 }
 
-// convGradX computes dx[n] = col2im(Wᵀ · dy[n]).
+// transposed returns the geometry of the stride-1 convolution that maps dy
+// to dx: dy zero-padded by dilation·(kernel-1) - padding on each side,
+// convolved with the flipped kernel whose input and output channels are
+// swapped (see flipKernel), gives dx exactly. ok is false when the padding
+// exceeds dilation·(kernel-1), which needs cropping this does not do.
+func (g convGeom) transposed() (t convGeom, ok bool) {
+	qh, qw := g.dh*(g.kh-1)-g.ph, g.dw*(g.kw-1)-g.pw
+	if !g.wide() || qh < 0 || qw < 0 {
+		return convGeom{}, false
+	}
+	t = convGeom{n: g.n, c: g.o, h: g.oh, w: g.ow, o: g.c, oh: g.h, ow: g.w,
+		kh: g.kh, kw: g.kw, sh: 1, sw: 1, ph: qh, pw: qw, dh: g.dh, dw: g.dw}
+	return t, true
+}
+
+// flipKernel writes wt[c, o, u, v] = w[o, c, kh-1-u, kw-1-v].
+func flipKernel[T float](g convGeom, w, wt []T) {
+	kk := g.kh * g.kw
+	for o := 0; o < g.o; o++ {
+		for c := 0; c < g.c; c++ {
+			src := w[(o*g.c+c)*kk : (o*g.c+c+1)*kk]
+			dst := wt[(c*g.o+o)*kk : (c*g.o+o+1)*kk]
+			for i, v := range src {
+				dst[kk-1-i] = v
+			}
+		}
+	}
+}
+
+// convGradX computes dx[n] = col2im(Wᵀ · dy[n]). For stride 1 it is
+// computed as the equivalent forward convolution of dy (see transposed),
+// which copies long runs where col2im adds short ones.
 func convGradX[T float](g convGeom, sc *scratch, gemm gemmFunc[T], w, dy, dx []T) {
 	ck, p := g.ck(), g.p()
 	in := g.c * g.h * g.w
+	t, flip := g.transposed()
 	switch {
+	case flip && !g.direct():
+		wt, done := getScratch[T](sc, len(w))
+		defer done()
+		flipKernel(g, w, wt)
+		convForward(t, sc, gemm, dy, wt, dx)
 	case g.direct():
 		for n := 0; n < g.n; n++ {
 			gemm(blas.Trans, blas.NoTrans, ck, p, g.o, 1, w, ck, dy[n*g.o*p:(n+1)*g.o*p], p, 0, dx[n*in:(n+1)*in], p)
