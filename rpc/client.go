@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"reflect"
 	"runtime"
 	"sync"
@@ -171,7 +170,7 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 	}
 	id := p.id
 	f := frame{kind: kindRequest, id: id, fn: call.Function, typ: typ, aux: uint64(timeout), meta: call.Meta, payload: enc.buf, tensors: enc.tensors}
-	byRef := c.sendByRef && tensorBytes(enc.tensors) >= cmaThreshold
+	byRef := c.byRefOK(enc.tensors)
 	if byRef {
 		f.flags = flagByRef
 	}
@@ -235,14 +234,8 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 
 // cancelRemote tells the callee to cancel the handler of call id.
 func (c *conn) cancelRemote(id uint64) {
-	go func() {
-		var b [frameHeaderLen + 8]byte
-		f := frame{kind: kindCancel, id: id}
-		head, _, err := appendHead(b[:0], &f)
-		if err == nil {
-			c.write(net.Buffers{head})
-		}
-	}()
+	head, _, _ := appendHead(make([]byte, 0, frameHeaderLen+8), &frame{kind: kindCancel, id: id})
+	c.post(head)
 }
 
 // onReply completes the call a reply frame answers.

@@ -81,6 +81,11 @@ type conn struct {
 	amu       sync.Mutex
 	acks      map[uint64]chan struct{}
 	done      chan struct{} // closed by close
+	// dispatching is set while the read loop runs a frame's handling, which
+	// may run callbacks and async handlers: a by-reference send waits for an
+	// acknowledgement that only the read loop can deliver, so sends made
+	// meanwhile go inline.
+	dispatching atomic.Int32
 
 	closeOnce sync.Once
 }
@@ -121,6 +126,12 @@ func (c *conn) write(bufs net.Buffers) error {
 		return err
 	}
 	c.flushing = true
+	return c.flushLocked()
+}
+
+// flushLocked writes the queue until it is empty; it is called with wmu
+// held and flushing set, and returns with wmu released.
+func (c *conn) flushLocked() error {
 	for len(c.queue) > 0 && c.werr == nil {
 		batch := c.queue
 		c.queue = c.spare[:0]
@@ -153,6 +164,28 @@ func (c *conn) write(bufs net.Buffers) error {
 		c.close(fmt.Errorf("writing to worker %s: %w", c.peer, err))
 	}
 	return err
+}
+
+// post queues a small frame without waiting for it to be written (a
+// goroutine flushes it if no writer is at work), so that the read loop
+// never blocks on a peer that is itself blocked writing to us.
+func (c *conn) post(buf []byte) {
+	c.wmu.Lock()
+	if c.werr != nil {
+		c.wmu.Unlock()
+		return
+	}
+	c.queue = append(c.queue, buf)
+	if c.flushing {
+		c.wmu.Unlock()
+		return
+	}
+	c.flushing = true
+	c.wmu.Unlock()
+	go func() {
+		c.wmu.Lock()
+		c.flushLocked()
+	}()
 }
 
 // close shuts the connection and fails every call waiting on it.
@@ -519,17 +552,23 @@ func (c *conn) readFrames() (handler func()) {
 		}
 		if f.flags&flagByRef != 0 {
 			// The tensors are copied: the sender may go on.
-			c.writeFrame(&frame{kind: kindReadDone, id: f.id})
+			head, _, _ := appendHead(make([]byte, 0, frameHeaderLen+8), &frame{kind: kindReadDone, id: f.id})
+			c.post(head)
 		}
 		if f.kind == kindReadDone {
 			c.ackArrived(f.id)
 			continue
 		}
 		if c.client {
+			c.dispatching.Add(1)
 			c.a.onReply(c, f)
+			c.dispatching.Add(-1)
 			continue
 		}
-		if h := c.a.onRequest(c, f); h != nil {
+		c.dispatching.Add(1)
+		h := c.a.onRequest(c, f)
+		c.dispatching.Add(-1)
+		if h != nil {
 			c.a.wg.Add(1)
 			go c.readLoop()
 			return h
@@ -549,16 +588,6 @@ func (c *conn) intern(b []byte) string {
 	}
 	c.names[s] = s
 	return s
-}
-
-// writeFrame writes a frame without tensors.
-func (c *conn) writeFrame(f *frame) error {
-	var b [64]byte
-	head, _, err := appendHead(b[:0], f)
-	if err != nil {
-		return err
-	}
-	return c.write(net.Buffers{head})
 }
 
 // expectAck registers interest in the read-done frame of id.
@@ -593,15 +622,24 @@ func (c *conn) awaitAck(ch chan struct{}, id uint64, give <-chan struct{}, limit
 	defer t.Stop()
 	select {
 	case <-ch:
-		c.a.m.byRef.Add(1)
-		return nil
 	case <-c.done:
 		return fmt.Errorf("%w: rpc: connection to worker %s lost before it copied the tensors", ErrPeerLost, c.peer)
 	case <-give:
 	case <-t.C:
 	}
+	select {
+	case <-ch:
+		c.a.m.byRef.Add(1)
+		return nil
+	default:
+	}
 	c.dropAck(id)
 	return fmt.Errorf("%w: rpc: worker %s did not copy the tensors within %v", ErrTimeout, c.peer, limit)
+}
+
+// byRefOK reports whether a frame with these tensors goes by reference.
+func (c *conn) byRefOK(ts []*tensor.Dense) bool {
+	return c.sendByRef && c.dispatching.Load() == 0 && tensorBytes(ts) >= cmaThreshold
 }
 
 // tensorBytes sums the bytes of tensors.

@@ -169,7 +169,7 @@ func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, v any, err e
 			err = fmt.Errorf("rpc: cannot send the result (%T) of %q: %w", v, fn, eerr)
 		} else {
 			f.kind, f.typ, f.payload, f.tensors = kindResponse, typ, enc.buf, enc.tensors
-			if c.sendByRef && tensorBytes(enc.tensors) >= cmaThreshold {
+			if c.byRefOK(enc.tensors) {
 				f.flags = flagByRef
 			}
 		}
