@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -47,6 +49,28 @@ type Function struct {
 
 	mu   sync.Mutex
 	sigs map[string]*signature
+
+	fwdRuns, fwdNanos atomic.Int64
+	bwdRuns, bwdNanos atomic.Int64
+}
+
+// FunctionStats counts a Function's runs and the wall-clock time they took
+// (compilation excluded). A pipeline stage's busy time over a step's time
+// is its utilization; the rest is the pipeline's bubble.
+type FunctionStats struct {
+	ForwardRuns, BackwardRuns int64
+	Forward, Backward         time.Duration
+}
+
+// Busy returns the time spent in forward and backward runs.
+func (s FunctionStats) Busy() time.Duration { return s.Forward + s.Backward }
+
+// Stats returns the function's counters since it was made.
+func (f *Function) Stats() FunctionStats {
+	return FunctionStats{
+		ForwardRuns: f.fwdRuns.Load(), BackwardRuns: f.bwdRuns.Load(),
+		Forward: time.Duration(f.fwdNanos.Load()), Backward: time.Duration(f.bwdNanos.Load()),
+	}
 }
 
 // FunctionOption configures a Function.
@@ -222,7 +246,7 @@ func (f *Function) Apply(ctx context.Context, c *Context, inputs ...*tensor.Dens
 	if err != nil {
 		return nil, err
 	}
-	outs, err := s.forward(ctx, f.name, inputs)
+	outs, err := s.forward(ctx, f, inputs)
 	if err != nil {
 		return nil, err
 	}
@@ -248,9 +272,12 @@ func (f *Function) Apply(ctx context.Context, c *Context, inputs ...*tensor.Dens
 	return outs, nil
 }
 
-func (s *signature) forward(ctx context.Context, name string, inputs []*tensor.Dense) ([]*tensor.Dense, error) {
+func (s *signature) forward(ctx context.Context, f *Function, inputs []*tensor.Dense) ([]*tensor.Dense, error) {
+	name := f.name
 	s.fwdMu.Lock()
 	defer s.fwdMu.Unlock()
+	start := time.Now()
+	defer func() { f.fwdRuns.Add(1); f.fwdNanos.Add(int64(time.Since(start))) }()
 	if err := s.fwd.Run(ctx, bindInputs(s.fwdIn, inputs)...); err != nil {
 		return nil, fmt.Errorf("autograd: forward of %q: %w", name, err)
 	}
@@ -400,6 +427,8 @@ func (f *Function) backward(ctx context.Context, c *Context, s *signature, need 
 	}
 	bp.mu.Lock()
 	defer bp.mu.Unlock()
+	start := time.Now()
+	defer func() { f.bwdRuns.Add(1); f.bwdNanos.Add(int64(time.Since(start))) }()
 	binds := bindInputs(bp.in, inputs)
 	for k, n := range bp.gy {
 		g := gys[k]

@@ -44,6 +44,9 @@ func (h *ModuleHost) ParamNames() []string {
 	return out
 }
 
+// Stats returns the counters of the Function that applies the module.
+func (h *ModuleHost) Stats() FunctionStats { return h.fn.Stats() }
+
 // ParameterRRefs returns owner references to the module's learnable
 // parameters, in order (sent to the caller, they become its references).
 func (h *ModuleHost) ParameterRRefs(ctx context.Context) ([]*rref.RRef[*models.Param], error) {
@@ -211,6 +214,11 @@ func (m *RemoteModule) ForwardAsync(ctx context.Context, c *Context, x *tensor.D
 // done).
 func (m *RemoteModule) ParameterRRefs(ctx context.Context) ([]*rref.RRef[*models.Param], error) {
 	return rref.Call[[]*rref.RRef[*models.Param]](detach(ctx), m.ref, "ParameterRRefs")
+}
+
+// Stats returns the runs and busy time of the module on its worker.
+func (m *RemoteModule) Stats(ctx context.Context) (FunctionStats, error) {
+	return rref.Call[FunctionStats](detach(ctx), m.ref, "Stats")
 }
 
 // ParamNames returns the module's parameter names, in state_dict order.

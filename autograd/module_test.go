@@ -47,6 +47,9 @@ func TestRemoteModule(t *testing.T) {
 		if d := maxAbsDiff(t, y, want[0]); d != 0 {
 			t.Errorf("Forward on %s differs from the local module by %g", worker, d)
 		}
+		if st, err := m.Stats(ctx); err != nil || st.ForwardRuns != 1 || st.BackwardRuns != 0 || st.Forward <= 0 {
+			t.Errorf("Stats on %s: %+v, %v; want one forward run", worker, st, err)
+		}
 		refs, err := m.ParameterRRefs(ctx)
 		if err != nil || len(refs) != 2 {
 			t.Fatalf("ParameterRRefs on %s: %d, %v", worker, len(refs), err)

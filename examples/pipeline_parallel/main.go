@@ -397,11 +397,16 @@ func (p *pipeline) pipelined(ctx context.Context, c *autograd.Context) (float64,
 }
 
 // step runs one training step with the given schedule and returns the mean
-// micro-batch loss (before the update) and how long the step took.
-func (p *pipeline) step(ctx context.Context, pipelined bool) (float64, time.Duration, error) {
+// micro-batch loss (before the update), how long the step took, and each
+// stage's utilization: the share of the step its worker spent computing
+// (the rest is the pipeline's bubble).
+func (p *pipeline) step(ctx context.Context, pipelined bool) (loss float64, took time.Duration, util [2]float64, err error) {
+	before, err := p.busy(ctx)
+	if err != nil {
+		return 0, 0, util, err
+	}
 	start := time.Now()
-	var loss float64
-	err := autograd.WithContext(ctx, p.agent, func(ctx context.Context, c *autograd.Context) error {
+	err = autograd.WithContext(ctx, p.agent, func(ctx context.Context, c *autograd.Context) error {
 		var err error
 		if pipelined {
 			loss, err = p.pipelined(ctx, c)
@@ -413,15 +418,42 @@ func (p *pipeline) step(ctx context.Context, pipelined bool) (float64, time.Dura
 		}
 		return p.opt.Step(ctx, c.ID())
 	})
-	return loss, time.Since(start), err
+	took = time.Since(start)
+	if err != nil {
+		return 0, 0, util, err
+	}
+	after, err := p.busy(ctx)
+	for i := range util {
+		util[i] = float64(after[i]-before[i]) / float64(took)
+	}
+	return loss, took, util, err
+}
+
+// busy returns how long each stage has computed so far.
+func (p *pipeline) busy(ctx context.Context) ([2]time.Duration, error) {
+	var out [2]time.Duration
+	for i, s := range []*autograd.RemoteModule{p.stage1, p.stage2} {
+		st, err := s.Stats(ctx)
+		if err != nil {
+			return out, err
+		}
+		out[i] = st.Busy()
+	}
+	return out, nil
+}
+
+// schedule is what train measured for one schedule.
+type schedule struct {
+	Times  []time.Duration
+	Util   [][2]float64
+	Median time.Duration
 }
 
 // report is what train measured.
 type report struct {
-	Losses             []float64 // every step's loss, in order (warm-up first)
-	Sequential, Piped  []time.Duration
-	SeqMedian, PipeMed time.Duration
-	SpeedUp            float64
+	Losses            []float64 // every step's loss, in order (warm-up first)
+	Sequential, Piped schedule
+	SpeedUp           float64
 }
 
 // train trains for a warm-up step and then cfg.Steps steps of each
@@ -436,18 +468,19 @@ func train(ctx context.Context, a *rpc.Agent, cfg config, w io.Writer) (*report,
 	fmt.Fprintf(w, "pipeline: Linear(%d, %d)+Tanh on stage1 | Linear(%d, %d) on stage2 | MSE on driver (GOMAXPROCS %d here)\n",
 		cfg.In, cfg.Hidden, cfg.Hidden, cfg.Out, runtime.GOMAXPROCS(0))
 	fmt.Fprintf(w, "batch of %d rows in %d micro-batches of %d; SGD lr %g momentum %g\n\n", cfg.Batch, cfg.MicroBatches, rows, cfg.LR, cfg.Momentum)
-	fmt.Fprintf(w, "%-5s %-11s %-12s %s\n", "step", "schedule", "loss", "time")
+	fmt.Fprintf(w, "%-5s %-11s %-10s %-9s %s\n", "step", "schedule", "loss", "time", "busy: stage1 stage2")
 	rep := &report{}
-	run := func(label string, pipelined bool, keep *[]time.Duration) error {
-		loss, d, err := p.step(ctx, pipelined)
+	run := func(label string, pipelined bool, keep *schedule) error {
+		loss, d, util, err := p.step(ctx, pipelined)
 		if err != nil {
 			return fmt.Errorf("%s step: %w", label, err)
 		}
 		rep.Losses = append(rep.Losses, loss)
 		if keep != nil {
-			*keep = append(*keep, d)
+			keep.Times = append(keep.Times, d)
+			keep.Util = append(keep.Util, util)
 		}
-		fmt.Fprintf(w, "%-5d %-11s %-12.6f %v\n", len(rep.Losses), label, loss, d.Round(time.Millisecond))
+		fmt.Fprintf(w, "%-5d %-11s %-10.6f %-9v %5.0f%% %5.0f%%\n", len(rep.Losses), label, loss, d.Round(time.Millisecond), 100*util[0], 100*util[1])
 		return nil
 	}
 	if err := run("warm-up", true, nil); err != nil { // compiles the stages' programs
@@ -461,13 +494,24 @@ func train(ctx context.Context, a *rpc.Agent, cfg config, w io.Writer) (*report,
 			return nil, err
 		}
 	}
-	rep.SeqMedian, rep.PipeMed = median(rep.Sequential), median(rep.Piped)
-	if rep.PipeMed > 0 {
-		rep.SpeedUp = float64(rep.SeqMedian) / float64(rep.PipeMed)
+	rep.Sequential.Median, rep.Piped.Median = median(rep.Sequential.Times), median(rep.Piped.Times)
+	if rep.Piped.Median > 0 {
+		rep.SpeedUp = float64(rep.Sequential.Median) / float64(rep.Piped.Median)
 	}
 	fmt.Fprintf(w, "\nmedian step: sequential %v, pipelined %v: speed-up %.2fx\n",
-		rep.SeqMedian.Round(time.Millisecond), rep.PipeMed.Round(time.Millisecond), rep.SpeedUp)
+		rep.Sequential.Median.Round(time.Millisecond), rep.Piped.Median.Round(time.Millisecond), rep.SpeedUp)
+	fmt.Fprintf(w, "mean stage busy time per step: sequential %s, pipelined %s\n", meanUtil(rep.Sequential.Util), meanUtil(rep.Piped.Util))
 	return rep, nil
+}
+
+func meanUtil(us [][2]float64) string {
+	var s [2]float64
+	for _, u := range us {
+		s[0] += u[0]
+		s[1] += u[1]
+	}
+	n := float64(max(len(us), 1))
+	return fmt.Sprintf("%.0f%% and %.0f%%", 100*s[0]/n, 100*s[1]/n)
 }
 
 func median(ds []time.Duration) time.Duration {

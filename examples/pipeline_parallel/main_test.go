@@ -97,6 +97,11 @@ func TestPipeline(t *testing.T) {
 	if !strings.Contains(out.String(), "speed-up") || rep.SpeedUp <= 0 {
 		t.Errorf("no speed-up reported:\n%s", out.String())
 	}
+	for _, u := range append(rep.Sequential.Util, rep.Piped.Util...) {
+		if u[0] <= 0 || u[0] > 1.05 || u[1] <= 0 || u[1] > 1.05 {
+			t.Errorf("stage utilization %v out of (0, 1]", u)
+		}
+	}
 	if err := shutdownAll(ctx, agents); err != nil {
 		t.Fatal(err)
 	}
