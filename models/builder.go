@@ -57,6 +57,8 @@ type Builder struct {
 	grads map[*Param]*G.Node
 	ids   int
 	scope *gradScope // which inputs need gradients, while Backward runs
+	// inPlace: gradient ops write into Param.Grad (WithGradsInPlace).
+	inPlace bool
 }
 
 // NewBuilder returns a Builder that adds nodes to g (a new graph if g is nil).
@@ -187,6 +189,11 @@ func (b *Builder) Backward(loss *G.Node) error {
 			for i, n := range nodes {
 				b.grads[owner[n]] = grads[i]
 			}
+			if b.inPlace {
+				for _, n := range nodes {
+					b.sink(owner[n])
+				}
+			}
 			return nil
 		}
 		var sde G.SymDiffError
@@ -238,6 +245,8 @@ func (b *Builder) GradParams() []*Param {
 
 // CopyGrads copies each gradient node's value (computed by the last run)
 // into its Param.Grad, allocating Grad on first use and overwriting it after.
+// With WithGradsInPlace the run has already written most gradients there,
+// and only the others are copied.
 func (b *Builder) CopyGrads() error { return b.moveGrads(false) }
 
 // AccumulateGrads adds each gradient node's value into its Param.Grad
@@ -246,11 +255,17 @@ func (b *Builder) CopyGrads() error { return b.moveGrads(false) }
 func (b *Builder) AccumulateGrads() error { return b.moveGrads(true) }
 
 func (b *Builder) moveGrads(add bool) error {
+	if add && b.inPlace {
+		return fmt.Errorf("models: AccumulateGrads: this Builder writes gradients in place (WithGradsInPlace), so every run overwrites Param.Grad; build without that option to accumulate: %w", errs.InvalidArgument)
+	}
 	for _, p := range b.GradParams() {
 		n := b.grads[p]
 		v := n.Value()
 		if v == nil {
 			return fmt.Errorf("models: gradient of %s has no value; run the graph before copying gradients: %w", p.Name, errs.InvalidArgument)
+		}
+		if b.inPlace && p.Grad != nil && sameMemory(v, p.Grad) {
+			continue // the run wrote it there
 		}
 		src, err := gradDense(v, p.Value.Dtype(), p.Value.Shape())
 		if err != nil {
@@ -267,8 +282,16 @@ func (b *Builder) moveGrads(add bool) error {
 		default:
 			return fmt.Errorf("models: gradient of %s: unsupported dtype %v: %w", p.Name, p.Grad.Dtype(), errs.InvalidArgument)
 		}
+		if b.inPlace {
+			b.sink(p) // Grad was replaced, or the op could not use it: point it there again
+		}
 	}
 	return nil
+}
+
+// sameMemory reports whether two values cover exactly the same memory.
+func sameMemory(a G.Value, b *tensor.Dense) bool {
+	return a.Uintptr() == b.Uintptr() && a.MemSize() == b.MemSize()
 }
 
 func addOrCopy[T float](dst, src []T, add bool) {

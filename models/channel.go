@@ -36,8 +36,9 @@ func (k chanKind) elementwise() bool { return k == chanAdd || k == chanMul || k 
 type chanOp struct {
 	kind    chanKind
 	axis, n int
-	inDims  int   // dims of x
-	cShape  []int // shape of the per-channel tensor
+	inDims  int      // dims of x
+	cShape  []int    // shape of the per-channel tensor
+	out     *outSlot // where a gradient reduction writes (see WithGradsInPlace)
 }
 
 func (op chanOp) Arity() int {
@@ -133,7 +134,7 @@ func (op chanOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error)
 		if len(shape) == 0 {
 			shape = []int{1}
 		}
-		out = outDense(prealloc, x.Dtype(), shape, in...)
+		out = outDense(op.out.pick(prealloc), x.Dtype(), shape, in...)
 		out.Zero() // the reductions accumulate
 	}
 	switch x.Dtype() {
@@ -291,13 +292,13 @@ func (op chanOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 		if err != nil {
 			return nil, err
 		}
-		dc, err := G.ApplyOp(chanOp{chanSum, op.axis, op.n, op.inDims, op.cShape}, dx)
+		dc, err := G.ApplyOp(chanOp{chanSum, op.axis, op.n, op.inDims, op.cShape, &outSlot{}}, dx)
 		if err != nil {
 			return nil, err
 		}
 		return G.Nodes{dx, dc}, nil
 	case chanAdd:
-		dc, err := G.ApplyOp(chanOp{chanSum, op.axis, op.n, op.inDims, op.cShape}, grad)
+		dc, err := G.ApplyOp(chanOp{chanSum, op.axis, op.n, op.inDims, op.cShape, &outSlot{}}, grad)
 		if err != nil {
 			return nil, err
 		}
@@ -307,7 +308,7 @@ func (op chanOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 		if err != nil {
 			return nil, err
 		}
-		dc, err := G.ApplyOp(chanOp{chanDot, op.axis, op.n, op.inDims, op.cShape}, grad, in[0])
+		dc, err := G.ApplyOp(chanOp{chanDot, op.axis, op.n, op.inDims, op.cShape, &outSlot{}}, grad, in[0])
 		if err != nil {
 			return nil, err
 		}
@@ -332,5 +333,7 @@ func applyChan(kind chanKind, x, c *G.Node, axis int) (*G.Node, error) {
 			return nil, fmt.Errorf("models: %v: parameter of shape %v does not fit input %v at axis %d", kind, cs, xs, axis)
 		}
 	}
-	return G.ApplyOp(chanOp{kind, axis, n, len(xs), append([]int(nil), cs...)}, x, c)
+	return G.ApplyOp(chanOp{kind: kind, axis: axis, n: n, inDims: len(xs), cShape: append([]int(nil), cs...)}, x, c)
 }
+
+func (op chanOp) sinkSlot() *outSlot { return op.out }

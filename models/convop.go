@@ -472,7 +472,8 @@ type convGradXOp struct {
 // [O, C, kh, kw].
 type convGradWOp struct {
 	convParams
-	sc *scratch
+	sc  *scratch
+	out *outSlot // where dw is written (see WithGradsInPlace)
 }
 
 func conv2d(bl *Builder, x, w *G.Node, cp convParams) (*G.Node, error) {
@@ -579,7 +580,7 @@ func (op convOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 		}
 	}
 	if op.need.need(1) {
-		if dw, err = G.ApplyOp(convGradWOp{convParams: op.convParams, sc: &scratch{}}, x, grad); err != nil {
+		if dw, err = G.ApplyOp(convGradWOp{convParams: op.convParams, sc: &scratch{}, out: &outSlot{}}, x, grad); err != nil {
 			return nil, err
 		}
 	}
@@ -687,7 +688,7 @@ func (op convGradWOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, e
 		return nil, err
 	}
 	g, _ := op.geom(x.Shape(), dy.Shape()[1])
-	out := outDense(prealloc, x.Dtype(), ws, x, dy)
+	out := outDense(op.out.pick(prealloc), x.Dtype(), ws, x, dy)
 	switch x.Dtype() {
 	case tensor.Float64:
 		convGradW(g, op.sc, tblas.Dgemm, x.Float64s(), dy.Float64s(), out.Float64s())
@@ -706,3 +707,5 @@ func (op convGradWOp) DiffWRT(int) []bool    { return []bool{false, false} }
 func (op convGradWOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, fmt.Errorf("models: second derivatives of Conv2d are not implemented")
 }
+
+func (op convGradWOp) sinkSlot() *outSlot { return op.out }

@@ -28,4 +28,13 @@
 // (Train by default, WithMode(Eval)). Float32 and float64 are both supported
 // (WithDtype). Ops gorgonia lacks or gets subtly different from PyTorch are
 // custom gorgonia ops with exact, hand-written backward rules.
+//
+// Speed. The ops write into the buffers an executor keeps between runs
+// (gorgonia.UsePreallocDoer), so a training step allocates next to nothing
+// under the graph package's executor. Backward builds no gradient for a
+// bound input batch; Sequential runs a Linear or Conv2d followed by a ReLU
+// as one bias+ReLU pass; Conv2d is one GEMM per sample. Matrix products go
+// through internal/blas: build with -tags openblas for OpenBLAS, which is
+// several times faster than the pure-Go default. WithGradsInPlace makes
+// runs write gradients straight into Param.Grad (read its contract first).
 package models

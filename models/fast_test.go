@@ -2,6 +2,7 @@ package models
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tandemml/tandem/graph"
 	tblas "github.com/tandemml/tandem/internal/blas"
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // randDense returns a tensor of dtype dt filled from rng.
@@ -91,14 +93,14 @@ func TestUsePreallocDo(t *testing.T) {
 			{"gelu", eltOp{eltGELU}, []G.Value{r(3, 5)}},
 			{"relu grad", eltGradOp{eltReLU}, []G.Value{r(3, 5), r(3, 5)}},
 			{"gelu grad", eltGradOp{eltGELU}, []G.Value{r(3, 5), r(3, 5)}},
-			{"bias rows", chanOp{chanAdd, 1, 1, 2, []int{5}}, []G.Value{r(3, 5), r(5)}},
-			{"bias relu rows", chanOp{chanAddReLU, 1, 1, 2, []int{5}}, []G.Value{r(3, 5), r(5)}},
-			{"bias planes", chanOp{chanAdd, 1, 1, 4, []int{3}}, []G.Value{r(2, 3, 2, 2), r(3)}},
-			{"bias relu planes", chanOp{chanAddReLU, 1, 1, 4, []int{3}}, []G.Value{r(2, 3, 2, 2), r(3)}},
-			{"scale planes", chanOp{chanMul, 1, 1, 4, []int{3}}, []G.Value{r(2, 3, 2, 2), r(3)}},
-			{"sum rows", chanOp{chanSum, 1, 1, 2, []int{5}}, []G.Value{r(3, 5)}},
-			{"sum planes", chanOp{chanSum, 1, 1, 4, []int{3}}, []G.Value{r(2, 3, 2, 2)}},
-			{"dot planes", chanOp{chanDot, 1, 1, 4, []int{3}}, []G.Value{r(2, 3, 2, 2), r(2, 3, 2, 2)}},
+			{"bias rows", chanOp{kind: chanAdd, axis: 1, n: 1, inDims: 2, cShape: []int{5}}, []G.Value{r(3, 5), r(5)}},
+			{"bias relu rows", chanOp{kind: chanAddReLU, axis: 1, n: 1, inDims: 2, cShape: []int{5}}, []G.Value{r(3, 5), r(5)}},
+			{"bias planes", chanOp{kind: chanAdd, axis: 1, n: 1, inDims: 4, cShape: []int{3}}, []G.Value{r(2, 3, 2, 2), r(3)}},
+			{"bias relu planes", chanOp{kind: chanAddReLU, axis: 1, n: 1, inDims: 4, cShape: []int{3}}, []G.Value{r(2, 3, 2, 2), r(3)}},
+			{"scale planes", chanOp{kind: chanMul, axis: 1, n: 1, inDims: 4, cShape: []int{3}}, []G.Value{r(2, 3, 2, 2), r(3)}},
+			{"sum rows", chanOp{kind: chanSum, axis: 1, n: 1, inDims: 2, cShape: []int{5}}, []G.Value{r(3, 5)}},
+			{"sum planes", chanOp{kind: chanSum, axis: 1, n: 1, inDims: 4, cShape: []int{3}}, []G.Value{r(2, 3, 2, 2)}},
+			{"dot planes", chanOp{kind: chanDot, axis: 1, n: 1, inDims: 4, cShape: []int{3}}, []G.Value{r(2, 3, 2, 2), r(2, 3, 2, 2)}},
 			{"xent grad", xentGradOp{xentOp{tDims: 1, zType: dt, tType: tensor.Int64}}, []G.Value{r(4, 3), lab, one}},
 			{"pool 2x2", poolOp{k: [2]int{2, 2}, s: [2]int{2, 2}}, []G.Value{r(2, 3, 5, 7)}},
 			{"pool 3x3 s2 p1", poolOp{k: [2]int{3, 3}, s: [2]int{2, 2}, p: [2]int{1, 1}}, []G.Value{r(2, 3, 5, 6)}},
@@ -530,6 +532,112 @@ func TestReLUSpecialValues(t *testing.T) {
 	for i := range wantGrad {
 		if out[i] != wantGrad[i] || float64(out32[i]) != wantGrad[i] {
 			t.Errorf("relu'(%v)·%v = %v (float32 %v), want %v", x[i], dy[i], out[i], out32[i], wantGrad[i])
+		}
+	}
+}
+
+// With WithGradsInPlace the runs write the gradients of Linear, Conv2d and
+// LayerNorm parameters straight into Param.Grad (same tensors run after
+// run), CopyGrads supplies the rest, and the values are exactly those of
+// the default Builder; AccumulateGrads is refused.
+func TestGradsInPlace(t *testing.T) {
+	rng := rand.New(rand.NewPCG(131, 132))
+	build := func(dt tensor.Dtype) *Sequential {
+		r := rand.New(rand.NewPCG(7, 8))
+		c, _ := NewConv2d(1, 2, 3, WithPadding(1, 1), WithRand(r), WithDtype(dt))
+		ln, _ := NewLayerNorm([]int{2 * 4 * 4}, WithDtype(dt))
+		emb := Func(func(_ *Builder, x *G.Node) (*G.Node, error) { return G.Tanh(x) })
+		l1, _ := NewLinear(2*4*4, 5, WithRand(r), WithDtype(dt))
+		l2, _ := NewLinear(5, 3, WithRand(r), WithDtype(dt))
+		return NewSequential(c, ReLU{}, Flatten{}, ln, emb, l1, ReLU{}, l2)
+	}
+	for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
+		for _, executor := range []string{"graph", "tape"} {
+			mi, md := build(dt), build(dt)
+			x := randDense(rng, dt, 3, 1, 4, 4)
+			lab := tensor.New(tensor.WithShape(3), tensor.WithBacking([]int64{2, 0, 1}))
+			bi := NewBuilder(nil, WithGradsInPlace())
+			yi, err := mi.Forward(bi, bi.Bind("x", x))
+			if err != nil {
+				t.Fatal(err)
+			}
+			li, _ := CrossEntropy(yi, bi.Bind("y", lab))
+			if err := bi.Backward(li); err != nil {
+				t.Fatal(err)
+			}
+			bd, _ := trainGraph(t, md, x, lab)
+			grads := map[*Param]*tensor.Dense{}
+			for _, p := range mi.Params() {
+				if p.Grad == nil {
+					t.Fatalf("%s: Backward allocated no Grad", p.Name)
+				}
+				grads[p] = p.Grad
+			}
+			var runI, runD func()
+			switch executor {
+			case "graph":
+				pi, err := graph.Compile(bi.Graph(), graph.Workers(1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				pd, err := graph.Compile(bd.Graph(), graph.Workers(1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				runI = func() {
+					if err := pi.Run(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				runD = func() {
+					if err := pd.Run(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+			case "tape":
+				vi, vd := G.NewTapeMachine(bi.Graph()), G.NewTapeMachine(bd.Graph())
+				defer vi.Close()
+				defer vd.Close()
+				runI = func() { run(t, vi) }
+				runD = func() { run(t, vd) }
+			}
+			for step := 0; step < 3; step++ {
+				if _, err := G.Copy(x, randDense(rng, dt, 3, 1, 4, 4)); err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range mi.Params() {
+					p.Grad.Zero() // as an optimizer's ZeroGrad before the run
+				}
+				runI()
+				runD()
+				if err := bd.CopyGrads(); err != nil {
+					t.Fatal(err)
+				}
+				written := 0
+				for i, p := range mi.Params() {
+					if p.Grad != grads[p] {
+						t.Fatalf("%s: Grad replaced", p.Name)
+					}
+					if sameValues(p.Grad, md.Params()[i].Grad) {
+						written++
+					}
+				}
+				// conv, layer norm and linear weights and biases: all 8
+				if written != 8 {
+					t.Errorf("%v %s step %d: %d gradients written by the run, want 8", dt, executor, step, written)
+				}
+				if err := bi.CopyGrads(); err != nil {
+					t.Fatal(err)
+				}
+				for i, p := range mi.Params() {
+					if !sameValues(p.Grad, md.Params()[i].Grad) {
+						t.Errorf("%v %s step %d: %s differs from the default builder's", dt, executor, step, p.Name)
+					}
+				}
+			}
+			if err := bi.AccumulateGrads(); !errors.Is(err, errs.InvalidArgument) {
+				t.Errorf("AccumulateGrads in place: %v", err)
+			}
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 type matMulOp struct {
 	transA, transB bool
 	need           *inputGrads // which operands need gradients (nil: both)
+	out            *outSlot    // where a gradient product writes (see WithGradsInPlace)
 }
 
 // MatMulT returns op(a)·op(b) where op transposes a (b) when transA (transB)
@@ -111,7 +112,7 @@ func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 	if err != nil {
 		return nil, err
 	}
-	out := outDense(prealloc, a.Dtype(), []int{m, n}, a, b)
+	out := outDense(op.out.pick(prealloc), a.Dtype(), []int{m, n}, a, b)
 	ta, tb := blas.NoTrans, blas.NoTrans
 	if op.transA {
 		ta = blas.Trans
@@ -159,9 +160,9 @@ func (op matMulOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	var err error
 	if op.need.need(0) {
 		if !op.transA {
-			da, err = G.ApplyOp(matMulOp{transA: false, transB: !op.transB}, grad, b)
+			da, err = G.ApplyOp(matMulOp{transA: false, transB: !op.transB, out: &outSlot{}}, grad, b)
 		} else {
-			da, err = G.ApplyOp(matMulOp{transA: op.transB, transB: true}, b, grad)
+			da, err = G.ApplyOp(matMulOp{transA: op.transB, transB: true, out: &outSlot{}}, b, grad)
 		}
 		if err != nil {
 			return nil, err
@@ -169,9 +170,9 @@ func (op matMulOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	}
 	if op.need.need(1) {
 		if !op.transB {
-			db, err = G.ApplyOp(matMulOp{transA: !op.transA, transB: false}, a, grad)
+			db, err = G.ApplyOp(matMulOp{transA: !op.transA, transB: false, out: &outSlot{}}, a, grad)
 		} else {
-			db, err = G.ApplyOp(matMulOp{transA: true, transB: op.transA}, grad, a)
+			db, err = G.ApplyOp(matMulOp{transA: true, transB: op.transA, out: &outSlot{}}, grad, a)
 		}
 		if err != nil {
 			return nil, err
@@ -179,3 +180,5 @@ func (op matMulOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	}
 	return G.Nodes{da, db}, nil
 }
+
+func (op matMulOp) sinkSlot() *outSlot { return op.out }

@@ -21,7 +21,7 @@ type stepBench struct {
 	opt  *optim.SGD
 }
 
-func newStepBench(tb testing.TB, model models.Module, xShape []int, classes int) *stepBench {
+func newStepBench(tb testing.TB, model models.Module, xShape []int, classes int, opts ...models.BuilderOption) *stepBench {
 	tb.Helper()
 	rng := rand.New(rand.NewPCG(3, 4))
 	x := tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(xShape...))
@@ -32,7 +32,7 @@ func newStepBench(tb testing.TB, model models.Module, xShape []int, classes int)
 	for i := range ys {
 		ys[i] = int64(rng.IntN(classes))
 	}
-	b := models.NewBuilder(nil)
+	b := models.NewBuilder(nil, opts...)
 	logits, err := model.Forward(b, b.Bind("x", x))
 	if err != nil {
 		tb.Fatal(err)
@@ -72,9 +72,9 @@ func (s *stepBench) step(tb testing.TB, update bool) {
 	}
 }
 
-func runStepBench(b *testing.B, model models.Module, xShape []int, classes int, update bool) {
+func runStepBench(b *testing.B, model models.Module, xShape []int, classes int, update bool, opts ...models.BuilderOption) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	s := newStepBench(b, model, xShape, classes)
+	s := newStepBench(b, model, xShape, classes, opts...)
 	for range 3 {
 		s.step(b, update)
 	}
@@ -99,6 +99,16 @@ func BenchmarkMLPStep(b *testing.B) {
 		b.Fatal(err)
 	}
 	runStepBench(b, m, []int{64, 784}, 10, true)
+}
+
+// BenchmarkMLPStepInPlace is BenchmarkMLPStep with models.WithGradsInPlace:
+// the run writes the gradients into Param.Grad and CopyGrads copies nothing.
+func BenchmarkMLPStepInPlace(b *testing.B) {
+	m, err := models.NewMLP([]int{784, 1024, 1024, 10}, models.ActReLU, true, rand.New(rand.NewPCG(0, 1)), models.WithDtype(tensor.Float32))
+	if err != nil {
+		b.Fatal(err)
+	}
+	runStepBench(b, m, []int{64, 784}, 10, true, models.WithGradsInPlace())
 }
 
 // BenchmarkMLPStepNoOptim is BenchmarkMLPStep without ZeroGrad and the SGD
