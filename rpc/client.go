@@ -143,6 +143,12 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 	buf := getBuf()
 	defer putBuf(buf)
 	enc := Encoder{buf: (*buf)[:0], agent: a, to: call.To}
+	sent := false
+	defer func() {
+		if !sent {
+			enc.abandon()
+		}
+	}()
 	typ, err := enc.encodeTop(call.Arg)
 	*buf = enc.buf
 	if err != nil {
@@ -218,6 +224,7 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 		}
 		return fut
 	}
+	sent = true
 	a.m.sent.Add(1)
 	if byRef {
 		// The callee copies the tensors out of this process: they must stay

@@ -64,6 +64,7 @@ type Encoder struct {
 	tensors []*tensor.Dense       // contiguous, as sent
 	origs   []*tensor.Dense       // as given, to send a tensor used twice once
 	seen    map[*tensor.Dense]int // index of origs, once there are many
+	unsent  []func()
 	agent   *Agent
 	to      WorkerInfo
 	depth   int
@@ -74,6 +75,19 @@ func (e *Encoder) Agent() *Agent { return e.agent }
 
 // To returns the worker the value is sent to.
 func (e *Encoder) To() WorkerInfo { return e.to }
+
+// OnUnsent registers fn to run if the value never leaves: the call or reply
+// failed before its frame was written (a Marshaler that registered state
+// for the receiver, as an RRef's fork, undoes it there).
+func (e *Encoder) OnUnsent(fn func()) { e.unsent = append(e.unsent, fn) }
+
+// abandon runs the OnUnsent functions.
+func (e *Encoder) abandon() {
+	for _, fn := range e.unsent {
+		fn()
+	}
+	e.unsent = nil
+}
 
 // Uvarint writes an unsigned integer.
 func (e *Encoder) Uvarint(v uint64) { e.buf = binary.AppendUvarint(e.buf, v) }
@@ -806,7 +820,9 @@ func (a *Any) MarshalRPC(e *Encoder) error {
 	if a.set || typ == "" {
 		sub := Encoder{agent: e.agent, to: e.to, depth: e.depth}
 		var err error
-		if typ, err = sub.encodeTop(a.val); err != nil {
+		typ, err = sub.encodeTop(a.val)
+		e.unsent = append(e.unsent, sub.unsent...)
+		if err != nil {
 			return err
 		}
 		data, tensors = sub.buf, sub.tensors

@@ -161,8 +161,9 @@ func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, v any, err e
 	buf := getBuf()
 	defer putBuf(buf)
 	f := frame{id: id, meta: meta}
+	var enc Encoder
 	if err == nil {
-		enc := Encoder{buf: (*buf)[:0], agent: a, to: c.peer}
+		enc = Encoder{buf: (*buf)[:0], agent: a, to: c.peer}
 		typ, eerr := enc.encodeTop(v)
 		*buf = enc.buf
 		if eerr != nil {
@@ -191,22 +192,22 @@ func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, v any, err e
 		}
 		f = frame{kind: kindError, code: byte(code), id: id, aux: mask, payload: []byte(msg), meta: meta}
 		head, _, _ = appendHead((*hb)[:0], &f)
+		enc.abandon() // the result does not go
 	}
 	*hb = head
 	if f.flags&flagByRef != 0 {
 		ack := c.expectAck(id)
-		if werr := c.write(frameBuffers(head, &f)); werr == nil {
+		if werr := c.write(frameBuffers(head, &f)); werr != nil {
+			c.dropAck(id)
+			enc.abandon()
+		} else if aerr := c.awaitAck(ack, id, nil, a.opts.timeout); aerr != nil {
 			// The caller copies the result out of this process: it must stay
 			// as it is until the caller has.
-			if aerr := c.awaitAck(ack, id, nil, a.opts.timeout); aerr != nil {
-				a.opts.logger.Warn("rpc: a reply was not copied", "worker", a.self.Name, "peer", c.peer.String(), "err", aerr)
-			}
-		} else {
-			c.dropAck(id)
+			a.opts.logger.Warn("rpc: a reply was not copied", "worker", a.self.Name, "peer", c.peer.String(), "err", aerr)
 		}
 		runtime.KeepAlive(f.tensors)
-	} else {
-		c.write(frameBuffers(head, &f))
+	} else if werr := c.write(frameBuffers(head, &f)); werr != nil {
+		enc.abandon()
 	}
 	a.m.requestDone(err)
 }

@@ -444,3 +444,45 @@ func TestCollectedReferenceIsReleased(t *testing.T) {
 		return OwnedCount(agents[1]) == 0 && UserCount(agents[0]) == 0
 	})
 }
+
+func TestUnsentForkIsUndone(t *testing.T) {
+	agents := startGroup(t, 2, setup(holders(2)), rpc.WithMaxMessageSize(1<<20))
+	ctx := context.Background()
+	big := tensor.New(tensor.WithShape(1<<19), tensor.WithBacking(make([]float32, 1<<19)))
+	type withTensor struct {
+		R *RRef[*tensor.Dense]
+		T *tensor.Dense
+	}
+	// A call that fails after the reference was encoded (the message is too
+	// large): the fork the owner registered for the receiver is undone.
+	local := LocalRRef(agents[0], tensor.New(tensor.WithShape(1), tensor.WithBacking([]float32{1})))
+	if _, err := rpc.Sync[float32](ctx, agents[0], "w1", "keep", withTensor{local, big}); !errors.Is(err, rpc.ErrTooLarge) {
+		t.Fatalf("oversized call: %v", err)
+	}
+	if n := forks(agents[0], local.ID()); n > 0 {
+		t.Fatalf("%d forks left after a call that never went", n)
+	}
+	// The same with a user reference: no pending child stays behind, and
+	// the release goes out at once.
+	ref, err := Remote[*tensor.Dense](ctx, agents[0], "w1", "ones", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ref.WaitConfirmed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rpc.Sync[float32](ctx, agents[0], "w1", "keep", withTensor{ref, big}); !errors.Is(err, rpc.ErrTooLarge) {
+		t.Fatalf("oversized call: %v", err)
+	}
+	rc := contextOf(agents[0])
+	rc.mu.Lock()
+	pending := len(rc.children)
+	rc.mu.Unlock()
+	if pending != 0 {
+		t.Fatalf("%d pending children after a call that never went", pending)
+	}
+	if err := ref.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the owner frees the value", func() bool { return OwnedCount(agents[1]) == 0 })
+}

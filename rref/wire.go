@@ -37,6 +37,7 @@ func (r *RRef[T]) MarshalRPC(e *rpc.Encoder) error {
 	fork := rc.newID()
 	if st.entry != nil {
 		rc.addFork(st.entry, fork)
+		e.OnUnsent(func() { rc.delFork(st.id, fork) })
 	} else {
 		if st.released.Load() {
 			return fmt.Errorf("%w: rref: sending %s after Release", rpc.ErrInvalidArgument, st.id)
@@ -48,6 +49,7 @@ func (r *RRef[T]) MarshalRPC(e *rpc.Encoder) error {
 		// A child that is never accepted (the receiver died, the call was
 		// never delivered) stops holding the parent after a while.
 		time.AfterFunc(rc.childTimeout(), func() { rc.childDone(fork) })
+		e.OnUnsent(func() { rc.childDone(fork) })
 	}
 	e.Uvarint(uint64(st.owner.ID))
 	writeID(e, st.id)
