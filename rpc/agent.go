@@ -152,9 +152,13 @@ func Init(ctx context.Context, name string, rank, worldSize int, opts ...Option)
 
 // InitFromEnv is Init with rank and world size from the environment: RANK
 // and WORLD_SIZE (else OMPI_COMM_WORLD_RANK/SIZE as mpirun sets them, else
-// SLURM_PROCID and SLURM_NTASKS). Without WithStore it rendezvouses through
-// a TCP store at MASTER_ADDR:MASTER_PORT (rank 0 serves it). An empty name
-// means "worker<rank>".
+// PMI_RANK/PMI_SIZE, else SLURM_PROCID and SLURM_NTASKS), the variables and
+// order comm.EnvFromOS uses. Without WithStore it rendezvouses through a TCP
+// store at MASTER_ADDR:MASTER_PORT (rank 0 serves it; MASTER_ADDR defaults to
+// 127.0.0.1 when LOCAL_WORLD_SIZE equals WORLD_SIZE). An empty name means
+// "worker<rank>". In a process that also runs a process group, pass the
+// group's store with WithStore rather than serving a second store on the
+// same port.
 func InitFromEnv(ctx context.Context, name string, opts ...Option) (*Agent, error) {
 	rank, world, err := rankFromEnv()
 	if err != nil {
@@ -186,8 +190,11 @@ func (a *Agent) openStore(ctx context.Context, rank int) error {
 		return nil
 	}
 	host, port := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT")
+	if host == "" && os.Getenv("LOCAL_WORLD_SIZE") != "" && os.Getenv("LOCAL_WORLD_SIZE") == os.Getenv("WORLD_SIZE") {
+		host = "127.0.0.1" // every worker runs on this machine
+	}
 	if host == "" || port == "" {
-		return fmt.Errorf("%w: rpc: no store: pass WithStore or set MASTER_ADDR and MASTER_PORT", ErrInvalidArgument)
+		return fmt.Errorf("%w: rpc: no store: pass WithStore, or set MASTER_ADDR and MASTER_PORT (tandem run does)", ErrInvalidArgument)
 	}
 	sopts := []store.Option{store.WithTimeout(a.opts.timeout), store.WithLogger(a.opts.logger)}
 	if a.opts.tokenSet {

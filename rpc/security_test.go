@@ -14,6 +14,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -365,4 +366,28 @@ func TestNoGoroutineLeak(t *testing.T) {
 		}
 	}()
 	checkGoroutines(t, before)
+}
+
+func TestRankFromEnv(t *testing.T) {
+	for _, v := range []string{"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	if _, _, err := rankFromEnv(); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("no variables: %v", err)
+	}
+	t.Setenv("SLURM_PROCID", "3")
+	t.Setenv("SLURM_NTASKS", "4")
+	if r, w, err := rankFromEnv(); err != nil || r != 3 || w != 4 {
+		t.Fatalf("slurm: %d %d %v", r, w, err)
+	}
+	t.Setenv("RANK", "1")
+	t.Setenv("WORLD_SIZE", "2")
+	if r, w, err := rankFromEnv(); err != nil || r != 1 || w != 2 {
+		t.Fatalf("RANK wins: %d %d %v", r, w, err)
+	}
+	t.Setenv("RANK", "x")
+	if _, _, err := rankFromEnv(); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "RANK") {
+		t.Fatalf("bad RANK: %v", err)
+	}
 }
