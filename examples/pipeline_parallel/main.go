@@ -127,7 +127,16 @@ func runWorker(ctx context.Context, cfg config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	agent, err := rpc.InitFromEnv(ctx, workerNames[rank], rpc.WithRegistry(reg))
+	// The workers meet through a TCP store that rank 0 serves. The program
+	// opens it itself (rpc.InitFromEnv could) so that rank 0 keeps serving
+	// it until every worker has finished shutting down.
+	addr := net.JoinHostPort(os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"))
+	st, err := store.NewTCP(ctx, addr, rank == 0)
+	if err != nil {
+		return fmt.Errorf("store at %s: %w", addr, err)
+	}
+	defer st.Close()
+	agent, err := rpc.InitFromEnv(ctx, workerNames[rank], rpc.WithRegistry(reg), rpc.WithStore(st))
 	if err != nil {
 		return err
 	}
@@ -138,7 +147,25 @@ func runWorker(ctx context.Context, cfg config, w io.Writer) error {
 	// A graceful shutdown returns when every worker has called it and no
 	// call is in flight anywhere: the stage workers wait here while the
 	// driver trains.
-	return errors.Join(terr, agent.Shutdown(ctx, true))
+	serr := agent.Shutdown(ctx, true)
+	return errors.Join(terr, serr, leave(ctx, st, rank))
+}
+
+// leave tells rank 0 that this worker is done with the store; rank 0 waits
+// (a few seconds at most) until all have, before its deferred Close stops
+// the store.
+func leave(ctx context.Context, st store.Store, rank int) error {
+	if rank != 0 {
+		return st.Set(ctx, "pipeline/left/"+strconv.Itoa(rank), []byte{1})
+	}
+	keys := make([]string, 0, len(workerNames)-1)
+	for r := 1; r < len(workerNames); r++ {
+		keys = append(keys, "pipeline/left/"+strconv.Itoa(r))
+	}
+	if err := st.Wait(ctx, keys, 10*time.Second); err != nil {
+		return fmt.Errorf("waiting for the stage workers to leave: %w", err)
+	}
+	return nil
 }
 
 // runInProcess runs the three workers as goroutines, over loopback sockets.
