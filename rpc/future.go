@@ -98,7 +98,10 @@ func (f *Future[R]) Wait(ctx context.Context) (R, error) {
 
 // Then runs fn with the outcome once the future completes: at once (in the
 // calling goroutine) if it already has, else in the goroutine that completes
-// it. fn must not block for long: it may run on a connection's read loop.
+// it. For a call's future that is the connection's read loop, which reads
+// the other replies meanwhile: fn must not wait for long (starting calls,
+// Async, is fine; Sync or Wait on another call of the same connection would
+// wait for a reply that this very loop has to read).
 func (f *Future[R]) Then(fn func(R, error)) {
 	f.mu.Lock()
 	if !f.completed {

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,8 +33,8 @@ func (a *Agent) onRequest(c *conn, f *frame) (handler func()) {
 	a.m.requestStart()
 	e := a.reg.lookup(f.fn)
 	if e == nil {
-		a.reply(c, f.id, f.fn, nil, nil, a.reg.unknownFunction(a.self.Name, f.fn))
-		return nil
+		err := a.reg.unknownFunction(a.self.Name, f.fn)
+		return func() { a.reply(c, f.id, f.fn, nil, nil, err) }
 	}
 	if e.async {
 		a.serve(c, f, e)
@@ -61,7 +62,15 @@ func (a *Agent) serve(c *conn, f *frame, e *entry) {
 	}
 	argV, err := decodeTop(e.argType, f.typ, f.payload, f.tensors, a, c.peer)
 	if err != nil {
-		a.reply(c, f.id, f.fn, nil, nil, wrongTypef("function %q takes an argument of type %s, the caller sent %s: %v", e.name, e.argType, displayType(f.typ), err))
+		err = wrongTypef("function %q takes an argument of type %s, the caller sent %s: %v", e.name, e.argType, displayType(f.typ), err)
+		if e.async { // on the read loop: do not write from it
+			go func() {
+				a.reply(c, f.id, f.fn, nil, nil, err)
+				done()
+			}()
+			return
+		}
+		a.reply(c, f.id, f.fn, nil, nil, err)
 		done()
 		return
 	}
@@ -76,13 +85,25 @@ func (a *Agent) serve(c *conn, f *frame, e *entry) {
 	} else {
 		fut = final(ctx, sc)
 	}
+	// An async function runs on the read loop; if its future is already
+	// complete, the callback below runs there too, and the read loop must
+	// not block writing the reply (the peer may be blocked writing to us).
+	var returned atomic.Bool
 	fut.Then(func(v any, err error) {
 		if err != nil && errors.Is(err, context.DeadlineExceeded) && cc.Err() == context.DeadlineExceeded {
 			err = &handlerError{code: codeTimeout, msg: fmt.Sprintf("the call's timeout of %v passed while %q ran: %v", time.Duration(f.aux), e.name, err), err: err}
 		}
+		if e.async && !returned.Load() {
+			go func() {
+				a.reply(c, f.id, e.name, sc.ReplyMeta, v, err)
+				done()
+			}()
+			return
+		}
 		a.reply(c, f.id, e.name, sc.ReplyMeta, v, err)
 		done()
 	})
+	returned.Store(true)
 }
 
 func displayType(t string) string {
