@@ -288,9 +288,12 @@ func (op chanOp) DiffWRT(int) []bool {
 func (op chanOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 	switch op.kind {
 	case chanAddReLU:
-		dx, err := G.ApplyOp(eltGradOp{eltReLU}, out, grad)
-		if err != nil {
-			return nil, err
+		dx := grad // when a max pool already applied the ReLU's derivative
+		if !maskedPoolGrad(grad, out) {
+			var err error
+			if dx, err = G.ApplyOp(eltGradOp{eltReLU}, out, grad); err != nil {
+				return nil, err
+			}
 		}
 		dc, err := G.ApplyOp(chanOp{chanSum, op.axis, op.n, op.inDims, op.cShape, &outSlot{}}, dx)
 		if err != nil {

@@ -81,8 +81,16 @@ func (cp convParams) geom(x tensor.Shape, o int) (convGeom, error) {
 		kh: cp.k[0], kw: cp.k[1], sh: cp.s[0], sw: cp.s[1], ph: cp.p[0], pw: cp.p[1], dh: cp.d[0], dw: cp.d[1]}, nil
 }
 
-// scratch keeps im2col buffers between runs of one op.
-type scratch struct{ pool sync.Pool }
+// scratch keeps an op's work buffers (im2col matrices, padded samples)
+// from one run to the next. Unlike a sync.Pool it survives garbage
+// collections, so a training step allocates nothing once warm.
+type scratch struct {
+	mu   sync.Mutex
+	free []any // *[]T of the dtypes the op has run in
+}
+
+// maxScratch bounds the buffers one op keeps (it uses at most four at once).
+const maxScratch = 8
 
 // getScratch returns a slice of n elements (contents undefined) and the
 // function that gives it back to s.
@@ -90,12 +98,25 @@ func getScratch[T float](s *scratch, n int) ([]T, func()) {
 	if s == nil {
 		return make([]T, n), func() {}
 	}
-	if p, ok := s.pool.Get().(*[]T); ok && cap(*p) >= n {
-		buf := (*p)[:n]
-		return buf, func() { s.pool.Put(p) }
+	s.mu.Lock()
+	for i := len(s.free) - 1; i >= 0; i-- {
+		if p, ok := s.free[i].(*[]T); ok && cap(*p) >= n {
+			s.free = append(s.free[:i], s.free[i+1:]...)
+			s.mu.Unlock()
+			return (*p)[:n], func() { s.put(p) }
+		}
 	}
+	s.mu.Unlock()
 	buf := make([]T, n)
-	return buf, func() { s.pool.Put(&buf) }
+	return buf, func() { s.put(&buf) }
+}
+
+func (s *scratch) put(p any) {
+	s.mu.Lock()
+	if len(s.free) < maxScratch {
+		s.free = append(s.free, p)
+	}
+	s.mu.Unlock()
 }
 
 // gemmFunc is tblas.Sgemm or tblas.Dgemm.

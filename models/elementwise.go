@@ -76,9 +76,12 @@ func (op eltOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op eltOp) Hashcode() uint32      { return hashOf(op) }
 func (op eltOp) String() string        { return op.kind.String() }
 func (op eltOp) DiffWRT(int) []bool    { return []bool{true} }
-func (op eltOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+func (op eltOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 	if len(in) != 1 {
 		return nil, fmt.Errorf("models: %v takes 1 input, got %d", op, len(in))
+	}
+	if op.kind == eltReLU && maskedPoolGrad(grad, out) {
+		return G.Nodes{grad}, nil
 	}
 	dx, err := G.ApplyOp(eltGradOp(op), in[0], grad)
 	if err != nil {

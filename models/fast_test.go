@@ -104,8 +104,10 @@ func TestUsePreallocDo(t *testing.T) {
 			{"xent grad", xentGradOp{xentOp{tDims: 1, zType: dt, tType: tensor.Int64}}, []G.Value{r(4, 3), lab, one}},
 			{"pool 2x2", poolOp{k: [2]int{2, 2}, s: [2]int{2, 2}}, []G.Value{r(2, 3, 5, 7)}},
 			{"pool 3x3 s2 p1", poolOp{k: [2]int{3, 3}, s: [2]int{2, 2}, p: [2]int{1, 1}}, []G.Value{r(2, 3, 5, 6)}},
-			{"pool grad 2x2", poolGradOp{poolOp{k: [2]int{2, 2}, s: [2]int{2, 2}}}, []G.Value{r(2, 3, 5, 7), r(2, 3, 2, 3)}},
-			{"pool grad 3x3", poolGradOp{poolOp{k: [2]int{3, 3}, s: [2]int{2, 2}, p: [2]int{1, 1}}}, []G.Value{r(2, 3, 5, 6), r(2, 3, 3, 3)}},
+			{"pool grad 2x2", poolGradOp{poolOp: poolOp{k: [2]int{2, 2}, s: [2]int{2, 2}}}, []G.Value{r(2, 3, 5, 7), r(2, 3, 2, 3)}},
+			{"pool grad 3x3", poolGradOp{poolOp: poolOp{k: [2]int{3, 3}, s: [2]int{2, 2}, p: [2]int{1, 1}}}, []G.Value{r(2, 3, 5, 6), r(2, 3, 3, 3)}},
+			{"pool relu grad 2x2", poolGradOp{poolOp: poolOp{k: [2]int{2, 2}, s: [2]int{2, 2}}, relu: true}, []G.Value{r(2, 3, 5, 7), r(2, 3, 2, 3)}},
+			{"pool relu grad 3x3", poolGradOp{poolOp: poolOp{k: [2]int{3, 3}, s: [2]int{2, 2}, p: [2]int{1, 1}}, relu: true}, []G.Value{r(2, 3, 5, 6), r(2, 3, 3, 3)}},
 		}
 		convs := []convParams{
 			{k: [2]int{3, 3}, s: [2]int{1, 1}, p: [2]int{1, 1}, d: [2]int{1, 1}}, // wide, padded
@@ -227,15 +229,27 @@ func TestPool2MatchesGeneric(t *testing.T) {
 		}
 		out, ref := make([]float64, len(dy)), make([]float64, len(dy))
 		pool2Forward(s, x, out)
-		poolGeneric(op, s, x, ref, nil, nil)
+		poolGeneric(op, s, x, ref, nil, nil, false)
 		check("forward", out, ref)
-		dx, dref := make([]float64, n), make([]float64, n)
-		for i := range dx {
-			dx[i] = math.NaN() // stale buffer contents must be overwritten
+		for _, relu := range []bool{false, true} {
+			dx, dref := make([]float64, n), make([]float64, n)
+			for i := range dx {
+				dx[i] = math.NaN() // stale buffer contents must be overwritten
+			}
+			pool2Backward(s, x, dy, dx, relu)
+			poolGeneric(op, s, x, nil, dy, dref, relu)
+			check("backward", dx, dref)
+			if relu { // the ReLU's derivative, applied after the plain pool gradient
+				plain := make([]float64, n)
+				poolGeneric(op, s, x, nil, dy, plain, false)
+				for i := range plain {
+					if !(x[i] > 0) {
+						plain[i] = 0
+					}
+				}
+				check("relu backward", dx, plain)
+			}
 		}
-		pool2Backward(s, x, dy, dx)
-		poolGeneric(op, s, x, nil, dy, dref)
-		check("backward", dx, dref)
 
 		x32, dy32 := make([]float32, n), make([]float32, len(dy))
 		for i, v := range x {
@@ -245,8 +259,8 @@ func TestPool2MatchesGeneric(t *testing.T) {
 			dy32[i] = float32(v)
 		}
 		dx32, dref32 := make([]float32, n), make([]float32, n)
-		pool2Backward(s, x32, dy32, dx32)
-		poolGeneric(op, s, x32, nil, dy32, dref32)
+		pool2Backward(s, x32, dy32, dx32, false)
+		poolGeneric(op, s, x32, nil, dy32, dref32, false)
 		for i := range dx32 {
 			if dx32[i] != dref32[i] {
 				t.Fatalf("%v float32 backward[%d]: fast %v, general %v", shape, i, dx32[i], dref32[i])
@@ -466,16 +480,26 @@ func TestBackwardSkipsDataGradients(t *testing.T) {
 }
 
 // A Linear or Conv2d followed by a ReLU in a Sequential is built as one
-// bias+ReLU pass and computes exactly what the two layers compute apart.
+// bias+ReLU pass, and a max pool after a ReLU applies the ReLU's derivative
+// in its own backward pass; both compute exactly what the layers compute
+// apart.
 func TestFusedBiasReLU(t *testing.T) {
-	unfused := Func(func(_ *Builder, x *G.Node) (*G.Node, error) { return applyElt(eltReLU, x) })
+	// a ReLU that is not recognised: its output goes through a reshape
+	unfused := Func(func(_ *Builder, x *G.Node) (*G.Node, error) {
+		y, err := applyElt(eltReLU, x)
+		if err != nil {
+			return nil, err
+		}
+		return G.Reshape(y, y.Shape())
+	})
 	for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
 		build := func(act Module) *Sequential {
 			rng := rand.New(rand.NewPCG(121, 122))
 			c, _ := NewConv2d(1, 2, 3, WithPadding(1, 1), WithRand(rng), WithDtype(dt))
-			l1, _ := NewLinear(2*4*4, 5, WithRand(rng), WithDtype(dt))
+			pool, _ := NewMaxPool2d(2)
+			l1, _ := NewLinear(2*2*2, 5, WithRand(rng), WithDtype(dt))
 			l2, _ := NewLinear(5, 3, WithRand(rng), WithDtype(dt))
-			return NewSequential(c, act, Flatten{}, l1, act, l2)
+			return NewSequential(c, act, pool, Flatten{}, l1, act, l2)
 		}
 		fused, plain := build(ReLU{}), build(unfused)
 		rng := rand.New(rand.NewPCG(5, 6))
@@ -488,6 +512,16 @@ func TestFusedBiasReLU(t *testing.T) {
 		}
 		if got := countOps(bp.Graph(), "ChanAddReLU"); got != 0 {
 			t.Errorf("%v: unfused model has %d fused nodes", dt, got)
+		}
+		// the pool after the conv's ReLU masks; the Linear's ReLU has its own pass
+		if got, want := countOps(bf.Graph(), "GradReLUMaxPool2d"), 1; got != want {
+			t.Errorf("%v: %d ReLU-masking pool gradients, want %d", dt, got, want)
+		}
+		if got, want := countOps(bf.Graph(), "ReLUGrad"), 1; got != want {
+			t.Errorf("%v: %d ReLU gradient passes, want %d", dt, got, want)
+		}
+		if got, want := countOps(bp.Graph(), "ReLUGrad"), 2; got != want {
+			t.Errorf("%v: unfused model has %d ReLU gradient passes, want %d", dt, got, want)
 		}
 		for _, b := range []*Builder{bf, bp} {
 			vm := G.NewTapeMachine(b.Graph())

@@ -71,7 +71,14 @@ type poolOp struct {
 
 // poolGradOp is poolOp's gradient: inputs (x, dy), output dx. It recomputes
 // each window's argmax from x, so it holds no state between the passes.
-type poolGradOp struct{ poolOp }
+// With relu set, x is the output of a ReLU and the op also applies the
+// ReLU's derivative (a window's gradient passes only when its maximum is
+// positive), so that the ReLU's own gradient pass can be skipped (see
+// maskedPoolGrad).
+type poolGradOp struct {
+	poolOp
+	relu bool
+}
 
 func (op poolOp) outHW(h, w int) (int, int) {
 	return (h+2*op.p[0]-op.k[0])/op.s[0] + 1, (w+2*op.p[1]-op.k[1])/op.s[1] + 1
@@ -118,9 +125,9 @@ func (op poolOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error)
 	s := x.Shape()
 	switch x.Dtype() {
 	case tensor.Float64:
-		poolKernel(op, s, x.Float64s(), out.Float64s(), nil, nil)
+		poolKernel(op, s, x.Float64s(), out.Float64s(), nil, nil, false)
 	case tensor.Float32:
-		poolKernel(op, s, x.Float32s(), out.Float32s(), nil, nil)
+		poolKernel(op, s, x.Float32s(), out.Float32s(), nil, nil, false)
 	default:
 		return nil, checkFloat(x.Dtype())
 	}
@@ -136,20 +143,21 @@ func (op poolOp) pairs() bool {
 // poolKernel writes the window maxima of x into out; when dy is given it
 // instead writes into dx, for every element of x, the sum of dy over the
 // windows whose argmax it is (0 for most).
-func poolKernel[T float](op poolOp, s tensor.Shape, x, out, dy, dx []T) {
+// With relu set, a window whose maximum is not positive passes no gradient.
+func poolKernel[T float](op poolOp, s tensor.Shape, x, out, dy, dx []T, relu bool) {
 	if op.pairs() {
 		if dy == nil {
 			pool2Forward(s, x, out)
 		} else {
-			pool2Backward(s, x, dy, dx)
+			pool2Backward(s, x, dy, dx, relu)
 		}
 		return
 	}
-	poolGeneric(op, s, x, out, dy, dx)
+	poolGeneric(op, s, x, out, dy, dx, relu)
 }
 
 // poolGeneric is poolKernel for any window, stride and padding.
-func poolGeneric[T float](op poolOp, s tensor.Shape, x, out, dy, dx []T) {
+func poolGeneric[T float](op poolOp, s tensor.Shape, x, out, dy, dx []T, relu bool) {
 	if dy != nil {
 		clear(dx)
 	}
@@ -182,9 +190,10 @@ func poolGeneric[T float](op poolOp, s tensor.Shape, x, out, dy, dx []T) {
 					}
 				}
 				o := pl*oh*ow + i*ow + j
-				if dy == nil {
+				switch {
+				case dy == nil:
 					out[o] = best
-				} else {
+				case !relu || best > 0:
 					dx[pl*h*w+arg] += dy[o]
 				}
 			}
@@ -219,7 +228,7 @@ func pool2Forward[T float](s tensor.Shape, x, out []T) {
 // index is picked by a tournament of comparisons that compile to
 // conditional moves rather than branches (which would mispredict about half
 // the time); a window holding a NaN takes the exact general path.
-func pool2Backward[T float](s tensor.Shape, x, dy, dx []T) {
+func pool2Backward[T float](s tensor.Shape, x, dy, dx []T, relu bool) {
 	h, w := s[2], s[3]
 	oh, ow := h/2, w/2
 	for pl := 0; pl < s[0]*s[1]; pl++ {
@@ -251,8 +260,11 @@ func pool2Backward[T float](s tensor.Shape, x, dy, dx []T) {
 				if ab != ab || cd != cd {
 					k = firstNaN(a, b, c, d)
 				}
-				var v [4]T
-				v[k&3] = gv
+				if relu && !(max(ab, cd) > 0) {
+					k = 4 // the ReLU passes nothing: drop it in the spare slot
+				}
+				var v [5]T
+				v[k%5] = gv
 				d0[2*j], d0[2*j+1], d1[2*j], d1[2*j+1] = v[0], v[1], v[2], v[3]
 			}
 			clear(dp[2*i*w+2*ow : (2*i+1)*w])
@@ -285,7 +297,7 @@ func (op poolOp) String() string {
 }
 func (op poolOp) DiffWRT(int) []bool { return []bool{true} }
 func (op poolOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
-	dx, err := G.ApplyOp(poolGradOp{op}, in[0], grad)
+	dx, err := G.ApplyOp(poolGradOp{poolOp: op, relu: isReLUOutput(in[0])}, in[0], grad)
 	if err != nil {
 		return nil, err
 	}
@@ -329,9 +341,9 @@ func (op poolGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, er
 	dx := outDense(prealloc, x.Dtype(), x.Shape(), x, dy)
 	switch x.Dtype() {
 	case tensor.Float64:
-		poolKernel(op.poolOp, x.Shape(), x.Float64s(), nil, dy.Float64s(), dx.Float64s())
+		poolKernel(op.poolOp, x.Shape(), x.Float64s(), nil, dy.Float64s(), dx.Float64s(), op.relu)
 	case tensor.Float32:
-		poolKernel(op.poolOp, x.Shape(), x.Float32s(), nil, dy.Float32s(), dx.Float32s())
+		poolKernel(op.poolOp, x.Shape(), x.Float32s(), nil, dy.Float32s(), dx.Float32s(), op.relu)
 	default:
 		return nil, checkFloat(x.Dtype())
 	}
@@ -339,7 +351,42 @@ func (op poolGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, er
 }
 func (op poolGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op poolGradOp) Hashcode() uint32      { return hashOf(op) }
-func (op poolGradOp) String() string        { return "Grad" + op.poolOp.String() }
+func (op poolGradOp) String() string {
+	if op.relu {
+		return "GradReLU" + op.poolOp.String()
+	}
+	return "Grad" + op.poolOp.String()
+}
+
+// isReLUOutput reports whether n is computed by a ReLU (alone or fused
+// with a bias).
+func isReLUOutput(n *G.Node) bool {
+	switch op := n.Op().(type) {
+	case eltOp:
+		return op.kind == eltReLU
+	case chanOp:
+		return op.kind == chanAddReLU
+	}
+	return false
+}
+
+// maskedPoolGrad reports whether grad, the gradient reaching the ReLU
+// output out, is a pooling gradient that already applied the ReLU's
+// derivative to it: then out's pool was its only consumer (several
+// consumers get their gradients summed by another node), and the ReLU's
+// backward pass is grad itself.
+func maskedPoolGrad(grad, out *G.Node) bool {
+	pg, ok := grad.Op().(poolGradOp)
+	if !ok || !pg.relu || grad.Graph() == nil {
+		return false
+	}
+	it := grad.Graph().From(grad.ID())
+	if !it.Next() {
+		return false
+	}
+	first, ok := it.Node().(*G.Node)
+	return ok && first == out
+}
 func (op poolGradOp) DiffWRT(int) []bool    { return []bool{false, false} }
 func (op poolGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, fmt.Errorf("models: second derivatives of MaxPool2d are not implemented")
