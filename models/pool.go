@@ -387,7 +387,7 @@ func maskedPoolGrad(grad, out *G.Node) bool {
 	first, ok := it.Node().(*G.Node)
 	return ok && first == out
 }
-func (op poolGradOp) DiffWRT(int) []bool    { return []bool{false, false} }
+func (op poolGradOp) DiffWRT(int) []bool { return []bool{false, false} }
 func (op poolGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, fmt.Errorf("models: second derivatives of MaxPool2d are not implemented")
 }
