@@ -358,6 +358,11 @@ func (op poolGradOp) String() string {
 	return "Grad" + op.poolOp.String()
 }
 
+func (op poolGradOp) DiffWRT(int) []bool { return []bool{false, false} }
+func (op poolGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+	return nil, fmt.Errorf("models: second derivatives of MaxPool2d are not implemented")
+}
+
 // isReLUOutput reports whether n is computed by a ReLU (alone or fused
 // with a bias).
 func isReLUOutput(n *G.Node) bool {
@@ -386,8 +391,4 @@ func maskedPoolGrad(grad, out *G.Node) bool {
 	}
 	first, ok := it.Node().(*G.Node)
 	return ok && first == out
-}
-func (op poolGradOp) DiffWRT(int) []bool { return []bool{false, false} }
-func (op poolGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, fmt.Errorf("models: second derivatives of MaxPool2d are not implemented")
 }
