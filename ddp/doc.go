@@ -97,6 +97,26 @@
 // ops/dist, so its gradient is exact as well; ConvertSyncBatchNorm swaps it
 // in for every BatchNorm2d of a Sequential model, on a group of its own.
 //
+// # Where this differs from PyTorch
+//
+//   - Gradients are overwritten, not accumulated: every synchronized Step
+//     leaves this step's averaged gradient (plus what NoSync steps
+//     accumulated) in Grad, so zeroing the gradients between steps is not
+//     needed (and harmless).
+//   - PyTorch 1.13 reduces its first iteration in a single bucket unless
+//     find_unused_parameters is set, and caps the first bucket at 1 MiB even
+//     when bucket_cap_mb is smaller; here the first step already uses the
+//     size-capped layout, and the first cap is min(1 MiB, BucketCapMB) unless
+//     FirstBucketCapMB says otherwise. The rebuild after the first step
+//     happens in both.
+//   - Inside Join the buffers are broadcast from the lowest rank still
+//     training, and the final model from the lowest of the last ranks to
+//     join (PyTorch picks the highest).
+//   - FP16CompressHook and BF16CompressHook sum in ring order over
+//     point-to-point messages (collectives here carry no 16-bit types); the
+//     rounding after each addition is PyTorch's, the order of the additions
+//     is gloo's ring order only by design, not bit for bit.
+//
 // # Failure
 //
 // Every blocking call takes a context. A Step that fails on one rank (a

@@ -24,6 +24,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,8 +44,23 @@ import (
 func init() {
 	benches["ddp"] = command{
 		summary: "DDP training step of an MLP, one single-core process per rank over TCP: tandem bench ddp -nproc N [-batch 64] [-steps 60] [-warmup 10] [-json]",
-		run:     func(ctx context.Context, args []string) error { return benchDDP(ctx, args, os.Stdout) },
+		run:     func(ctx context.Context, args []string) error { return benchDDP(ctx, args, os.Stdout, selfDDPWorker) },
 	}
+}
+
+// ddpLauncher builds the command that runs one worker process of the
+// benchmark (args are the worker's flags); env is added to its environment.
+type ddpLauncher func(args, env []string) (*exec.Cmd, error)
+
+// selfDDPWorker re-executes this binary in the hidden worker mode.
+func selfDDPWorker(args, env []string) (*exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this executable to start workers: %w", err)
+	}
+	cmd := exec.Command(exe, append([]string{"bench", "ddp", "-worker"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	return cmd, nil
 }
 
 // ddpBenchResult is one line of `tandem bench ddp -json`: one world size.
@@ -79,7 +95,10 @@ type ddpBenchConfig struct {
 	steps    int
 	warmup   int
 	capMB    float64
-	ddpWorld bool // use DDP at world 1 too
+	ddpWorld bool   // use DDP at world 1 too
+	ring     int    // comm.WithRingThreshold, -1: the group's default
+	chunk    int    // comm.WithChunkSize, 0: the group's default
+	profile  string // rank 0 of the largest world writes a CPU profile here
 }
 
 func (c ddpBenchConfig) args() []string {
@@ -92,10 +111,10 @@ func (c ddpBenchConfig) args() []string {
 	if c.ddpWorld {
 		a = append(a, "-ddp1")
 	}
-	return a
+	return append(a, "-ring-threshold", strconv.Itoa(c.ring), "-chunk-size", strconv.Itoa(c.chunk), "-cpuprofile", c.profile)
 }
 
-func benchDDP(ctx context.Context, args []string, stdout io.Writer) error {
+func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch ddpLauncher) error {
 	fs := flag.NewFlagSet("tandem bench ddp", flag.ContinueOnError)
 	nproc := fs.Int("nproc", 2, "number of ranks (world 1 runs too, as the baseline)")
 	sizesFlag := fs.String("sizes", "784,1024,1024,10", "comma-separated layer `sizes` of the MLP")
@@ -104,6 +123,9 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer) error {
 	warmup := fs.Int("warmup", 10, "untimed warm-up steps")
 	capMB := fs.Float64("bucket-cap-mb", ddp.DefaultBucketCapMB, "DDP bucket cap in MiB")
 	ddp1 := fs.Bool("ddp1", false, "run world 1 through DDP too (default: a plain step, as torch_ddp.py does)")
+	ring := fs.Int("ring-threshold", -1, "all-reduces of at least this many `bytes` use the ring algorithm, smaller ones recursive doubling (-1: comm's default)")
+	chunk := fs.Int("chunk-size", 0, "`bytes` per pipelined piece of a collective (0: comm's default)")
+	profile := fs.String("cpuprofile", "", "write a CPU profile of rank 0's timed steps (largest world) to `file`")
 	asJSON := fs.Bool("json", false, "print one JSON object per world size")
 	worker := fs.Bool("worker", false, "internal: run as one rank (rank and world from the environment)")
 	if err := fs.Parse(args); err != nil {
@@ -122,7 +144,7 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer) error {
 	if !(*capMB > 0) {
 		return fmt.Errorf("-bucket-cap-mb %v: must be positive", *capMB)
 	}
-	cfg := ddpBenchConfig{sizes: sizes, batch: *batch, steps: *steps, warmup: *warmup, capMB: *capMB, ddpWorld: *ddp1}
+	cfg := ddpBenchConfig{sizes: sizes, batch: *batch, steps: *steps, warmup: *warmup, capMB: *capMB, ddpWorld: *ddp1, ring: *ring, chunk: *chunk, profile: *profile}
 	if *worker {
 		return ddpBenchWorker(ctx, cfg, stdout)
 	}
@@ -140,7 +162,11 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var base float64
 	for _, n := range worlds {
-		res, err := ddpBenchWorld(ctx, cfg, n)
+		wcfg := cfg
+		if n != worlds[len(worlds)-1] {
+			wcfg.profile = ""
+		}
+		res, err := ddpBenchWorld(ctx, wcfg, n, launch)
 		if err != nil {
 			return fmt.Errorf("world %d: %w", n, err)
 		}
@@ -170,12 +196,8 @@ func secs(s float64) string { return time.Duration(s * 1e9).Round(10 * time.Micr
 
 // ddpBenchWorld runs one world of n worker processes and returns rank 0's
 // result.
-func ddpBenchWorld(ctx context.Context, cfg ddpBenchConfig, n int) (ddpBenchResult, error) {
+func ddpBenchWorld(ctx context.Context, cfg ddpBenchConfig, n int, launch ddpLauncher) (ddpBenchResult, error) {
 	var res ddpBenchResult
-	exe, err := os.Executable()
-	if err != nil {
-		return res, fmt.Errorf("finding this executable to start workers: %w", err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return res, fmt.Errorf("finding a free port for the store: %w", err)
@@ -188,20 +210,23 @@ func ddpBenchWorld(ctx context.Context, cfg ddpBenchConfig, n int) (ddpBenchResu
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		mu      sync.Mutex
-		got     bool
-		parsed  error
-		errs    = make([]error, n)
-		wg      sync.WaitGroup
-		started []*exec.Cmd
+		mu     sync.Mutex
+		got    bool
+		parsed error
+		errs   = make([]error, n)
+		wg     sync.WaitGroup
 	)
 	for r := range n {
-		cmd := exec.Command(exe, append([]string{"bench", "ddp", "-worker"}, cfg.args()...)...)
-		cmd.Env = append(os.Environ(), "GOMAXPROCS=1",
-			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
-			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(n),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			"TANDEM_TOKEN="+hex.EncodeToString(secret[:]))
+		cmd, err := launch(cfg.args(), []string{"GOMAXPROCS=1",
+			"RANK=" + strconv.Itoa(r), "WORLD_SIZE=" + strconv.Itoa(n),
+			"LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=" + strconv.Itoa(n),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(port),
+			"TANDEM_TOKEN=" + hex.EncodeToString(secret[:])})
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return res, err
+		}
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
@@ -214,7 +239,6 @@ func ddpBenchWorld(ctx context.Context, cfg ddpBenchConfig, n int) (ddpBenchResu
 			wg.Wait()
 			return res, fmt.Errorf("starting rank %d: %w", r, err)
 		}
-		started = append(started, cmd)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -270,7 +294,8 @@ func loadAvg() string {
 // ddpBenchWorker is one rank: it trains cfg.steps steps and rank 0 prints
 // its result as JSON.
 func ddpBenchWorker(ctx context.Context, cfg ddpBenchConfig, stdout io.Writer) error {
-	pg, err := comm.InitFromEnv(ctx, comm.WithInitTimeout(time.Minute), comm.WithoutDefault())
+	pg, err := comm.InitFromEnv(ctx, comm.WithInitTimeout(time.Minute), comm.WithoutDefault(),
+		comm.WithGroupOptions(comm.WithRingThreshold(cfg.ring), comm.WithChunkSize(cfg.chunk)))
 	if err != nil {
 		return err
 	}
@@ -320,6 +345,17 @@ func ddpBenchWorker(ctx context.Context, cfg ddpBenchConfig, stdout io.Writer) e
 				net.ResetStats()
 			}
 			cpu0 = processCPU()
+			if cfg.profile != "" && pg.Rank() == 0 {
+				f, err := os.Create(cfg.profile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 		}
 		t0 := time.Now()
 		if loss, err = step(); err != nil {
