@@ -410,3 +410,72 @@ func TestJoinDisagreementOnNoSync(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinWithBuffers: a model with batch-norm buffers under Join, uneven
+// inputs: the joined rank takes part in every buffer broadcast, nobody
+// hangs, and the replicas end identical, buffers included.
+func TestJoinWithBuffers(t *testing.T) {
+	const world = 2
+	pgs := localWorld(t, world)
+	ctx := testCtx(t, 60*time.Second)
+	states := make([][]float64, world)
+	mustEachRank(t, world, func(r int) error {
+		m := bnNet(t)
+		net, err := ddp.New(ctx, pgs[r], m)
+		if err != nil {
+			return err
+		}
+		err = net.Join(ctx, func() error {
+			for s := 0; s < 1+2*r; s++ {
+				x, y := imageBatch(uint64(10*r+s), 3)
+				if _, err := net.Step(ctx, x, y); err != nil {
+					return err
+				}
+				sgd(net.Parameters(), 0.1)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, p := range models.StateDict(m) {
+			states[r] = append(states[r], asFloats(p.Value)...)
+		}
+		return nil
+	})
+	if !slices.Equal(states[0], states[1]) {
+		t.Error("replicas differ after Join")
+	}
+}
+
+// TestCancelledStepAbortsTheGroup: a rank whose step is cancelled fails
+// with ErrTimeout, and the other rank, waiting in the same step, fails with
+// ErrPeerLost (had it waited for its own 30 s deadline, it would report
+// ErrTimeout).
+func TestCancelledStepAbortsTheGroup(t *testing.T) {
+	const world = 2
+	pgs := localWorld(t, world)
+	ctx := testCtx(t, 60*time.Second)
+	errs := eachRank(world, func(r int) error {
+		net, err := ddp.New(ctx, pgs[r], newMLP(t, hookSizes, 1))
+		if err != nil {
+			return err
+		}
+		x, y := batch(uint64(r), 3, hookSizes[0], 3)
+		sctx := ctx
+		if r == 1 {
+			c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			sctx = c
+			<-c.Done() // expired before the step starts its collectives
+		}
+		_, err = net.Step(sctx, x, y)
+		return err
+	})
+	if !errors.Is(errs[1], comm.ErrTimeout) {
+		t.Errorf("rank 1: %v, want ErrTimeout", errs[1])
+	}
+	if !errors.Is(errs[0], comm.ErrPeerLost) {
+		t.Errorf("rank 0: %v, want ErrPeerLost", errs[0])
+	}
+}
