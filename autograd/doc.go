@@ -65,9 +65,10 @@
 // every received tensor goes back to its sender as soon as it is complete;
 // consumers that do not lead to a root contribute "no gradient", so every
 // receive function answers its sender exactly once and no worker waits for
-// a message that will not come. This is exact for any DAG (PyTorch's FAST
-// mode is exact only when no tensor needs contributions from several
-// send functions).
+// a message that will not come. This is exact for any DAG, and cheaper
+// than running each send function's backward as soon as its gradient
+// arrives (which would run a shared producer once per path, relying on
+// linearity to get the sum right).
 //
 // Parameter gradients accumulate in the context on the worker that holds
 // the parameter (GetGradients, Context.Gradients), never in Param.Grad, so
