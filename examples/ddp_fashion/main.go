@@ -8,7 +8,7 @@
 // Run two ranks on one machine (see README.md for the tutorial):
 //
 //	go build -tags openblas -o bin/ddp_fashion ./examples/ddp_fashion
-//	go run -tags openblas ./cmd/tandem run -nproc 2 -- bin/ddp_fashion -epochs 6 -out out/ddp_fashion
+//	go run -tags openblas ./cmd/tandem run -nproc 2 -- bin/ddp_fashion -epochs 5 -out out/ddp_fashion
 //
 // Started without a launcher it trains in a single process.
 package main
@@ -27,6 +27,7 @@ import (
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/data"
+	"github.com/tandemml/tandem/ddp"
 	"github.com/tandemml/tandem/internal/blas"
 )
 
@@ -53,12 +54,13 @@ func main() {
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fl := flag.NewFlagSet("ddp_fashion", flag.ContinueOnError)
 	cfg := config{EvalBatch: 500}
-	fl.IntVar(&cfg.Epochs, "epochs", 6, "train until this many epochs are done")
+	fl.IntVar(&cfg.Epochs, "epochs", 5, "train until this many epochs are done")
 	fl.IntVar(&cfg.Batch, "batch", 64, "examples per rank and step (the global batch is this times the number of ranks)")
 	fl.Float64Var(&cfg.LR, "lr", 0, fmt.Sprintf("learning rate (default %g for sgd, %g for adam)", defaultLRSGD, defaultLRAdam))
 	fl.StringVar(&cfg.Optimizer, "optim", "sgd", "optimizer: sgd (momentum 0.9) or adam")
 	fl.StringVar(&cfg.Schedule, "schedule", "cosine", "learning-rate schedule, stepped per epoch: cosine (annealed to 0 over -epochs) or none")
 	fl.StringVar(&cfg.Out, "out", "out/ddp_fashion", "folder for checkpoints and the plot (rank 0 writes it); empty: none")
+	fl.Float64Var(&cfg.BucketMB, "bucket-mb", 0, fmt.Sprintf("cap of DDP's gradient buckets in MiB (default %d; the first bucket is capped at %d MiB or this, whichever is smaller)", ddp.DefaultBucketCapMB, ddp.DefaultFirstBucketCapMB))
 	dataDir := fl.String("data", "", "folder holding the Fashion-MNIST files (default: $TANDEM_DATA, then "+data.FashionMNISTDebianDir+")")
 	download := fl.Bool("download", false, "download Fashion-MNIST when it is not found")
 	checkData := fl.Bool("check-data", false, "only check that Fashion-MNIST can be loaded (say how to get it if not) and exit")
@@ -69,6 +71,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fl.IntVar(&cfg.ProgressEvery, "every", 10, "percent of an epoch between progress lines")
 	fl.SetOutput(stdout)
 	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
 	}
 	if fl.NArg() > 0 {

@@ -27,6 +27,7 @@ type config struct {
 	LR        float64 // initial learning rate
 	Optimizer string  // "sgd" (momentum 0.9) or "adam"
 	Schedule  string  // "cosine" (annealed to 0 over Epochs) or "none"
+	BucketMB  float64 // DDP's gradient bucket cap in MiB (0 = ddp's default)
 	Out       string  // folder for checkpoints and the plot ("" = none)
 	Resume    bool    // continue from the newest checkpoint in Out
 	Limit     int     // train on the first Limit examples only (0 = all)
@@ -46,8 +47,9 @@ const (
 
 // validate refuses settings that cannot train.
 func (c config) validate() error {
-	if c.Epochs < 1 || c.Batch < 1 || c.EvalBatch < 1 || c.Limit < 0 || !(c.LR > 0) {
-		return fmt.Errorf("need -epochs >= 1, -batch >= 1, -lr > 0 and -limit >= 0 (got %d, %d, %v, %d)", c.Epochs, c.Batch, c.LR, c.Limit)
+	if c.Epochs < 1 || c.Batch < 1 || c.EvalBatch < 1 || c.Limit < 0 || !(c.LR > 0) || c.BucketMB < 0 {
+		return fmt.Errorf("need -epochs >= 1, -batch >= 1, -lr > 0, -limit >= 0 and -bucket-mb >= 0 (got %d, %d, %v, %d, %v)",
+			c.Epochs, c.Batch, c.LR, c.Limit, c.BucketMB)
 	}
 	if c.Optimizer != "sgd" && c.Optimizer != "adam" {
 		return fmt.Errorf("-optim %q: want sgd or adam", c.Optimizer)
@@ -155,7 +157,11 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 	// DDP checks that every rank built the same model, copies rank 0's
 	// weights to all, and from now on averages the gradients of every step
 	// in buckets, overlapped with the backward pass.
-	net, err := ddp.New(ctx, pg, model)
+	var ddpOpts []ddp.Option
+	if cfg.BucketMB > 0 {
+		ddpOpts = append(ddpOpts, ddp.BucketCapMB(cfg.BucketMB))
+	}
+	net, err := ddp.New(ctx, pg, model, ddpOpts...)
 	if err != nil {
 		return nil, nil, err
 	}
