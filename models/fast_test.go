@@ -356,9 +356,10 @@ func trainGraph(t *testing.T, m Module, x *tensor.Dense, lab *tensor.Dense) (*Bu
 	return b, loss
 }
 
-// The graph executor, reusing every op's output buffer from run to run,
-// computes bit for bit what gorgonia's TapeMachine computes, run after run
-// with new inputs; so do TapeMachines that are reused.
+// The graph executor (sequential and parallel), reusing every op's output
+// buffer from run to run, computes bit for bit what gorgonia's TapeMachine
+// computes, run after run with new inputs; so do TapeMachines that are
+// reused.
 func TestExecutorsAgreeWithBufferReuse(t *testing.T) {
 	rng := rand.New(rand.NewPCG(101, 102))
 	cases := []struct {
@@ -379,15 +380,16 @@ func TestExecutorsAgreeWithBufferReuse(t *testing.T) {
 			return m
 		}, []int{5, 1, 8, 8}},
 	}
-	for _, c := range cases {
-		for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
+	for k, c := range cases {
+		for d, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
+			workers := 1 + (k+d)%2 // the parallel executor too
 			mg, mt := c.model(dt), c.model(dt)
 			x := randDense(rng, dt, c.xshape...)
 			xt := x.Clone().(*tensor.Dense)
 			lab := tensor.New(tensor.WithShape(5), tensor.WithBacking([]int64{0, 2, 1, 1, 2}))
 			bg, lossG := trainGraph(t, mg, x, lab)
 			bt, lossT := trainGraph(t, mt, xt, lab)
-			prog, err := graph.Compile(bg.Graph(), graph.Workers(1), graph.WithGrads(bg.ParamNodes(), bg.GradNodes()))
+			prog, err := graph.Compile(bg.Graph(), graph.Workers(workers), graph.WithGrads(bg.ParamNodes(), bg.GradNodes()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -407,7 +409,7 @@ func TestExecutorsAgreeWithBufferReuse(t *testing.T) {
 					t.Fatal(err)
 				}
 				if !sameValues(lossG.Value(), lossT.Value()) {
-					t.Fatalf("%s %v run %d: loss %v (graph) vs %v (tape)", c.name, dt, run, lossG.Value(), lossT.Value())
+					t.Fatalf("%s %v workers %d run %d: loss %v (graph) vs %v (tape)", c.name, dt, workers, run, lossG.Value(), lossT.Value())
 				}
 				for _, b := range []*Builder{bg, bt} {
 					if err := b.CopyGrads(); err != nil {
@@ -416,7 +418,7 @@ func TestExecutorsAgreeWithBufferReuse(t *testing.T) {
 				}
 				for i, p := range mg.Params() {
 					if !sameValues(p.Grad, mt.Params()[i].Grad) {
-						t.Fatalf("%s %v run %d: gradient of %s differs", c.name, dt, run, p.Name)
+						t.Fatalf("%s %v workers %d run %d: gradient of %s differs", c.name, dt, workers, run, p.Name)
 					}
 				}
 			}

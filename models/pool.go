@@ -17,6 +17,11 @@ import (
 // ceil_mode false: padding counts as -∞, the output is
 // floor((H + 2·pad - kernel)/stride) + 1 high, a NaN in a window wins, and
 // among equal maxima the first (row-major) gets the gradient.
+//
+// The backward pass recomputes each window's argmax (no state is kept
+// between the passes); 2×2 windows with stride 2, the common case, have
+// branch-free kernels. Pooling the output of a ReLU, its backward pass also
+// applies the ReLU's derivative, and the ReLU's own pass is skipped.
 type MaxPool2d struct {
 	Kernel, Stride, Padding [2]int
 }
