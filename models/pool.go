@@ -262,14 +262,26 @@ func pool2Backward[T float](s tensor.Shape, x, dy, dx []T, relu bool) {
 				if cd > ab {
 					k = kcd
 				}
+				if relu {
+					pos := 0 // is the window's maximum positive?
+					if ab > 0 {
+						pos = 1
+					}
+					if cd > 0 {
+						pos = 1
+					}
+					if pos == 0 {
+						k = 4 // the ReLU passes nothing: drop it in a spare slot
+					}
+				}
 				if ab != ab || cd != cd {
 					k = firstNaN(a, b, c, d)
+					if relu {
+						k = 4 // the ReLU's derivative at NaN is 0
+					}
 				}
-				if relu && !(max(ab, cd) > 0) {
-					k = 4 // the ReLU passes nothing: drop it in the spare slot
-				}
-				var v [5]T
-				v[k%5] = gv
+				var v [8]T
+				v[k&7] = gv
 				d0[2*j], d0[2*j+1], d1[2*j], d1[2*j+1] = v[0], v[1], v[2], v[3]
 			}
 			clear(dp[2*i*w+2*ow : (2*i+1)*w])
