@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"sync/atomic"
+	"time"
 )
 
 // A fingerprint frame is a fixed-size message that every member of a group
@@ -51,17 +53,40 @@ func fingerprintDesc(f []byte) string {
 	return string(f[7 : 7+n])
 }
 
-// exchangeFingerprints sends this rank's frame to every other member and
-// receives theirs. It returns nil when all agree, an error wrapping
-// ErrMismatch (the same text on every rank, naming both sides) when they do
-// not, or the transport's error.
-func (pg *ProcessGroup) exchangeFingerprints(ctx context.Context, c *opCtx, op collective, mine []byte) error {
+// fingerprintGrace is how long a collective's algorithm runs before its
+// fingerprint check starts beside it (see execute). Short collectives check
+// afterwards, without a goroutine of their own.
+const fingerprintGrace = 20 * time.Millisecond
+
+// fingerprintDrain is how long a collective whose time is up still waits
+// for fingerprints that are on their way, to tell which rank never joined.
+const fingerprintDrain = 50 * time.Millisecond
+
+// sendFingerprints sends this rank's frame to every other member.
+func (pg *ProcessGroup) sendFingerprints(ctx context.Context, c *opCtx, op collective, mine []byte) error {
 	n, me := c.size(), c.rank()
 	for i := 1; i < n; i++ {
 		peer := (me + i) % n
 		if err := c.send(ctx, peer, stepFinger, mine); err != nil {
 			return fmt.Errorf("%s #%d: sending fingerprint: %w", op.desc, c.seq, err)
 		}
+	}
+	return nil
+}
+
+// recvFingerprints receives every other member's frame and compares them
+// with this rank's. It returns nil when all agree, an error wrapping
+// ErrMismatch (the same text on every rank, naming both sides) when they do
+// not, or the transport's error. When ctx has already ended, frames that
+// arrived (or arrive within fingerprintDrain) are still taken, so that the
+// error can name the rank that never joined.
+func (pg *ProcessGroup) recvFingerprints(ctx context.Context, c *opCtx, op collective, mine []byte) error {
+	n, me := c.size(), c.rank()
+	rctx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), fingerprintDrain)
+		defer cancel()
 	}
 	frames := make([]byte, n*fingerprintSize)
 	copy(frames[me*fingerprintSize:], mine)
@@ -70,10 +95,10 @@ func (pg *ProcessGroup) exchangeFingerprints(ctx context.Context, c *opCtx, op c
 			continue
 		}
 		f := frames[peer*fingerprintSize : (peer+1)*fingerprintSize]
-		if err := c.recv(ctx, peer, stepFinger, f); err != nil {
+		if err := c.recv(rctx, peer, stepFinger, f); err != nil {
 			if ctx.Err() != nil && !errors.Is(err, ErrPeerLost) {
 				return fmt.Errorf("%w: %s #%d on group %q: rank %d never joined this collective (is it stuck, or did it call a different number of collectives?): %w",
-					ErrTimeout, op.desc, c.seq, pg.name, peer, err)
+					ErrTimeout, op.desc, c.seq, pg.name, peer, ctx.Err())
 			}
 			return fmt.Errorf("%s #%d: waiting for rank %d's fingerprint: %w", op.desc, c.seq, peer, err)
 		}
@@ -94,4 +119,59 @@ func (pg *ProcessGroup) exchangeFingerprints(ctx context.Context, c *opCtx, op c
 			ErrMismatch, c.seq, pg.name, fingerprintDesc(ref), peer, fingerprintDesc(f), strings.Join(odd, ","), me)
 	}
 	return nil
+}
+
+// fingerprintCheck receives a collective's fingerprints exactly once: beside
+// the algorithm, from a timer's goroutine once fingerprintGrace has passed,
+// or after it, from the collective's own goroutine, whichever claims it
+// first.
+type fingerprintCheck struct {
+	pg      *ProcessGroup
+	ctx     context.Context
+	c       *opCtx
+	op      collective
+	mine    []byte
+	claimed atomic.Bool
+	timer   *time.Timer
+	done    chan struct{} // closed when the timer's check has finished
+	err     error         // the timer's check's result, read after done
+}
+
+// watchFingerprints arms the check beside the algorithm: should the
+// algorithm still run after fingerprintGrace, the fingerprints are received
+// concurrently, and a failed check stops the algorithm (stop with
+// errStoppedByFingerprint).
+func (pg *ProcessGroup) watchFingerprints(ctx context.Context, stop context.CancelCauseFunc, c *opCtx, op collective, mine []byte) *fingerprintCheck {
+	f := &fingerprintCheck{pg: pg, ctx: ctx, c: c, op: op, mine: mine, done: make(chan struct{})}
+	f.timer = time.AfterFunc(fingerprintGrace, func() {
+		if !f.claimed.CompareAndSwap(false, true) {
+			return
+		}
+		f.err = pg.recvFingerprints(ctx, c, op, mine)
+		if f.err != nil {
+			stop(errStoppedByFingerprint)
+		}
+		close(f.done)
+	})
+	return f
+}
+
+// result returns the check's outcome, receiving the fingerprints here
+// unless the timer's goroutine already does.
+func (f *fingerprintCheck) result() error {
+	f.timer.Stop()
+	if f.claimed.CompareAndSwap(false, true) {
+		return f.pg.recvFingerprints(f.ctx, f.c, f.op, f.mine)
+	}
+	<-f.done
+	return f.err
+}
+
+// abandon gives up the check (the group was aborted): it waits for a check
+// that already started, which the abort ends promptly.
+func (f *fingerprintCheck) abandon() {
+	f.timer.Stop()
+	if !f.claimed.CompareAndSwap(false, true) {
+		<-f.done
+	}
 }

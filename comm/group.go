@@ -28,7 +28,10 @@ type ProcessGroup struct {
 
 	mu       sync.Mutex
 	seq      uint32        // next collective's sequence number
-	tail     chan struct{} // Done of the last collective issued
+	runq     []*job        // collectives issued and not yet started, in order
+	running  bool          // the runner goroutine is alive
+	busy     bool          // the runner is running a collective
+	wake     chan struct{} // tells an idle runner that runq is not empty
 	closed   bool
 	inflight sync.WaitGroup
 	p2pTails map[p2pKey]chan struct{} // tail of each point-to-point stream
@@ -77,7 +80,7 @@ func NewProcessGroup(ctx context.Context, t transport.Transport, opts ...Option)
 
 func newGroup(w *world, id uint32, rank int, members []int, parent context.Context, o options) *ProcessGroup {
 	pg := &ProcessGroup{world: w, id: id, name: o.name, opts: o, rank: rank, members: members,
-		index: make(map[int]int, len(members)), p2pTails: map[p2pKey]chan struct{}{}}
+		index: make(map[int]int, len(members)), p2pTails: map[p2pKey]chan struct{}{}, wake: make(chan struct{}, 1)}
 	for g, wr := range members {
 		pg.index[wr] = g
 	}

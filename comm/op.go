@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
 
 	"github.com/tandemml/tandem/comm/transport"
 )
@@ -47,9 +49,23 @@ func (c *opCtx) recv(ctx context.Context, peer int, step uint16, b []byte) error
 	return nil
 }
 
+// job is a collective waiting for its turn on the group's runner.
+type job struct {
+	ctx   context.Context
+	op    collective
+	seq   uint32
+	w     *work
+	taken atomic.Bool // claimed by the runner, or failed while queued
+	// unwatch stops the watch on ctx that fails the job should its
+	// context end while it is still queued; nil when there is none.
+	unwatch func() bool
+}
+
 // start issues a collective: it takes the group's next sequence number and
-// runs the collective in its own goroutine once the group's previous
-// collective on this rank has finished.
+// queues the collective for the group's runner, a goroutine that runs the
+// group's collectives one after the other in sequence order. The runner
+// lives as long as the group, so a collective costs no goroutine start (and
+// no stack growth) of its own.
 func (pg *ProcessGroup) start(ctx context.Context, op collective) Work {
 	if ctx == nil {
 		ctx = context.Background()
@@ -64,43 +80,121 @@ func (pg *ProcessGroup) start(ctx context.Context, op collective) Work {
 	}
 	seq := pg.seq
 	pg.seq++
-	prev := pg.tail
 	w := newWork(op.desc)
 	w.seq, w.group = int64(seq), pg.name
-	pg.tail = w.done
+	j := &job{ctx: ctx, op: op, seq: seq, w: w}
 	pg.inflight.Add(1)
+	if (pg.busy || len(pg.runq) > 0) && ctx.Done() != nil {
+		// Queued behind another collective: should ctx end first, the
+		// collective fails at once (and aborts the group, since the ranks
+		// can no longer agree on what runs) instead of waiting its turn.
+		j.unwatch = context.AfterFunc(ctx, func() { pg.expire(j) })
+	}
+	pg.runq = append(pg.runq, j)
+	switch {
+	case !pg.running:
+		pg.running = true
+		go pg.runner()
+	default:
+		select {
+		case pg.wake <- struct{}{}:
+		default:
+		}
+	}
 	pg.mu.Unlock()
-	go func() {
-		defer pg.inflight.Done()
-		w.finish(pg.execute(ctx, op, seq, prev))
-	}()
 	return w
 }
 
+// runner runs the group's queued collectives in order until the group's
+// life ends and nothing is left to run.
+func (pg *ProcessGroup) runner() {
+	for {
+		pg.mu.Lock()
+		for len(pg.runq) == 0 {
+			pg.busy = false
+			if pg.life.Err() != nil {
+				pg.running = false
+				pg.mu.Unlock()
+				return
+			}
+			pg.mu.Unlock()
+			select {
+			case <-pg.wake:
+			case <-pg.life.Done():
+			}
+			pg.mu.Lock()
+		}
+		j := pg.runq[0]
+		pg.runq[0] = nil
+		pg.runq = pg.runq[1:]
+		if len(pg.runq) == 0 {
+			pg.runq = pg.runq[:0:0]
+		}
+		pg.busy = true
+		pg.mu.Unlock()
+		if !j.taken.CompareAndSwap(false, true) {
+			continue // its context ended while it was queued
+		}
+		if j.unwatch != nil {
+			j.unwatch()
+		}
+		j.w.finish(pg.execute(j.ctx, j.op, j.seq))
+		pg.inflight.Done()
+	}
+}
+
+// expire fails a queued collective whose context ended before its turn.
+func (pg *ProcessGroup) expire(j *job) {
+	if !j.taken.CompareAndSwap(false, true) {
+		return
+	}
+	pg.mu.Lock()
+	if i := slices.Index(pg.runq, j); i >= 0 {
+		pg.runq = slices.Delete(pg.runq, i, i+1)
+	}
+	pg.mu.Unlock()
+	label := fmt.Sprintf("%s #%d on group %q (rank %d)", j.op.desc, j.seq, pg.name, pg.rank)
+	j.w.finish(pg.fail(j.ctx, label, fmt.Errorf("still queued behind the previous collective: %w", j.ctx.Err())))
+	pg.inflight.Done()
+}
+
 // opContext bounds an operation by ctx, by the group's default timeout when
-// ctx has no deadline, and by the group's life.
-func (pg *ProcessGroup) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	var cancelT context.CancelFunc = func() {}
+// ctx has no deadline, and by the group's life. stop cancels the operation
+// with a cause; release frees the context's resources.
+func (pg *ProcessGroup) opContext(ctx context.Context) (opCtx context.Context, stop context.CancelCauseFunc, release func()) {
+	var cancelT context.CancelFunc
 	if _, ok := ctx.Deadline(); !ok {
 		ctx, cancelT = context.WithTimeout(ctx, pg.opts.timeout)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(pg.life, func() { cancel(context.Cause(pg.life)) })
-	return ctx, func() { stop(); cancel(nil); cancelT() }
-}
-
-func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint32, prev chan struct{}) error {
-	ctx, cancel := pg.opContext(userCtx)
-	defer cancel()
-	// label names the collective in errors; built only when one occurs.
-	label := func() string { return fmt.Sprintf("%s #%d on group %q (rank %d)", op.desc, seq, pg.name, pg.rank) }
-	if prev != nil {
-		select {
-		case <-prev:
-		case <-ctx.Done():
-			return pg.fail(ctx, label(), fmt.Errorf("still queued behind the previous collective: %w", ctx.Err()))
+	unlife := context.AfterFunc(pg.life, func() { cancel(context.Cause(pg.life)) })
+	return ctx, cancel, func() {
+		unlife()
+		cancel(nil)
+		if cancelT != nil {
+			cancelT()
 		}
 	}
+}
+
+// errStoppedByFingerprint is the cause with which a collective's algorithm
+// is stopped when the fingerprint check failed meanwhile.
+var errStoppedByFingerprint = errors.New("comm: stopped: the fingerprint check failed")
+
+// A collective runs in three parts. First this rank's fingerprint goes to
+// every other member (small messages that the transport buffers on arrival,
+// so sending them never waits for the peers). Then the algorithm runs. Then
+// the peers' fingerprints are received (by now they have usually arrived)
+// and compared, so that no rank reports success for a mismatched
+// collective. Should the algorithm take longer than fingerprintGrace, the
+// check runs beside it instead and stops it on a mismatch, so that
+// collectives that disagree (and would wait for each other's messages
+// forever) fail at once.
+func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint32) error {
+	ctx, stop, release := pg.opContext(userCtx)
+	defer release()
+	// label names the collective in errors; built only when one occurs.
+	label := func() string { return fmt.Sprintf("%s #%d on group %q (rank %d)", op.desc, seq, pg.name, pg.rank) }
 	if err := pg.usable(op.desc); err != nil {
 		return err
 	}
@@ -124,34 +218,40 @@ func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint
 		return nil
 	}
 
-	// The fingerprint exchange runs beside the algorithm: it costs no extra
-	// round trip, and since it completes on a rank only once every member's
-	// fingerprint arrived, no rank reports success for a mismatched collective.
-	algCtx, cancelAlg := context.WithCancel(ctx)
-	defer cancelAlg()
 	frame := encodeFingerprint(seq, op)
-	fpDone := make(chan error, 1)
-	go func() {
-		err := pg.exchangeFingerprints(ctx, c, op, frame)
-		if err != nil {
-			cancelAlg()
-		}
-		fpDone <- err
-	}()
+	if err := pg.sendFingerprints(ctx, c, op, frame); err != nil {
+		return pg.fail(ctx, label(), err)
+	}
 	if op.invalid != nil {
-		<-fpDone // tell the peers, then fail here with this rank's own reason
+		// Take the peers' fingerprints (they learn of this rank's invalid
+		// arguments from its own), then fail with this rank's reason.
+		_ = pg.recvFingerprints(ctx, c, op, frame)
 		return fmt.Errorf("%s: %w", label(), op.invalid)
 	}
-	var algErr error
-	if op.run != nil {
-		algErr = op.run(algCtx, c)
+	if op.run == nil {
+		// Nothing but the fingerprint exchange (a barrier).
+		switch err := pg.recvFingerprints(ctx, c, op, frame); {
+		case err != nil && errors.Is(err, ErrMismatch):
+			return err
+		case err != nil:
+			return pg.fail(ctx, label(), err)
+		}
+		return nil
 	}
-	stoppedByFingerprint := algCtx.Err() != nil && ctx.Err() == nil
+	check := pg.watchFingerprints(ctx, stop, c, op, frame)
+	algErr := op.run(ctx, c)
+	stoppedByFingerprint := errors.Is(context.Cause(ctx), errStoppedByFingerprint)
+	failCtx := ctx
+	if stoppedByFingerprint {
+		// The collective's own deadline has not passed: errors must not
+		// read as timeouts.
+		failCtx = context.WithoutCancel(ctx)
+	}
 	if algErr != nil && !isDisagreement(algErr) && !stoppedByFingerprint {
 		if ctx.Err() != nil {
-			// The deadline expired. The fingerprint exchange, bounded by the
+			// The deadline expired. The fingerprint check, bounded by the
 			// same context, knows which rank never joined: prefer its word.
-			fpErr := <-fpDone
+			fpErr := check.result()
 			switch {
 			case fpErr != nil && errors.Is(fpErr, ErrMismatch):
 				return fpErr
@@ -160,18 +260,18 @@ func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint
 			}
 			return pg.fail(ctx, label(), algErr)
 		}
-		// A lost peer: abort first, so that the fingerprint exchange (and
+		// A lost peer: abort first, so that the fingerprint check (and
 		// every peer) stops waiting.
 		err := pg.fail(ctx, label(), algErr)
-		<-fpDone
+		check.abandon()
 		return err
 	}
-	fpErr := <-fpDone
+	fpErr := check.result()
 	switch {
 	case fpErr != nil && errors.Is(fpErr, ErrMismatch):
 		return fpErr
 	case fpErr != nil:
-		return pg.fail(ctx, label(), fpErr)
+		return pg.fail(failCtx, label(), fpErr)
 	case algErr != nil:
 		return fmt.Errorf("%s: %w", label(), algErr)
 	}

@@ -132,8 +132,8 @@ func (pg *ProcessGroup) p2p(ctx context.Context, op P2POp) *work {
 }
 
 func (pg *ProcessGroup) runP2P(userCtx context.Context, op P2POp, b []byte, prev chan struct{}) error {
-	ctx, cancel := pg.opContext(userCtx)
-	defer cancel()
+	ctx, _, release := pg.opContext(userCtx)
+	defer release()
 	if prev != nil {
 		select {
 		case <-prev:

@@ -93,8 +93,21 @@ func withSender(ctx context.Context, c *opCtx, capacity int, body func(ctx conte
 
 func (s *sender) push(peer int, step uint16, b []byte) { s.jobs <- sendJob{peer, step, b} }
 
-// exchange sends out to peer and receives in from peer at once (full duplex).
+// eagerExchange is the largest message that exchange sends before it
+// receives, in one goroutine: transports buffer a message that arrives before
+// its receive, and a small one is in the peer's socket (or mailbox) at once,
+// so the send does not wait for the peer. Larger messages are sent and
+// received concurrently (full duplex).
+const eagerExchange = 64 << 10
+
+// exchange sends out to sendTo and receives in from recvFrom.
 func (c *opCtx) exchange(ctx context.Context, sendTo int, out []byte, recvFrom int, in []byte, step uint16) error {
+	if len(out) <= eagerExchange {
+		if err := c.send(ctx, sendTo, step, out); err != nil {
+			return err
+		}
+		return c.recv(ctx, recvFrom, step, in)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- c.send(ctx, sendTo, step, out) }()
 	rerr := c.recv(ctx, recvFrom, step, in)
