@@ -295,93 +295,90 @@ func TestOverlapObservable(t *testing.T) {
 // world size; in the end every rank holds the model of the last rank to join.
 func TestJoinUnevenInputs(t *testing.T) {
 	before := runtime.NumGoroutine()
+	t.Cleanup(func() { checkNoLeak(t, before) }) // runs after the groups are closed
 	const world = 3
 	sizes := []int{5, 6, 3}
 	const lr = 0.1
 	nBatches := func(r int) int { return 2 + r }
 	data := func(r, s int) (*tensor.Dense, *tensor.Dense) { return batch(uint64(10*r+s), 4, sizes[0], sizes[2]) }
-	func() {
-		pgs := localWorld(t, world)
-		ctx := testCtx(t, 60*time.Second)
-		finals := make([][]float64, world)
-		shadows := make([]int64, world)
-		mustEachRank(t, world, func(r int) error {
-			net, err := ddp.New(ctx, pgs[r], newMLP(t, sizes, uint64(r)), ddp.BucketCapMB(100.0/(1<<20)))
-			if err != nil {
-				return err
-			}
-			err = net.Join(ctx, func() error {
-				for s := 0; s < nBatches(r); s++ {
-					x, y := data(r, s)
-					if _, err := net.Step(ctx, x, y); err != nil {
-						return err
-					}
-					for _, p := range net.Parameters() {
-						for i, g := range p.Grad.Float64s() {
-							p.Value.Float64s()[i] -= lr * g
-						}
+	pgs := localWorld(t, world)
+	ctx := testCtx(t, 60*time.Second)
+	finals := make([][]float64, world)
+	shadows := make([]int64, world)
+	mustEachRank(t, world, func(r int) error {
+		net, err := ddp.New(ctx, pgs[r], newMLP(t, sizes, uint64(r)), ddp.BucketCapMB(100.0/(1<<20)))
+		if err != nil {
+			return err
+		}
+		err = net.Join(ctx, func() error {
+			for s := 0; s < nBatches(r); s++ {
+				x, y := data(r, s)
+				if _, err := net.Step(ctx, x, y); err != nil {
+					return err
+				}
+				for _, p := range net.Parameters() {
+					for i, g := range p.Grad.Float64s() {
+						p.Value.Float64s()[i] -= lr * g
 					}
 				}
-				return nil
-			})
-			if err != nil {
-				return err
 			}
-			for _, p := range net.Parameters() {
-				finals[r] = append(finals[r], p.Value.Float64s()...)
-			}
-			shadows[r] = net.Stats().ShadowSteps
 			return nil
 		})
-		// simulate on one rank: the summed local gradients over 3
-		one := localWorld(t, 1)
-		sim := newMLP(t, sizes, 0)
-		ref, err := ddp.New(ctx, one[0], sim)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		params := sim.Params()
-		for s := 0; s < nBatches(world-1); s++ {
-			sum := make([]float64, len(flatGrads(params)))
-			for r := 0; r < world; r++ {
-				if s >= nBatches(r) {
-					continue
-				}
-				x, y := data(r, s)
-				if _, err := ref.Step(ctx, x, y); err != nil {
-					t.Fatal(err)
-				}
-				for i, g := range flatGrads(params) {
-					sum[i] += g
-				}
+		for _, p := range net.Parameters() {
+			finals[r] = append(finals[r], p.Value.Float64s()...)
+		}
+		shadows[r] = net.Stats().ShadowSteps
+		return nil
+	})
+	// simulate on one rank: the summed local gradients over 3
+	one := localWorld(t, 1)
+	sim := newMLP(t, sizes, 0)
+	ref, err := ddp.New(ctx, one[0], sim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := sim.Params()
+	for s := 0; s < nBatches(world-1); s++ {
+		sum := make([]float64, len(flatGrads(params)))
+		for r := 0; r < world; r++ {
+			if s >= nBatches(r) {
+				continue
 			}
-			k := 0
-			for _, p := range params {
-				for i := range p.Value.Float64s() {
-					p.Value.Float64s()[i] -= lr * (sum[k] / world)
-					k++
-				}
+			x, y := data(r, s)
+			if _, err := ref.Step(ctx, x, y); err != nil {
+				t.Fatal(err)
+			}
+			for i, g := range flatGrads(params) {
+				sum[i] += g
 			}
 		}
-		var want []float64
+		k := 0
 		for _, p := range params {
-			want = append(want, p.Value.Float64s()...)
-		}
-		for r := range world {
-			for i := range want {
-				if !relClose(finals[r][i], want[i], 1e-12) {
-					t.Fatalf("rank %d: parameter %d is %v, simulation %v", r, i, finals[r][i], want[i])
-				}
+			for i := range p.Value.Float64s() {
+				p.Value.Float64s()[i] -= lr * (sum[k] / world)
+				k++
 			}
 		}
-		for r := range world {
-			if want := int64(nBatches(world-1) - nBatches(r)); shadows[r] != want {
-				t.Errorf("rank %d shadowed %d steps, want %d", r, shadows[r], want)
+	}
+	var want []float64
+	for _, p := range params {
+		want = append(want, p.Value.Float64s()...)
+	}
+	for r := range world {
+		for i := range want {
+			if !relClose(finals[r][i], want[i], 1e-12) {
+				t.Fatalf("rank %d: parameter %d is %v, simulation %v", r, i, finals[r][i], want[i])
 			}
 		}
-	}()
-	closeAll(nil)
-	checkNoLeak(t, before+2)
+	}
+	for r := range world {
+		if want := int64(nBatches(world-1) - nBatches(r)); shadows[r] != want {
+			t.Errorf("rank %d shadowed %d steps, want %d", r, shadows[r], want)
+		}
+	}
 }
 
 // TestJoinDisagreementOnNoSync: inside Join the ranks learn about each
