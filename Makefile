@@ -1,9 +1,10 @@
+SHELL := /bin/bash
 # Tandem's build. `make test` is what CI runs; `make demo` runs the main job.
 GO        ?= go
 # Packages whose tests exercise goroutines, sockets and processes run under -race.
 RACE_PKGS  = ./comm/... ./graph/... ./ops/... ./ddp/... ./rpc/... ./rref/... ./autograd/... ./cmd/... ./data/...
-# Everything else (numerical packages whose tests are heavy under -race).
-PLAIN_PKGS = ./models/... ./optim/... ./examples/... ./internal/...
+# Everything else (numerical packages whose tests are heavy under -race):
+# every package of the module that the race list does not name.
 FUZZTIME  ?= 5s
 # Build tag for the OpenBLAS path (internal/blas) when libopenblas-dev is
 # installed; empty (pure-Go gonum BLAS) otherwise. Override with TAGS=.
@@ -32,7 +33,7 @@ test-race:
 	$(GO) test -race $(GOTESTFLAGS) $$($(GO) list $(RACE_PKGS) 2>/dev/null)
 
 test-plain:
-	$(GO) test $(GOTESTFLAGS) $$($(GO) list $(PLAIN_PKGS) 2>/dev/null)
+	$(GO) test $(GOTESTFLAGS) $$($(GO) list ./... | grep -vxF -f <($(GO) list $(RACE_PKGS) 2>/dev/null))
 
 # The numerical packages again over the optional C BLAS, when it is installed.
 test-blas:
