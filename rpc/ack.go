@@ -19,6 +19,7 @@ func (c *conn) expectAck(id uint64) chan struct{} {
 }
 
 func (c *conn) ackArrived(id uint64) {
+	c.acksSeen.Add(1)
 	c.amu.Lock()
 	ch := c.acks[id]
 	delete(c.acks, id)

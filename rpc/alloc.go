@@ -1,23 +1,46 @@
 package rpc
 
 import (
+	"math/bits"
 	"reflect"
+	"runtime"
+	"sync"
 	"unsafe"
 
 	"gorgonia.org/tensor"
 )
 
+// Memory for received tensors.
+//
 // Received tensors are overwritten whole (from the socket or from the
 // sender's memory) before anyone sees them, so zeroing their memory first
 // is wasted work: for large tensors it costs about as much as the copy
 // itself. The runtime's allocator can skip it; mallocgc is reached by
 // linkname, as its documentation allows (go.dev/issue/67401).
+//
+// Fresh memory is dear too: the first touch of each page faults, and the
+// kernel zeroes it (about 0.3 ms per MiB on a busy machine, more than the
+// copy), and every few megabytes allocated start a garbage collection. So
+// large receive buffers are recycled: each carries a finalizer that, once
+// the tensor and every slice of its memory are unreachable, puts the buffer
+// on a free list instead of letting it go, and the next tensor of that size
+// class reuses it, its pages already mapped. The free lists hold at most
+// recycleCap bytes in all; buffers beyond that are freed as usual. A
+// buffer is only ever reused after the collector has proved that nothing
+// refers to it, so user code that keeps a received tensor, or any slice of
+// its data, keeps it for good.
 
 //go:linkname mallocgc runtime.mallocgc
 func mallocgc(size uintptr, typ unsafe.Pointer, needzero bool) unsafe.Pointer
 
-// uninitFrom is the size from which received tensors skip zeroing.
-const uninitFrom = 64 << 10
+const (
+	// uninitFrom is the size from which received tensors skip zeroing.
+	uninitFrom = 64 << 10
+	// recycleFrom is the size from which receive buffers are recycled.
+	recycleFrom = 256 << 10
+	// recycleCap bounds the bytes kept on the free lists.
+	recycleCap = 64 << 20
+)
 
 // newReceiveTensor returns a tensor of dtype dt and shape whose size bytes
 // the caller overwrites in full before anyone else sees them.
@@ -27,7 +50,72 @@ func newReceiveTensor(dt tensor.Dtype, shape []int, size uint64) *tensor.Dense {
 		return tensor.New(tensor.Of(dt), tensor.WithShape(shape...))
 	}
 	// The element types that travel hold no pointers: the memory is noscan.
-	p := mallocgc(uintptr(size), nil, false)
+	var p unsafe.Pointer
+	if size >= recycleFrom {
+		p = receiveBuffers.get(uintptr(size))
+	} else {
+		p = mallocgc(uintptr(size), nil, false)
+	}
 	backing := reflect.SliceAt(dt.Type, p, int(size/es)).Interface()
 	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing))
+}
+
+// recycler keeps large receive buffers for reuse, by size class.
+type recycler struct {
+	mu    sync.Mutex
+	bytes uintptr
+	free  map[uintptr][]unsafe.Pointer // by class size
+}
+
+// receiveBuffers is this process's cache of receive buffers, shared by its
+// agents like a sync.Pool.
+var receiveBuffers = &recycler{free: map[uintptr][]unsafe.Pointer{}}
+
+// sizeClass rounds n up to 1, 1.25, 1.5 or 1.75 times a power of two, so a
+// buffer serves sizes up to a quarter smaller than itself.
+func sizeClass(n uintptr) uintptr {
+	shift := bits.Len64(uint64(n-1)) - 3 // quarter steps of the power of two below
+	if shift < 0 {
+		return n
+	}
+	step := uintptr(1) << shift
+	return (n + step - 1) &^ (step - 1)
+}
+
+// get returns a buffer of at least n bytes whose contents are undefined.
+func (r *recycler) get(n uintptr) unsafe.Pointer {
+	class := sizeClass(n)
+	r.mu.Lock()
+	if l := r.free[class]; len(l) > 0 {
+		p := l[len(l)-1]
+		l[len(l)-1] = nil
+		r.free[class] = l[:len(l)-1]
+		r.bytes -= class
+		r.mu.Unlock()
+		r.watch(p, class)
+		return p
+	}
+	r.mu.Unlock()
+	p := mallocgc(class, nil, false)
+	hugePageHint(p, class)
+	r.watch(p, class)
+	return p
+}
+
+// watch arranges for p, a buffer of class bytes, to come back to the free
+// list once nothing refers to it.
+func (r *recycler) watch(p unsafe.Pointer, class uintptr) {
+	runtime.SetFinalizer((*byte)(p), func(b *byte) { r.put(unsafe.Pointer(b), class) })
+}
+
+// put keeps an unreachable buffer for reuse, or lets it go when the free
+// lists are full.
+func (r *recycler) put(p unsafe.Pointer, class uintptr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.bytes+class > recycleCap {
+		return
+	}
+	r.free[class] = append(r.free[class], p)
+	r.bytes += class
 }

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"gorgonia.org/tensor"
 )
 
 // Sync calls fn on worker to with arg and waits for its result, which must
@@ -17,7 +19,7 @@ import (
 // ErrUnknownFunction, ErrWrongType, ErrRemote (the function failed; ErrPanic
 // if it panicked) or ErrTooLarge.
 func Sync[R any](ctx context.Context, a *Agent, to, fn string, arg any, opts ...CallOption) (R, error) {
-	f := a.call(ctx, to, fn, arg, reflect.TypeFor[R](), opts)
+	f := a.call(ctx, to, fn, arg, reflect.TypeFor[R](), opts, true)
 	r, err := f.Wait(ctx)
 	return valueAs[R](r, err)
 }
@@ -27,7 +29,7 @@ func Sync[R any](ctx context.Context, a *Agent, to, fn string, arg any, opts ...
 // may be changed as soon as it returns. The call ends with an error if ctx
 // ends first.
 func Async[R any](ctx context.Context, a *Agent, to, fn string, arg any, opts ...CallOption) *Future[R] {
-	f := a.call(ctx, to, fn, arg, reflect.TypeFor[R](), opts)
+	f := a.call(ctx, to, fn, arg, reflect.TypeFor[R](), opts, false)
 	return Then(f, valueAs[R])
 }
 
@@ -50,10 +52,10 @@ func valueAs[R any](r *Response, err error) (R, error) {
 // the result into resultType and hands back the interceptors' view of the
 // outcome.
 func (a *Agent) Call(ctx context.Context, to, fn string, arg any, resultType reflect.Type, opts ...CallOption) *Future[*Response] {
-	return a.call(ctx, to, fn, arg, resultType, opts)
+	return a.call(ctx, to, fn, arg, resultType, opts, false)
 }
 
-func (a *Agent) call(ctx context.Context, to, fn string, arg any, resType reflect.Type, opts []CallOption) *Future[*Response] {
+func (a *Agent) call(ctx context.Context, to, fn string, arg any, resType reflect.Type, opts []CallOption, waits bool) *Future[*Response] {
 	if err := a.running(); err != nil {
 		return Ready[*Response](nil, fmt.Errorf("rpc: call %q to %q: %w", fn, to, err))
 	}
@@ -70,7 +72,7 @@ func (a *Agent) call(ctx context.Context, to, fn string, arg any, resType reflec
 	if co.timeout <= 0 {
 		co.timeout = a.opts.timeout
 	}
-	call := &ClientCall{To: w, Function: fn, Arg: arg, ResultType: resType, Meta: co.meta, Timeout: co.timeout}
+	call := &ClientCall{To: w, Function: fn, Arg: arg, ResultType: resType, Meta: co.meta, Timeout: co.timeout, waits: waits}
 	ics := *a.clientIC.Load()
 	if len(ics) == 0 {
 		return a.invoke(ctx, call)
@@ -89,14 +91,23 @@ type pendingCall struct {
 	start   time.Time
 	timer   *time.Timer
 	stopCtx func() bool
-	mu      sync.Mutex // guards timer and stopCtx against finish
-	ended   bool
+	// keep holds tensors the callee copies out of this process without
+	// acknowledging (flagNoAck) until the call ends.
+	keep  []*tensor.Dense
+	mu    sync.Mutex // guards timer and stopCtx against finish
+	ended bool
 }
 
 // finish completes the call once (the caller has removed it from pending).
 func (p *pendingCall) finish(r *Response, err error) {
 	p.mu.Lock()
 	p.ended = true
+	if p.keep != nil {
+		if err == nil {
+			p.a.m.byRef.Add(1)
+		}
+		p.keep = nil
+	}
 	if p.timer != nil {
 		p.timer.Stop()
 	}
@@ -179,6 +190,16 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 	byRef := c.byRefOK(enc.tensors)
 	if byRef {
 		f.flags = flagByRef
+		if call.waits {
+			// The caller waits for the reply, which comes after the callee
+			// has copied the tensors: no read-done frame, and the tensors
+			// stay reachable through p until the call ends.
+			f.flags |= flagNoAck
+			p.mu.Lock()
+			p.keep = enc.tensors
+			p.mu.Unlock()
+			byRef = false
+		}
 	}
 	hb := getBuf()
 	defer putBuf(hb)

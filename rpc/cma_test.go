@@ -107,3 +107,43 @@ func TestSameHostCopyFromReadLoop(t *testing.T) {
 		t.Fatalf("big call from a callback: %v", err)
 	}
 }
+
+// TestSameHostCopySyncNeedsNoAck: a Sync call's tensors go by reference
+// without a read-done frame (its reply says the callee has copied them),
+// while an Async call waits for one before it returns.
+func TestSameHostCopySyncNeedsNoAck(t *testing.T) {
+	if !cmaSupported || bootID == ([16]byte{}) {
+		t.Skip("same-host copies are not available here")
+	}
+	agents := startGroup(t, 2, registerSum)
+	ctx := context.Background()
+	n := cmaThreshold / 4
+	data := make([]float32, n)
+	for i := range data {
+		data[i] = float32(i % 7)
+	}
+	x := dense([]int{n}, data)
+	var want float64
+	for _, v := range data {
+		want += float64(v)
+	}
+	before := agents[0].Metrics().SameHostCopies
+	for i := 0; i < 3; i++ {
+		if got, err := Sync[float64](ctx, agents[0], "w1", "sum", x); err != nil || got != want {
+			t.Fatalf("sum: %v %v, want %v", got, err, want)
+		}
+	}
+	c := agents[0].peers[1].cur.Load()
+	if got := c.acksSeen.Load(); got != 0 {
+		t.Fatalf("%d read-done frames for Sync calls, want none", got)
+	}
+	if got := agents[0].Metrics().SameHostCopies - before; got != 3 {
+		t.Fatalf("%d same-host copies counted for 3 Sync calls", got)
+	}
+	if got, err := Async[float64](ctx, agents[0], "w1", "sum", x).Wait(ctx); err != nil || got != want {
+		t.Fatalf("async sum: %v %v, want %v", got, err, want)
+	}
+	if got := c.acksSeen.Load(); got != 1 {
+		t.Fatalf("%d read-done frames after an Async call, want 1", got)
+	}
+}

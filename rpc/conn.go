@@ -54,6 +54,7 @@ type conn struct {
 	fetch     func(dst []byte, addr uint64) error
 	amu       sync.Mutex
 	acks      map[uint64]chan struct{}
+	acksSeen  atomic.Int64  // read-done frames received
 	done      chan struct{} // closed by close
 	// dispatching is set while the read loop runs a frame's handling, which
 	// may run callbacks and async handlers: a by-reference send waits for an
@@ -238,7 +239,7 @@ func (c *conn) readFrames() (handler func()) {
 			c.close(peerGone(err))
 			return nil
 		}
-		if f.flags&flagByRef != 0 {
+		if f.flags&(flagByRef|flagNoAck) == flagByRef {
 			// The tensors are copied: the sender may go on.
 			head, _, _ := appendHead(make([]byte, 0, frameHeaderLen+8), &frame{kind: kindReadDone, id: f.id})
 			c.post(head)

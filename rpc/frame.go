@@ -22,7 +22,9 @@ import (
 //	  [12]    kind: 1 request, 2 response, 3 error, 4 cancel
 //	  [13]    code: error frames carry an error code, others 0
 //	  [14]    version: 1
-//	  [15]    flags: bit 0 "tensors by reference" (same-host copies)
+//	  [15]    flags: bit 0 "tensors by reference" (same-host copies); bit 1
+//	          "no read-done frame" (requests by reference only: the caller
+//	          waits for the reply, which tells it the copy is made)
 //	  [16:24] call id (u64)
 //	head:
 //	  uvarint n, n bytes   function name (requests)
@@ -37,7 +39,7 @@ import (
 //	  element order; their sizes follow from dtype and shape and must add up
 //	  to the data length. With flag bit 0 there is no data (length 0): the
 //	  receiver copies each tensor from the sender's memory and answers with
-//	  a read-done frame (kind 5, same id, empty).
+//	  a read-done frame (kind 5, same id, empty), unless flag bit 1 is set.
 //
 // A frame whose head does not parse exactly, whose sizes disagree, or whose
 // length passes the connection's limit is malformed: the connection that
@@ -53,6 +55,7 @@ const (
 	kindReadDone = 5
 
 	flagByRef = 1
+	flagNoAck = 2
 
 	maxNameLen   = 4096
 	maxMetaPairs = 1024
@@ -267,8 +270,8 @@ func parseHeader(h []byte, maxSize int64) (f frame, headLen uint32, dataLen uint
 	if h[14] != frameVersion {
 		return f, 0, 0, malformed("frame version %d, this side speaks %d", h[14], frameVersion)
 	}
-	if f.flags&^flagByRef != 0 {
-		return f, 0, 0, malformed("frame flags %#x", f.flags)
+	if f.flags&^(flagByRef|flagNoAck) != 0 || (f.flags&flagNoAck != 0 && (f.flags&flagByRef == 0 || f.kind != kindRequest)) {
+		return f, 0, 0, malformed("frame flags %#x on a frame of kind %d", f.flags, f.kind)
 	}
 	if f.kind < kindRequest || f.kind > kindReadDone {
 		return f, 0, 0, malformed("frame kind %d", f.kind)

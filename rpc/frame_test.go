@@ -57,8 +57,17 @@ func TestFrameRejects(t *testing.T) {
 	cases["head length"] = b
 	cases["truncated"] = good[:len(good)-1]
 	cases["request without a name"] = encodeFrame(t, &frame{kind: kindRequest, id: 1})
+	b = bytes.Clone(good)
+	b[15] = flagNoAck
+	cases["no-ack flag without by-reference tensors"] = b
+	b = encodeFrame(t, &frame{kind: kindResponse, id: 1, flags: flagByRef, tensors: []*tensor.Dense{dense([]int{4}, []float32{1, 2, 3, 4})}})
+	b[15] |= flagNoAck
+	cases["no-ack flag on a response"] = b
+	b = bytes.Clone(good)
+	b[15] = 8
+	cases["unknown flag"] = b
 	for name, b := range cases {
-		_, err := decodeFrame(b, 1<<20, nil)
+		_, err := decodeFrame(b, 1<<20, fakeFetch)
 		if err == nil {
 			t.Errorf("%s: decoded", name)
 			continue
@@ -104,4 +113,15 @@ func fakeFetch(dst []byte, addr uint64) error {
 		dst[i] = byte(addr) + byte(i)
 	}
 	return nil
+}
+
+func TestFrameNoAckRequest(t *testing.T) {
+	x := dense([]int{4}, []float32{1, 2, 3, 4})
+	g, err := decodeFrame(encodeFrame(t, &frame{kind: kindRequest, id: 7, fn: "f", flags: flagByRef | flagNoAck, tensors: []*tensor.Dense{x}}), 1<<20, fakeFetch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.flags != flagByRef|flagNoAck || len(g.tensors) != 1 || len(g.tensors[0].Header.Raw) != 16 {
+		t.Fatalf("decoded %+v", g)
+	}
 }

@@ -15,6 +15,11 @@ type ClientCall struct {
 	ResultType reflect.Type // the type the caller decodes the result into
 	Meta       Metadata     // sent with the request
 	Timeout    time.Duration
+
+	// waits: the caller blocks until the reply (Sync), so tensors sent by
+	// reference need no read-done frame: the reply itself says the callee
+	// has copied them.
+	waits bool
 }
 
 // Response is a call's outcome as client interceptors see it: the decoded

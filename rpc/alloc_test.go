@@ -1,0 +1,100 @@
+package rpc
+
+import (
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+
+	"gorgonia.org/tensor"
+)
+
+func TestSizeClass(t *testing.T) {
+	for _, c := range []struct{ in, want uintptr }{
+		{4 << 20, 4 << 20}, {4<<20 + 1, 5 << 20}, {5 << 20, 5 << 20}, {6<<20 - 1, 6 << 20},
+		{7<<20 + 1, 8 << 20}, {256 << 10, 256 << 10}, {300 << 10, 320 << 10}, {5, 5},
+	} {
+		if got := sizeClass(c.in); got != c.want {
+			t.Errorf("sizeClass(%d) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}
+
+// waitFree collects garbage until r's free list holds want bytes, or a
+// deadline passes; finalizers run on a goroutine of their own after a
+// collection.
+func waitFree(r *recycler, want uintptr) uintptr {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.mu.Lock()
+		n := r.bytes
+		r.mu.Unlock()
+		if n >= want || time.Now().After(deadline) {
+			return n
+		}
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestRecyclerReusesOnlyUnreachableBuffers(t *testing.T) {
+	r := &recycler{free: map[uintptr][]unsafe.Pointer{}}
+	const n = 1 << 20
+	kept := unsafe.Slice((*byte)(r.get(n)), n)
+	dropped := uintptr(r.get(n))
+	kept[0], kept[n-1] = 7, 9
+	if got := waitFree(r, n); got != n {
+		t.Fatalf("%d bytes on the free list after the only reference went, want %d", got, n)
+	}
+	// The buffer still referenced must not come back; the dropped one must.
+	if p := uintptr(r.get(n)); p != dropped {
+		t.Fatalf("get returned %#x, want the dropped buffer %#x", p, dropped)
+	}
+	if p := uintptr(r.get(n)); p == uintptr(unsafe.Pointer(&kept[0])) || p == dropped {
+		t.Fatalf("get returned a buffer in use (%#x)", p)
+	}
+	if kept[0] != 7 || kept[n-1] != 9 {
+		t.Fatal("a buffer in use was changed")
+	}
+	runtime.KeepAlive(kept)
+}
+
+func TestRecyclerCap(t *testing.T) {
+	r := &recycler{free: map[uintptr][]unsafe.Pointer{}}
+	const n = 16 << 20
+	for i := 0; i < recycleCap/n+2; i++ {
+		r.get(n)
+	}
+	waitFree(r, recycleCap)
+	runtime.GC()
+	time.Sleep(10 * time.Millisecond)
+	r.mu.Lock()
+	got, lists := r.bytes, len(r.free[n])
+	r.mu.Unlock()
+	if got != recycleCap || lists != recycleCap/n {
+		t.Fatalf("free list holds %d bytes in %d buffers, want the cap %d", got, lists, recycleCap)
+	}
+}
+
+// TestReceiveTensorRecycled: a large received tensor's memory serves the
+// next one once the first is garbage, and a slice of its data alone keeps
+// it.
+func TestReceiveTensorRecycled(t *testing.T) {
+	const n = recycleFrom / 4
+	first := newReceiveTensor(tensor.Float32, []int{n}, n*4)
+	data := first.Data().([]float32)
+	addr := uintptr(unsafe.Pointer(&data[0]))
+	data[0] = 42
+	first = nil
+	// data still refers to the memory: a new tensor must get other memory.
+	second := newReceiveTensor(tensor.Float32, []int{n}, n*4)
+	if got := uintptr(unsafe.Pointer(&second.Data().([]float32)[0])); got == addr {
+		t.Fatal("a tensor reused memory that a live slice refers to")
+	}
+	runtime.GC()
+	if data[0] != 42 {
+		t.Fatal("live memory changed")
+	}
+	runtime.KeepAlive(data)
+	runtime.KeepAlive(second)
+}
