@@ -16,9 +16,25 @@ type integer interface {
 func reduceInto(dst, src []byte, dt dtype, k ReduceKind) {
 	switch dt {
 	case dtFloat32:
-		reduceFloat(typed[float32](dst), typed[float32](src), k)
+		d, s := typed[float32](dst), typed[float32](src)
+		switch k {
+		case KindSum, KindAvg, KindPremulSum:
+			addF32(d, s[:len(d)])
+		case KindProduct:
+			mulF32(d, s[:len(d)])
+		default:
+			reduceFloat(d, s, k)
+		}
 	case dtFloat64:
-		reduceFloat(typed[float64](dst), typed[float64](src), k)
+		d, s := typed[float64](dst), typed[float64](src)
+		switch k {
+		case KindSum, KindAvg, KindPremulSum:
+			addF64(d, s[:len(d)])
+		case KindProduct:
+			mulF64(d, s[:len(d)])
+		default:
+			reduceFloat(d, s, k)
+		}
 	case dtInt8:
 		reduceInt(typed[int8](dst), typed[int8](src), k)
 	case dtUint8:
