@@ -40,6 +40,10 @@ const (
 	recycleFrom = 256 << 10
 	// recycleCap bounds the bytes kept on the free lists.
 	recycleCap = 64 << 20
+	// hugePage is the size of a transparent huge page; blockAlign is the
+	// alignment the runtime gives large blocks (its page size).
+	hugePage   = 2 << 20
+	blockAlign = 8 << 10
 )
 
 // newReceiveTensor returns a tensor of dtype dt and shape whose size bytes
@@ -87,35 +91,53 @@ func (r *recycler) get(n uintptr) unsafe.Pointer {
 	class := sizeClass(n)
 	r.mu.Lock()
 	if l := r.free[class]; len(l) > 0 {
-		p := l[len(l)-1]
+		base := l[len(l)-1]
 		l[len(l)-1] = nil
 		r.free[class] = l[:len(l)-1]
 		r.bytes -= class
 		r.mu.Unlock()
-		r.watch(p, class)
-		return p
+		r.watch(base, class)
+		return bufferStart(base, class)
 	}
 	r.mu.Unlock()
-	p := mallocgc(class, nil, false)
+	// Buffers of a huge page or more start on a huge-page boundary inside
+	// their block, so that all their pages can be huge pages (the slack is
+	// address space they never touch).
+	slack := uintptr(0)
+	if class >= hugePage {
+		slack = hugePage - blockAlign
+	}
+	base := mallocgc(class+slack, nil, false)
+	p := bufferStart(base, class)
 	hugePageHint(p, class)
-	r.watch(p, class)
+	r.watch(base, class)
 	return p
 }
 
-// watch arranges for p, a buffer of class bytes, to come back to the free
-// list once nothing refers to it.
-func (r *recycler) watch(p unsafe.Pointer, class uintptr) {
-	runtime.SetFinalizer((*byte)(p), func(b *byte) { r.put(unsafe.Pointer(b), class) })
+// bufferStart is where the buffer of class bytes in the block at base
+// starts.
+func bufferStart(base unsafe.Pointer, class uintptr) unsafe.Pointer {
+	if class < hugePage {
+		return base
+	}
+	return unsafe.Add(base, (hugePage-uintptr(base)%hugePage)%hugePage)
 }
 
-// put keeps an unreachable buffer for reuse, or lets it go when the free
+// watch arranges for the block at base, holding a buffer of class bytes,
+// to come back to the free list once nothing refers into it. (The
+// finalizer must not capture base: that would keep the block reachable.)
+func (r *recycler) watch(base unsafe.Pointer, class uintptr) {
+	runtime.SetFinalizer((*byte)(base), func(b *byte) { r.put(unsafe.Pointer(b), class) })
+}
+
+// put keeps an unreachable block for reuse, or lets it go when the free
 // lists are full.
-func (r *recycler) put(p unsafe.Pointer, class uintptr) {
+func (r *recycler) put(base unsafe.Pointer, class uintptr) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.bytes+class > recycleCap {
 		return
 	}
-	r.free[class] = append(r.free[class], p)
+	r.free[class] = append(r.free[class], base)
 	r.bytes += class
 }

@@ -12,12 +12,11 @@ import (
 // fresh 4 MiB receive buffer then costs two page faults instead of a
 // thousand. It is a hint; failures are ignored.
 func hugePageHint(p unsafe.Pointer, size uintptr) {
-	const huge = 2 << 20
-	if size < huge {
+	if size < hugePage {
 		return
 	}
-	start := (uintptr(p) + huge - 1) &^ (huge - 1)
-	end := (uintptr(p) + size) &^ (huge - 1)
+	start := (uintptr(p) + hugePage - 1) &^ (hugePage - 1)
+	end := (uintptr(p) + size) &^ (hugePage - 1)
 	if end <= start {
 		return
 	}

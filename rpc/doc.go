@@ -74,8 +74,9 @@
 // once nothing refers to the tensor or any slice of its data, puts it on a
 // process-wide free list (64 MiB at most) for the next tensor of its size
 // class (sizes are rounded up by at most a quarter); a tensor kept by user
-// code is never reused. Fresh buffers of 2 MiB or more are advised to use
-// transparent huge pages (two faults for 4 MiB instead of a thousand).
+// code is never reused. Fresh buffers of 2 MiB or more start on a 2 MiB
+// boundary and are advised to use transparent huge pages (two faults for
+// 4 MiB instead of a thousand).
 //
 // Every connection presents a shared token (WithToken, TANDEM_TOKEN, or one
 // the workers create through the store when neither is set); a wrong token
