@@ -230,12 +230,19 @@ func restore(f *checkpoint.File, model models.Module, opt optim.Optimizer, sched
 	}
 	// The model's entries must all be there (CopyInto checks shapes and
 	// dtypes); the rest must be the optimizer's.
-	var missing, unknown []string
+	var missing, unknown, misfit []string
 	inModel := map[string]bool{}
 	for _, p := range models.StateDict(model) {
 		inModel[p.Name] = true
-		if _, ok := f.Get(p.Name); !ok {
+		t, ok := f.Get(p.Name)
+		switch {
+		case !ok:
 			missing = append(missing, p.Name)
+		case !t.Shape().Eq(p.Value.Shape()) || t.Dtype() != p.Value.Dtype():
+			// Checked here, not only by CopyInto, so that a misfit is found
+			// before the optimizer's state is replaced.
+			misfit = append(misfit, fmt.Sprintf("%s is %v %v in the checkpoint, %v %v in the model",
+				p.Name, t.Dtype(), t.Shape(), p.Value.Dtype(), p.Value.Shape()))
 		}
 	}
 	state := map[string]*tensor.Dense{}
@@ -247,9 +254,9 @@ func restore(f *checkpoint.File, model models.Module, opt optim.Optimizer, sched
 			unknown = append(unknown, n)
 		}
 	}
-	if len(missing) > 0 || len(unknown) > 0 {
-		return r, fmt.Errorf("the checkpoint does not fit this model (missing: [%s], not in the model: [%s]): %w",
-			strings.Join(missing, ", "), strings.Join(unknown, ", "), checkpoint.ErrMismatch)
+	if len(missing) > 0 || len(unknown) > 0 || len(misfit) > 0 {
+		return r, fmt.Errorf("the checkpoint does not fit this model (missing: [%s]; not in the model: [%s]; other shapes: [%s]): %w",
+			strings.Join(missing, ", "), strings.Join(unknown, ", "), strings.Join(misfit, "; "), checkpoint.ErrMismatch)
 	}
 	var schedState *optim.SchedulerState
 	if js, ok := f.Metadata["scheduler"]; ok && sched != nil {

@@ -154,6 +154,29 @@ func TestRestoreRefusesForeignCheckpoints(t *testing.T) {
 	}
 	sameState(t, "model after a refused checkpoint", before, stateOf(m))
 
+	// A model of the same names but other shapes: refused, nothing changed.
+	wide, err := models.NewCNN(models.CNNConfig{Hidden: 64}, nil, models.WithDtype(tensor.Float32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wideOpt, _ := newOptimizer(config{Optimizer: "sgd", LR: 0.1}, wide.Params())
+	stepOnce(t, wide, wideOpt)
+	widePath := filepath.Join(dir, "wide.safetensors")
+	if err := saveCheckpoint(widePath, wide, wideOpt, nil, 1, nil, runSettings{Optimizer: "sgd"}); err != nil {
+		t.Fatal(err)
+	}
+	f, _ = checkpoint.Load(widePath)
+	optBefore := opt.State()
+	if _, err := restore(f, m, opt, nil); !errors.Is(err, checkpoint.ErrMismatch) {
+		t.Errorf("other shapes: %v, want ErrMismatch", err)
+	}
+	sameState(t, "model after a refused checkpoint", before, stateOf(m))
+	for k, v := range opt.State() {
+		if !equalDense(v, optBefore[k]) {
+			t.Errorf("optimizer state %s changed by a refused checkpoint", k)
+		}
+	}
+
 	// No epoch in the metadata.
 	good := checkpointPath(dir, 1)
 	sched, _ := newScheduler(config{Schedule: "cosine", Epochs: 3}, opt)
