@@ -13,7 +13,7 @@ TAGS      ?= $(shell printf '#include <cblas.h>\n' | $${CC:-cc} -E -x c - >/dev/
 TAGFLAG    = $(if $(TAGS),-tags $(TAGS))
 GOTESTFLAGS ?= -count=1 -timeout 9m
 
-.PHONY: all build vet fmt-check test test-race test-plain test-blas fuzz demo bench clean
+.PHONY: all build vet fmt-check test test-race test-plain test-blas fuzz demo demo-collectives bench clean
 
 all: build
 
@@ -50,8 +50,24 @@ fuzz:
 	  done; \
 	done
 
+# The main job: a CNN trained on Fashion-MNIST with DDP over two processes.
+# The data set comes from $$TANDEM_DATA or Debian's dataset-fashion-mnist,
+# which is installed here when it is missing and apt can.
+DEMO_EPOCHS ?= 5
 demo:
-	$(GO) run $(TAGFLAG) ./cmd/tandem run -nproc 3 -- $(GO) run ./examples/collectives
+	$(GO) build $(TAGFLAG) -o bin/tandem ./cmd/tandem
+	$(GO) build $(TAGFLAG) -o bin/ddp_fashion ./examples/ddp_fashion
+	@bin/ddp_fashion -check-data >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "demo: installing Debian's dataset-fashion-mnist"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist) || true; \
+	  fi; }
+	bin/ddp_fashion -check-data
+	bin/tandem run -nproc 2 -- bin/ddp_fashion -epochs $(DEMO_EPOCHS) -out out/ddp_fashion
+
+# The interim demo: the basic collectives over three launched processes.
+demo-collectives:
+	$(GO) run ./cmd/tandem run -nproc 3 -- $(GO) run ./examples/collectives
 
 bench:
 	$(GO) run $(TAGFLAG) ./cmd/tandem bench store -json
