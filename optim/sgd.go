@@ -2,6 +2,7 @@ package optim
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/tandemml/tandem/models"
 	"gorgonia.org/tensor"
@@ -120,6 +121,10 @@ func sgdKernel[T float](p, g, buf []T, first bool, c sgdConsts) {
 	negLR, wd, mom, damp := T(c.negLR), T(c.weightDecay), T(c.momentum), T(c.oneMinusDampening)
 	maximize, hasWD, nesterov := c.maximize, c.weightDecay != 0, c.nesterov
 	g = g[:len(p)]
+	if buf == nil && !maximize && !hasWD {
+		plainSGD(p, g, c.negLR)
+		return
+	}
 	if buf == nil {
 		for i := range p {
 			d := g[i]
@@ -153,6 +158,28 @@ func sgdKernel[T float](p, g, buf []T, first bool, c sgdConsts) {
 			d = b
 		}
 		p[i] = fma(negLR, d, p[i])
+	}
+}
+
+// plainSGD is the step without momentum, weight decay or maximize, the hot
+// loop of most training: p += -lr·g with one rounding, as torch's fused
+// add_(g, alpha=-lr). Each element type gets its own loop so that the
+// learning rate is converted once, not per element.
+func plainSGD[T float](p, g []T, negLR float64) {
+	switch p := any(p).(type) {
+	case []float32:
+		g := any(g).([]float32)[:len(p)]
+		negLR := float64(float32(negLR)) // torch rounds alpha to the tensor's dtype
+		for i := range p {
+			// The float32 product is exact in float64: one rounding to
+			// float64, then to float32, as fma does.
+			p[i] = float32(negLR*float64(g[i]) + float64(p[i]))
+		}
+	case []float64:
+		g := any(g).([]float64)[:len(p)]
+		for i := range p {
+			p[i] = math.FMA(negLR, g[i], p[i])
+		}
 	}
 }
 
