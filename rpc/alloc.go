@@ -25,10 +25,11 @@ import (
 // the tensor and every slice of its memory are unreachable, puts the buffer
 // on a free list instead of letting it go, and the next tensor of that size
 // class reuses it, its pages already mapped. The free lists hold at most
-// recycleCap bytes in all; buffers beyond that are freed as usual. A
-// buffer is only ever reused after the collector has proved that nothing
-// refers to it, so user code that keeps a received tensor, or any slice of
-// its data, keeps it for good.
+// recycleCap bytes in all, making room for the sizes received lately;
+// buffers beyond that are freed as usual. A buffer is only ever reused
+// after the collector has proved that nothing refers to it, so user code
+// that keeps a received tensor, or any slice of its data, keeps it for
+// good.
 
 //go:linkname mallocgc runtime.mallocgc
 func mallocgc(size uintptr, typ unsafe.Pointer, needzero bool) unsafe.Pointer
@@ -130,11 +131,33 @@ func (r *recycler) watch(base unsafe.Pointer, class uintptr) {
 	runtime.SetFinalizer((*byte)(base), func(b *byte) { r.put(unsafe.Pointer(b), class) })
 }
 
-// put keeps an unreachable block for reuse, or lets it go when the free
-// lists are full.
+// put keeps an unreachable block for reuse. When the free lists are full
+// it makes room by letting blocks of other sizes go (the sizes received
+// lately are the ones likely to come again), or lets this one go.
 func (r *recycler) put(base unsafe.Pointer, class uintptr) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if class > recycleCap {
+		return
+	}
+	for other, l := range r.free {
+		if r.bytes+class <= recycleCap {
+			break
+		}
+		if other == class {
+			continue
+		}
+		for len(l) > 0 && r.bytes+class > recycleCap {
+			l[len(l)-1] = nil
+			l = l[:len(l)-1]
+			r.bytes -= other
+		}
+		if len(l) == 0 {
+			delete(r.free, other)
+		} else {
+			r.free[other] = l
+		}
+	}
 	if r.bytes+class > recycleCap {
 		return
 	}

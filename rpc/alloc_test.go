@@ -98,3 +98,19 @@ func TestReceiveTensorRecycled(t *testing.T) {
 	runtime.KeepAlive(data)
 	runtime.KeepAlive(second)
 }
+
+// TestRecyclerMakesRoomForNewSizes: free lists full of one size give way
+// to another size that comes back later.
+func TestRecyclerMakesRoomForNewSizes(t *testing.T) {
+	r := &recycler{free: map[uintptr][]unsafe.Pointer{}}
+	const small, big = 1 << 20, 4 << 20
+	for i := 0; i < recycleCap/small; i++ {
+		r.put(mallocgc(small, nil, false), small)
+	}
+	r.put(mallocgc(big, nil, false), big)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.bytes != recycleCap || len(r.free[big]) != 1 || len(r.free[small]) != recycleCap/small-big/small {
+		t.Fatalf("free lists hold %d bytes: %d of %d B, %d of %d B", r.bytes, len(r.free[small]), small, len(r.free[big]), big)
+	}
+}

@@ -35,7 +35,7 @@ import (
 
 func init() {
 	benches["rpc"] = command{
-		summary: "RPC echo latency, async calls/s, remote+to_here: tandem bench rpc [-json] [-max 16M] [-inflight 64] [-inproc] [-torch]",
+		summary: "RPC echo latency, async calls/s, remote+to_here: tandem bench rpc [-json] [-min 4] [-max 16M] [-inflight 64] [-inproc] [-torch]",
 		run:     func(ctx context.Context, args []string) error { return benchRPC(ctx, args, os.Stdout) },
 	}
 }
@@ -56,6 +56,7 @@ type rpcBenchResult struct {
 }
 
 type rpcBenchConfig struct {
+	minBytes int
 	maxBytes int
 	inflight int
 	calls    int
@@ -71,6 +72,7 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("tandem bench rpc", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print one JSON object per result")
 	maxFlag := fs.String("max", "16M", "largest echo `size` in bytes (sizes are 4, 16, 64, ... up to it; suffixes K, M)")
+	minFlag := fs.String("min", "4", "smallest echo `size` in bytes (a power of 4 times 4)")
 	inflight := fs.Int("inflight", 64, "async calls kept in flight")
 	calls := fs.Int("calls", 20000, "async calls in total")
 	remotes := fs.Int("remotes", 200, "timed Remote + ToHere pairs")
@@ -92,10 +94,14 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("-max: %w", err)
 	}
+	minBytes, err := parseByteSize(*minFlag)
+	if err != nil {
+		return fmt.Errorf("-min: %w", err)
+	}
 	if *inflight < 1 || *calls < 1 || *remotes < 1 || *iters < 0 {
 		return fmt.Errorf("-inflight, -calls and -remotes must be positive, -iters not negative")
 	}
-	cfg := rpcBenchConfig{maxBytes: maxBytes, inflight: *inflight, calls: *calls, remotes: *remotes, iters: *iters, sameHostCopy: !*noCMA}
+	cfg := rpcBenchConfig{minBytes: minBytes, maxBytes: maxBytes, inflight: *inflight, calls: *calls, remotes: *remotes, iters: *iters, sameHostCopy: !*noCMA}
 	results, err := rpcBenchRun(ctx, cfg, *inproc)
 	if err != nil {
 		return err
@@ -138,7 +144,7 @@ func fmtSeconds(s float64) string {
 }
 
 func parseByteSize(s string) (int, error) {
-	mult := 1
+	orig, mult := s, 1
 	switch {
 	case strings.HasSuffix(s, "K"):
 		mult, s = 1<<10, strings.TrimSuffix(s, "K")
@@ -146,8 +152,8 @@ func parseByteSize(s string) (int, error) {
 		mult, s = 1<<20, strings.TrimSuffix(s, "M")
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 4 {
-		return 0, fmt.Errorf("%q is not a size of at least 4 bytes", s)
+	if err != nil || n*mult < 4 {
+		return 0, fmt.Errorf("%q is not a size of at least 4 bytes", orig)
 	}
 	return n * mult, nil
 }
@@ -251,6 +257,9 @@ func median(times []time.Duration) float64 {
 func rpcBenchCases(ctx context.Context, a *rpc.Agent, cfg rpcBenchConfig) ([]rpcBenchResult, error) {
 	var out []rpcBenchResult
 	for bytes := 4; bytes <= cfg.maxBytes; bytes *= 4 {
+		if bytes < cfg.minBytes {
+			continue
+		}
 		x := ones32(bytes / 4)
 		iters := cfg.iters
 		if iters == 0 {

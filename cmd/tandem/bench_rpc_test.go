@@ -60,3 +60,16 @@ func TestParseTorchRPC(t *testing.T) {
 		t.Fatal("empty output parsed")
 	}
 }
+
+func TestParseByteSize(t *testing.T) {
+	for in, want := range map[string]int{"4": 4, "1K": 1 << 10, "1M": 1 << 20, "16M": 16 << 20, "256K": 256 << 10} {
+		if got, err := parseByteSize(in); err != nil || got != want {
+			t.Errorf("parseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"3", "0K", "x", "-1M", ""} {
+		if _, err := parseByteSize(in); err == nil {
+			t.Errorf("parseByteSize(%q) accepted", in)
+		}
+	}
+}
