@@ -7,19 +7,12 @@ package main
 // (PyTorch gloo): same sizes, same iteration counts, rank 0's median.
 
 import (
-	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +27,7 @@ func init() {
 	benches["allreduce"] = command{
 		summary: "all-reduce latency and bandwidth: tandem bench allreduce -nproc N [-backend tcp|local] [-dtype float32] [-sizes 4K,64K,...] [-iters K] [-json]",
 		run: func(ctx context.Context, args []string) error {
-			return benchAllReduce(ctx, args, os.Stdout, selfWorker)
+			return benchAllReduce(ctx, args, os.Stdout, selfLauncher("allreduce"))
 		},
 	}
 }
@@ -59,21 +52,6 @@ type allreduceConfig struct {
 	iters int // 0: chosen per size as the PyTorch script does
 }
 
-// workerLauncher builds the command that runs one worker process of the
-// benchmark (args are the worker's flags); env is added to its environment.
-type workerLauncher func(args, env []string) (*exec.Cmd, error)
-
-// selfWorker re-executes this binary in the hidden worker mode.
-func selfWorker(args, env []string) (*exec.Cmd, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("finding this executable to start workers: %w", err)
-	}
-	cmd := exec.Command(exe, append([]string{"bench", "allreduce"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	return cmd, nil
-}
-
 var benchDtypes = map[string]tensor.Dtype{
 	"float32": tensor.Float32, "float64": tensor.Float64, "int32": tensor.Int32, "int64": tensor.Int64,
 }
@@ -89,11 +67,8 @@ func benchAllReduce(ctx context.Context, args []string, stdout io.Writer, launch
 	iters := fs.Int("iters", 0, "timed iterations per size (0: 200 for small buffers down to 5 for 64 MiB, as PyTorch's script)")
 	asJSON := fs.Bool("json", false, "print one JSON object per size")
 	worker := fs.Bool("worker", false, "internal: run as one rank of the benchmark (rank from the environment)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseBenchFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	dt, ok := benchDtypes[*dtype]
 	if !ok {
@@ -136,41 +111,15 @@ func benchAllReduce(ctx context.Context, args []string, stdout io.Writer, launch
 			r.BusBWGBs = r.AlgBWGBs * 2 * float64(*nproc-1) / float64(*nproc)
 		}
 		if *asJSON {
-			line, _ := json.Marshal(r)
-			fmt.Fprintln(stdout, string(line))
+			if err := writeJSONLine(stdout, r); err != nil {
+				return err
+			}
 		} else {
 			fmt.Fprintf(stdout, "%12d %6d %12s %12.3f %12.3f\n", r.Bytes, r.Iters,
-				time.Duration(r.MedianS*1e9).Round(time.Microsecond), r.AlgBWGBs, r.BusBWGBs)
+				roundedSeconds(r.MedianS, time.Microsecond), r.AlgBWGBs, r.BusBWGBs)
 		}
 	}
 	return nil
-}
-
-// parseSizes parses "4K,64K,1M" into byte counts that are whole elements.
-func parseSizes(s string, elem int) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		mult := 1
-		switch {
-		case strings.HasSuffix(f, "K"):
-			mult, f = 1<<10, strings.TrimSuffix(f, "K")
-		case strings.HasSuffix(f, "M"):
-			mult, f = 1<<20, strings.TrimSuffix(f, "M")
-		case strings.HasSuffix(f, "G"):
-			mult, f = 1<<30, strings.TrimSuffix(f, "G")
-		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("-sizes: %q is not a positive size (bytes, or with K, M, G)", f)
-		}
-		b := n * mult
-		if b%elem != 0 {
-			return nil, fmt.Errorf("-sizes: %d bytes is not a whole number of %d-byte elements", b, elem)
-		}
-		out = append(out, b)
-	}
-	return out, nil
 }
 
 // itersFor is PyTorch's script's choice: max(5, min(200, 2^24 / elements)).
@@ -185,89 +134,12 @@ func (c allreduceConfig) itersFor(bytes int) int {
 // allreduceProcesses runs one worker process per rank over the TCP backend
 // and returns rank 0's results.
 func allreduceProcesses(ctx context.Context, cfg allreduceConfig, n int, launch workerLauncher) ([]allreduceResult, error) {
-	port, err := benchMasterPort()
-	if err != nil {
-		return nil, err
-	}
-	var secret [16]byte
-	rand.Read(secret[:])
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	sizes := make([]string, len(cfg.sizes))
 	for i, s := range cfg.sizes {
 		sizes[i] = strconv.Itoa(s)
 	}
 	args := []string{"-worker", "-dtype", cfg.dtype, "-sizes", strings.Join(sizes, ","), "-iters", strconv.Itoa(cfg.iters)}
-	var results []allreduceResult
-	var parseErr error
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		cmd, err := launch(args, []string{
-			"RANK=" + strconv.Itoa(r), "WORLD_SIZE=" + strconv.Itoa(n),
-			"LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=" + strconv.Itoa(n),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(port),
-			"TANDEM_TOKEN=" + hex.EncodeToString(secret[:]),
-		})
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return nil, err
-		}
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			cancel()
-			wg.Wait()
-			return nil, fmt.Errorf("starting rank %d: %w", r, err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
-			defer stop()
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				if r != 0 {
-					continue
-				}
-				var res allreduceResult
-				if err := json.Unmarshal(sc.Bytes(), &res); err != nil {
-					parseErr = fmt.Errorf("rank 0 printed %q: %w", sc.Text(), err)
-					continue
-				}
-				results = append(results, res)
-			}
-			if err := cmd.Wait(); err != nil {
-				errs[r] = fmt.Errorf("rank %d: %w", r, err)
-				cancel() // one rank failed: stop the others
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("benchmark workers failed (see their messages above): %w", err)
-	}
-	if parseErr != nil {
-		return nil, parseErr
-	}
-	return results, nil
-}
-
-// benchMasterPort returns a port on 127.0.0.1 that was free a moment ago,
-// for rank 0's store.
-func benchMasterPort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port for the store: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return runBenchWorkers[allreduceResult](ctx, n, launch, args, nil)
 }
 
 // allreduceWorker is one rank: it joins the world from the environment,
@@ -284,8 +156,9 @@ func allreduceWorker(ctx context.Context, cfg allreduceConfig, stdout io.Writer)
 	}
 	if pg.Rank() == 0 {
 		for _, r := range results {
-			line, _ := json.Marshal(r)
-			fmt.Fprintln(stdout, string(line))
+			if err := writeJSONLine(stdout, r); err != nil {
+				return err
+			}
 		}
 	}
 	// Leave together, so that no rank closes while another still reads.
@@ -346,12 +219,7 @@ func timeAllReduce(ctx context.Context, pg *comm.ProcessGroup, cfg allreduceConf
 			}
 			times[i] = time.Since(start).Seconds()
 		}
-		slices.Sort(times)
-		med := times[iters/2]
-		if iters%2 == 0 {
-			med = (times[iters/2-1] + times[iters/2]) / 2
-		}
-		out = append(out, allreduceResult{Bytes: size, Iters: iters, MedianS: med})
+		out = append(out, allreduceResult{Bytes: size, Iters: iters, MedianS: medianOf(times)})
 	}
 	return out, nil
 }

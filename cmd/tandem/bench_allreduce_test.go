@@ -6,37 +6,20 @@ import (
 	"encoding/json"
 	"math"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 )
 
-// benchWorkerEnv carries the worker's flags when this test binary is
-// re-executed as a worker of `tandem bench allreduce`.
-const benchWorkerEnv = "TANDEM_BENCH_ALLREDUCE_WORKER"
-
 // TestHelperBenchAllReduceWorker is not a test: it is the worker process that
 // the benchmark tests start (in place of the tandem binary's hidden mode).
 func TestHelperBenchAllReduceWorker(t *testing.T) {
-	args := os.Getenv(benchWorkerEnv)
-	if args == "" {
-		t.Skip("worker process for the allreduce benchmark tests")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := benchAllReduce(ctx, strings.Fields(args), os.Stdout, nil); err != nil {
-		os.Stderr.WriteString(err.Error() + "\n")
-		os.Exit(1)
-	}
-	os.Exit(0)
+	runAsBenchWorker(t, func(ctx context.Context, args []string) error {
+		return benchAllReduce(ctx, args, os.Stdout, nil)
+	})
 }
 
-func testWorker(args, env []string) (*exec.Cmd, error) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperBenchAllReduceWorker$")
-	cmd.Env = append(append(os.Environ(), env...), benchWorkerEnv+"="+strings.Join(args, " "))
-	return cmd, nil
-}
+var testWorker = testLauncher("TestHelperBenchAllReduceWorker")
 
 func runAllReduceBench(t *testing.T, args ...string) []allreduceResult {
 	t.Helper()

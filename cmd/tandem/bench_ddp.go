@@ -11,24 +11,16 @@ package main
 // step without DDP, the baseline of the scaling efficiency.
 
 import (
-	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
 	"runtime/pprof"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	G "gorgonia.org/gorgonia"
@@ -44,23 +36,10 @@ import (
 func init() {
 	benches["ddp"] = command{
 		summary: "DDP training step of an MLP, one single-core process per rank over TCP: tandem bench ddp -nproc N [-batch 64] [-steps 60] [-warmup 10] [-json]",
-		run:     func(ctx context.Context, args []string) error { return benchDDP(ctx, args, os.Stdout, selfDDPWorker) },
+		run: func(ctx context.Context, args []string) error {
+			return benchDDP(ctx, args, os.Stdout, selfLauncher("ddp"))
+		},
 	}
-}
-
-// ddpLauncher builds the command that runs one worker process of the
-// benchmark (args are the worker's flags); env is added to its environment.
-type ddpLauncher func(args, env []string) (*exec.Cmd, error)
-
-// selfDDPWorker re-executes this binary in the hidden worker mode.
-func selfDDPWorker(args, env []string) (*exec.Cmd, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("finding this executable to start workers: %w", err)
-	}
-	cmd := exec.Command(exe, append([]string{"bench", "ddp", "-worker"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	return cmd, nil
 }
 
 // ddpBenchResult is one line of `tandem bench ddp -json`: one world size.
@@ -101,12 +80,13 @@ type ddpBenchConfig struct {
 	profile  string // rank 0 of the largest world writes a CPU profile here
 }
 
-func (c ddpBenchConfig) args() []string {
+// workerArgs are the flags of a worker process of this configuration.
+func (c ddpBenchConfig) workerArgs() []string {
 	s := make([]string, len(c.sizes))
 	for i, v := range c.sizes {
 		s[i] = strconv.Itoa(v)
 	}
-	a := []string{"-sizes", strings.Join(s, ","), "-batch", strconv.Itoa(c.batch), "-steps", strconv.Itoa(c.steps),
+	a := []string{"-worker", "-sizes", strings.Join(s, ","), "-batch", strconv.Itoa(c.batch), "-steps", strconv.Itoa(c.steps),
 		"-warmup", strconv.Itoa(c.warmup), "-bucket-cap-mb", strconv.FormatFloat(c.capMB, 'g', -1, 64)}
 	if c.ddpWorld {
 		a = append(a, "-ddp1")
@@ -114,10 +94,10 @@ func (c ddpBenchConfig) args() []string {
 	return append(a, "-ring-threshold", strconv.Itoa(c.ring), "-chunk-size", strconv.Itoa(c.chunk), "-cpuprofile", c.profile)
 }
 
-func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch ddpLauncher) error {
+func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch workerLauncher) error {
 	fs := flag.NewFlagSet("tandem bench ddp", flag.ContinueOnError)
 	nproc := fs.Int("nproc", 2, "number of ranks (world 1 runs too, as the baseline)")
-	sizesFlag := fs.String("sizes", "784,1024,1024,10", "comma-separated layer `sizes` of the MLP")
+	sizesFlag := fs.String("sizes", defaultMLPSizes, mlpSizesUsage)
 	batch := fs.Int("batch", 64, "batch size a rank")
 	steps := fs.Int("steps", 60, "training steps, warm-up included")
 	warmup := fs.Int("warmup", 10, "untimed warm-up steps")
@@ -128,15 +108,12 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch ddpLa
 	profile := fs.String("cpuprofile", "", "write a CPU profile of rank 0's timed steps (largest world) to `file`")
 	asJSON := fs.Bool("json", false, "print one JSON object per world size")
 	worker := fs.Bool("worker", false, "internal: run as one rank (rank and world from the environment)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseBenchFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	sizes, err := parseInts(*sizesFlag)
-	if err != nil || len(sizes) < 2 {
-		return fmt.Errorf("-sizes: %q is not a list of at least two positive sizes", *sizesFlag)
+	sizes, err := parseLayerSizes(*sizesFlag)
+	if err != nil {
+		return err
 	}
 	if *batch < 1 || *steps < 1 || *warmup < 0 || *warmup >= *steps {
 		return fmt.Errorf("-batch and -steps must be positive and -warmup in [0, steps)")
@@ -181,8 +158,9 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch ddpLa
 			res.ScalingEfficiency = res.SamplesPerS / (float64(n) * base)
 		}
 		if *asJSON {
-			line, _ := json.Marshal(res)
-			fmt.Fprintln(stdout, string(line))
+			if err := writeJSONLine(stdout, res); err != nil {
+				return err
+			}
 			continue
 		}
 		fmt.Fprintf(stdout, "%6d %5v %12s %12s %12.0f %9.1f%% %7.0f%% %12s %12s %8d %8s\n", n, res.DDP,
@@ -192,88 +170,21 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch ddpLa
 	return nil
 }
 
-func secs(s float64) string { return time.Duration(s * 1e9).Round(10 * time.Microsecond).String() }
+// secs formats a step time for the table.
+func secs(s float64) string { return roundedSeconds(s, 10*time.Microsecond) }
 
-// ddpBenchWorld runs one world of n worker processes and returns rank 0's
-// result.
-func ddpBenchWorld(ctx context.Context, cfg ddpBenchConfig, n int, launch ddpLauncher) (ddpBenchResult, error) {
-	var res ddpBenchResult
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return res, fmt.Errorf("finding a free port for the store: %w", err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	var secret [16]byte
-	rand.Read(secret[:])
+// ddpBenchWorld runs one world of n worker processes, one core each, and
+// returns rank 0's result.
+func ddpBenchWorld(ctx context.Context, cfg ddpBenchConfig, n int, launch workerLauncher) (ddpBenchResult, error) {
 	load := loadAvg()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		mu     sync.Mutex
-		got    bool
-		parsed error
-		errs   = make([]error, n)
-		wg     sync.WaitGroup
-	)
-	for r := range n {
-		cmd, err := launch(cfg.args(), []string{"GOMAXPROCS=1",
-			"RANK=" + strconv.Itoa(r), "WORLD_SIZE=" + strconv.Itoa(n),
-			"LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=" + strconv.Itoa(n),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(port),
-			"TANDEM_TOKEN=" + hex.EncodeToString(secret[:])})
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return res, err
-		}
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return res, err
-		}
-		if err := cmd.Start(); err != nil {
-			cancel()
-			wg.Wait()
-			return res, fmt.Errorf("starting rank %d: %w", r, err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
-			defer stop()
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				if r != 0 {
-					continue
-				}
-				var v ddpBenchResult
-				mu.Lock()
-				if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
-					parsed = fmt.Errorf("rank 0 printed %q: %w", sc.Text(), err)
-				} else {
-					res, got = v, true
-				}
-				mu.Unlock()
-			}
-			if err := cmd.Wait(); err != nil {
-				errs[r] = fmt.Errorf("rank %d: %w", r, err)
-				cancel()
-			}
-		}()
+	results, err := runBenchWorkers[ddpBenchResult](ctx, n, launch, cfg.workerArgs(), []string{"GOMAXPROCS=1"})
+	if err != nil {
+		return ddpBenchResult{}, err
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return res, fmt.Errorf("benchmark workers failed (see their messages above): %w", err)
+	if len(results) == 0 {
+		return ddpBenchResult{}, errors.New("rank 0 reported nothing")
 	}
-	if parsed != nil {
-		return res, parsed
-	}
-	if !got {
-		return res, errors.New("rank 0 reported nothing")
-	}
+	res := results[len(results)-1]
 	res.LoadAvg = load
 	return res, nil
 }
@@ -379,12 +290,7 @@ func ddpBenchWorker(ctx context.Context, cfg ddpBenchConfig, stdout io.Writer) e
 		return nil
 	}
 	res := ddpBenchResult{DDP: useDDP, LastLoss: loss, CPUSPerStep: cpu.Seconds() / float64(len(times))}
-	sorted := slices.Clone(times)
-	slices.Sort(sorted)
-	res.MedianStepS = sorted[len(sorted)/2]
-	if len(sorted)%2 == 0 {
-		res.MedianStepS = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
-	}
+	res.MedianStepS = medianOf(times)
 	for _, t := range times {
 		res.MeanStepS += t / float64(len(times))
 	}
@@ -398,9 +304,7 @@ func ddpBenchWorker(ctx context.Context, cfg ddpBenchConfig, stdout io.Writer) e
 		res.Buckets = len(st.Buckets)
 		res.BytesSentPerStep = st.BytesSent / st.Steps
 	}
-	line, _ := json.Marshal(res)
-	fmt.Fprintln(stdout, string(line))
-	return nil
+	return writeJSONLine(stdout, res)
 }
 
 // plainStep returns a training step without DDP: the same graph, run by the

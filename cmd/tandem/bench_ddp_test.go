@@ -7,47 +7,23 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 )
 
-// ddpBenchHelperEnv carries a worker's flags to the re-executed test binary.
-const ddpBenchHelperEnv = "TANDEM_TEST_DDP_BENCH_ARGS"
-
 // TestHelperDDPBenchWorker is not a test: it is one rank of the benchmark
 // that TestBenchDDP starts by re-executing this test binary.
 func TestHelperDDPBenchWorker(t *testing.T) {
-	raw := os.Getenv(ddpBenchHelperEnv)
-	if raw == "" {
-		t.Skip("helper process for TestBenchDDP")
-	}
-	var args []string
-	if err := json.Unmarshal([]byte(raw), &args); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := benchDDP(ctx, append([]string{"-worker"}, args...), os.Stdout, nil); err != nil {
-		os.Stderr.WriteString(err.Error() + "\n")
-		os.Exit(1)
-	}
-	os.Exit(0)
+	runAsBenchWorker(t, func(ctx context.Context, args []string) error {
+		return benchDDP(ctx, args, os.Stdout, nil)
+	})
 }
 
 // TestBenchDDP runs the benchmark end to end on a small model, one real
 // process a rank over TCP, and checks the JSON it prints (not the timings).
 func TestBenchDDP(t *testing.T) {
-	launch := func(args, env []string) (*exec.Cmd, error) {
-		enc, err := json.Marshal(args)
-		if err != nil {
-			return nil, err
-		}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperDDPBenchWorker$")
-		cmd.Env = append(append(os.Environ(), env...), ddpBenchHelperEnv+"="+string(enc))
-		return cmd, nil
-	}
+	launch := testLauncher("TestHelperDDPBenchWorker")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer

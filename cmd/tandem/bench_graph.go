@@ -7,16 +7,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
-	"slices"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	G "gorgonia.org/gorgonia"
@@ -48,28 +44,24 @@ type graphBenchResult struct {
 
 func benchGraph(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("tandem bench graph", flag.ContinueOnError)
-	sizesFlag := fs.String("sizes", "784,1024,1024,10", "comma-separated layer `sizes` of the MLP")
-	batch := fs.Int("batch", 64, "batch size")
-	steps := fs.Int("steps", 20, "timed training steps per engine")
+	mlp := addMLPStepFlags(fs, 20, "timed training steps per engine")
 	workersFlag := fs.String("workers", "1,"+strconv.Itoa(runtime.GOMAXPROCS(0)), "comma-separated executor worker `counts`")
 	asJSON := fs.Bool("json", false, "print one JSON object per engine")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	sizes, err := parseInts(*sizesFlag)
-	if err != nil || len(sizes) < 2 {
-		return fmt.Errorf("-sizes: %q is not a list of at least two positive sizes", *sizesFlag)
+	sizes, err := mlp.layerSizes()
+	if err != nil {
+		return err
 	}
 	workers, err := parseInts(*workersFlag)
 	if err != nil {
 		return fmt.Errorf("-workers: %w", err)
 	}
-	if *batch < 1 || *steps < 1 {
-		return errors.New("-batch and -steps must be positive")
-	}
+	batch, steps := *mlp.batch, *mlp.steps
 
 	// One model per engine, all with the same weights and data.
-	tape, err := newMLPStep(sizes, *batch)
+	tape, err := newMLPStep(sizes, batch)
 	if err != nil {
 		return err
 	}
@@ -87,7 +79,7 @@ func benchGraph(ctx context.Context, args []string) error {
 		return nil
 	}}}
 	for _, w := range workers {
-		m, err := newMLPStep(sizes, *batch)
+		m, err := newMLPStep(sizes, batch)
 		if err != nil {
 			return err
 		}
@@ -106,7 +98,7 @@ func benchGraph(ctx context.Context, args []string) error {
 	}
 
 	if !*asJSON {
-		fmt.Printf("MLP %v, batch %d, float32; forward + backward + SGD; %d steps per engine, in rotating blocks of 2\n", sizes, *batch, *steps)
+		fmt.Printf("MLP %v, batch %d, float32; forward + backward + SGD; %d steps per engine, in rotating blocks of 2\n", sizes, batch, steps)
 	}
 	for i := range engines {
 		if err := engines[i].step(); err != nil { // warm-up: first-run allocations
@@ -117,10 +109,10 @@ func benchGraph(ctx context.Context, args []string) error {
 	// that load from other processes and garbage collection triggered by one
 	// engine's allocations affect them alike; the median step is reported.
 	const block = 2
-	for round := 0; round*block < *steps; round++ {
+	for round := 0; round*block < steps; round++ {
 		for k := range engines {
 			e := &engines[(round+k)%len(engines)]
-			for s := 0; s < block && round*block+s < *steps; s++ {
+			for s := 0; s < block && round*block+s < steps; s++ {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
@@ -140,8 +132,9 @@ func benchGraph(ctx context.Context, args []string) error {
 			r.SpeedupVsTM = tmMs / r.MsPerStep
 		}
 		if *asJSON {
-			line, _ := json.Marshal(r)
-			fmt.Println(string(line))
+			if err := writeJSONLine(os.Stdout, r); err != nil {
+				return err
+			}
 			continue
 		}
 		label := e.name
@@ -186,9 +179,7 @@ func (e *benchEngine) timedStep() error {
 
 // msPerStep is the median step time.
 func (e *benchEngine) msPerStep() float64 {
-	t := slices.Clone(e.times)
-	slices.Sort(t)
-	return float64(t[len(t)/2].Microseconds()) / 1e3
+	return float64(quantile(e.times, 0.5).Microseconds()) / 1e3
 }
 
 func (e *benchEngine) meanMs() float64 {
@@ -201,15 +192,6 @@ func (e *benchEngine) meanMs() float64 {
 
 func (e *benchEngine) cpuMs() float64 {
 	return float64(e.cpu.Microseconds()) / 1e3 / float64(e.steps)
-}
-
-// processCPU is the user+system CPU time the process has used so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // mlpStep is an MLP with ReLU layers, a log-softmax cross-entropy cost and
@@ -307,16 +289,4 @@ func (m *mlpStep) sgd(grad func(i int) G.Value) {
 			w[j] -= 0.01 * g[j]
 		}
 	}
-}
-
-func parseInts(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a positive number", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }

@@ -5,15 +5,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
+	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -47,13 +45,9 @@ func benchStore(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var counts []int
-	for _, f := range strings.Split(*clientsFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return fmt.Errorf("-clients: %q is not a positive count", f)
-		}
-		counts = append(counts, n)
+	counts, err := parseInts(*clientsFlag)
+	if err != nil {
+		return fmt.Errorf("-clients: %w", err)
 	}
 	if *ops < 1 || *valueSize < 0 {
 		return errors.New("-ops must be positive and -value not negative")
@@ -67,8 +61,9 @@ func benchStore(ctx context.Context, args []string) error {
 			return err
 		}
 		if *asJSON {
-			line, _ := json.Marshal(r)
-			fmt.Println(string(line))
+			if err := writeJSONLine(os.Stdout, r); err != nil {
+				return err
+			}
 		} else {
 			fmt.Printf("clients %4d  ops %7d  %8.0f ops/s  p50 %7.1f µs  p99 %8.1f µs\n",
 				r.Clients, r.Ops, r.OpsPerSec, r.P50us, r.P99us)
@@ -143,13 +138,7 @@ func storeBenchRun(ctx context.Context, clients, ops, valueSize int) (storeBench
 	for _, l := range lat {
 		all = append(all, l...)
 	}
-	slices.Sort(all)
-	pct := func(p float64) float64 {
-		if len(all) == 0 {
-			return 0
-		}
-		return float64(all[min(int(p*float64(len(all))), len(all)-1)].Nanoseconds()) / 1e3
-	}
+	pct := func(p float64) float64 { return float64(quantile(all, p).Nanoseconds()) / 1e3 }
 	return storeBenchResult{
 		Bench: "store", Clients: clients, Ops: len(all), Seconds: elapsed.Seconds(),
 		OpsPerSec: float64(len(all)) / elapsed.Seconds(), P50us: pct(0.5), P99us: pct(0.99),

@@ -9,15 +9,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,29 +48,25 @@ type trainBenchResult struct {
 
 func benchTrain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("tandem bench train", flag.ContinueOnError)
-	sizesFlag := fs.String("sizes", "784,1024,1024,10", "comma-separated layer `sizes` of the MLP")
-	batch := fs.Int("batch", 64, "batch size")
-	steps := fs.Int("steps", 50, "timed steps (after 10 warm-up steps)")
+	mlp := addMLPStepFlags(fs, 50, "timed steps (after 10 warm-up steps)")
 	peer := fs.String("peer", "", "`path` of shared/peers/torch_ddp.py: run it with world 1 in the same sitting and compare")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	sizes, err := parseInts(*sizesFlag)
-	if err != nil || len(sizes) < 2 {
-		return fmt.Errorf("-sizes: %q is not a list of at least two positive sizes", *sizesFlag)
-	}
-	if *batch < 1 || *steps < 1 {
-		return errors.New("-batch and -steps must be positive")
-	}
-	// One core, as the peer runs with torch.set_num_threads(1).
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-
-	med, err := timeTrainSteps(ctx, sizes, *batch, *steps)
+	sizes, err := mlp.layerSizes()
 	if err != nil {
 		return err
 	}
-	res := trainBenchResult{Bench: "train", BLAS: tblas.Name, Sizes: sizes, Batch: *batch,
+	batch := *mlp.batch
+	// One core, as the peer runs with torch.set_num_threads(1).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+
+	med, err := timeTrainSteps(ctx, sizes, batch, *mlp.steps)
+	if err != nil {
+		return err
+	}
+	res := trainBenchResult{Bench: "train", BLAS: tblas.Name, Sizes: sizes, Batch: batch,
 		MedianStepS: med.Seconds(), StepsPerS: 1 / med.Seconds()}
 	if *peer != "" {
 		pm, err := runTorchPeer(ctx, *peer)
@@ -84,10 +77,10 @@ func benchTrain(ctx context.Context, args []string) error {
 		res.SpeedupVsPeer = pm / med.Seconds()
 	}
 	if *asJSON {
-		return json.NewEncoder(os.Stdout).Encode(res)
+		return writeJSONLine(os.Stdout, res)
 	}
 	fmt.Printf("MLP %v, batch %d, float32, one core, BLAS %s: median %.2f ms/step (%.1f steps/s)\n",
-		sizes, *batch, tblas.Name, 1e3*res.MedianStepS, res.StepsPerS)
+		sizes, batch, tblas.Name, 1e3*res.MedianStepS, res.StepsPerS)
 	if res.PeerMedianS > 0 {
 		fmt.Printf("PyTorch (same sitting): median %.2f ms/step; Tandem is %.2fx faster\n", 1e3*res.PeerMedianS, res.SpeedupVsPeer)
 	}
@@ -149,8 +142,7 @@ func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int) (time.Du
 			times = append(times, time.Since(t0))
 		}
 	}
-	slices.Sort(times)
-	return times[len(times)/2], nil
+	return quantile(times, 0.5), nil
 }
 
 // runTorchPeer runs PyTorch's single-process step timing and returns its
