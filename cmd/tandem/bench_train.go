@@ -103,7 +103,9 @@ func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int) (time.Du
 	for i := range ys {
 		ys[i] = int64(rng.IntN(sizes[len(sizes)-1]))
 	}
-	b := models.NewBuilder(nil)
+	// Gradients land in Param.Grad straight from the backward ops; ZeroGrad
+	// before each run is what the loop below does anyway.
+	b := models.NewBuilder(nil, models.WithGradsInPlace())
 	x := b.Bind("x", tensor.New(tensor.WithShape(batch, sizes[0]), tensor.WithBacking(xs)))
 	y := b.Bind("y", tensor.New(tensor.WithShape(batch), tensor.WithBacking(ys)))
 	logits, err := model.Forward(b, x)
@@ -153,6 +155,9 @@ func runTorchPeer(ctx context.Context, script string) (float64, error) {
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = os.Stderr
+	// torch.set_num_threads(1) does not bind Debian's OpenBLAS, which would
+	// otherwise use every core: pin it, so both sides run on one core.
+	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1")
 	if err := cmd.Run(); err != nil {
 		return 0, fmt.Errorf("peer %s %s 1: %w (is python3-torch installed? apt-get install python3-torch)", python, script, err)
 	}
