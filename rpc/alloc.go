@@ -70,11 +70,19 @@ type recycler struct {
 	mu    sync.Mutex
 	bytes uintptr
 	free  map[uintptr][]unsafe.Pointer // by class size
+	// prefill: buffers to make when a class's list is found empty;
+	// filling: the classes being filled.
+	prefill int
+	filling map[uintptr]bool
 }
 
 // receiveBuffers is this process's cache of receive buffers, shared by its
 // agents like a sync.Pool.
-var receiveBuffers = &recycler{free: map[uintptr][]unsafe.Pointer{}}
+var receiveBuffers = newRecycler(prefill)
+
+func newRecycler(prefill int) *recycler {
+	return &recycler{free: map[uintptr][]unsafe.Pointer{}, prefill: prefill, filling: map[uintptr]bool{}}
+}
 
 // sizeClass rounds n up to 1, 1.25, 1.5 or 1.75 times a power of two, so a
 // buffer serves sizes up to a quarter smaller than itself.
@@ -100,19 +108,56 @@ func (r *recycler) get(n uintptr) unsafe.Pointer {
 		r.watch(base, class)
 		return bufferStart(base, class)
 	}
+	fill := r.prefill > 0 && !r.filling[class] && r.bytes+uintptr(r.prefill)*class <= recycleCap
+	if fill {
+		r.filling[class] = true
+	}
 	r.mu.Unlock()
-	// Buffers of a huge page or more start on a huge-page boundary inside
-	// their block, so that all their pages can be huge pages (the slack is
-	// address space they never touch).
+	if fill {
+		go r.fill(class)
+	}
+	base := newBlock(class)
+	r.watch(base, class)
+	return bufferStart(base, class)
+}
+
+// prefill is how many buffers a receive that finds its free list empty
+// has made in the background, their pages mapped there: fresh memory costs
+// page faults and the kernel's zeroing, which the next receives then skip
+// (on another core, while this one copies).
+const prefill = 2
+
+// fill adds r.prefill fresh buffers of class bytes to the free list.
+func (r *recycler) fill(class uintptr) {
+	for i := 0; i < r.prefill; i++ {
+		base := newBlock(class)
+		populate(bufferStart(base, class), class)
+		r.mu.Lock()
+		if r.bytes+class > recycleCap {
+			r.mu.Unlock()
+			break
+		}
+		r.free[class] = append(r.free[class], base)
+		r.bytes += class
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
+	r.filling[class] = false
+	r.mu.Unlock()
+}
+
+// newBlock allocates a block for a buffer of class bytes. Buffers of a
+// huge page or more start on a huge-page boundary inside their block, so
+// that all their pages can be huge pages (the slack is address space they
+// never touch).
+func newBlock(class uintptr) unsafe.Pointer {
 	slack := uintptr(0)
 	if class >= hugePage {
 		slack = hugePage - blockAlign
 	}
 	base := mallocgc(class+slack, nil, false)
-	p := bufferStart(base, class)
-	hugePageHint(p, class)
-	r.watch(base, class)
-	return p
+	hugePageHint(bufferStart(base, class), class)
+	return base
 }
 
 // bufferStart is where the buffer of class bytes in the block at base

@@ -38,7 +38,7 @@ func waitFree(r *recycler, want uintptr) uintptr {
 }
 
 func TestRecyclerReusesOnlyUnreachableBuffers(t *testing.T) {
-	r := &recycler{free: map[uintptr][]unsafe.Pointer{}}
+	r := newRecycler(0)
 	const n = 1 << 20
 	kept := unsafe.Slice((*byte)(r.get(n)), n)
 	dropped := uintptr(r.get(n))
@@ -60,7 +60,7 @@ func TestRecyclerReusesOnlyUnreachableBuffers(t *testing.T) {
 }
 
 func TestRecyclerCap(t *testing.T) {
-	r := &recycler{free: map[uintptr][]unsafe.Pointer{}}
+	r := newRecycler(0)
 	const n = 16 << 20
 	for i := 0; i < recycleCap/n+2; i++ {
 		r.get(n)
@@ -102,7 +102,7 @@ func TestReceiveTensorRecycled(t *testing.T) {
 // TestRecyclerMakesRoomForNewSizes: free lists full of one size give way
 // to another size that comes back later.
 func TestRecyclerMakesRoomForNewSizes(t *testing.T) {
-	r := &recycler{free: map[uintptr][]unsafe.Pointer{}}
+	r := newRecycler(0)
 	const small, big = 1 << 20, 4 << 20
 	for i := 0; i < recycleCap/small; i++ {
 		r.put(mallocgc(small, nil, false), small)
@@ -112,5 +112,38 @@ func TestRecyclerMakesRoomForNewSizes(t *testing.T) {
 	defer r.mu.Unlock()
 	if r.bytes != recycleCap || len(r.free[big]) != 1 || len(r.free[small]) != recycleCap/small-big/small {
 		t.Fatalf("free lists hold %d bytes: %d of %d B, %d of %d B", r.bytes, len(r.free[small]), small, len(r.free[big]), big)
+	}
+}
+
+// TestRecyclerPrefills: a size whose free list is empty gets buffers made
+// in the background, which the next gets return.
+func TestRecyclerPrefills(t *testing.T) {
+	r := newRecycler(2)
+	const n = 4 << 20
+	first := r.get(n)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.mu.Lock()
+		have, filling := len(r.free[n]), r.filling[n]
+		r.mu.Unlock()
+		if have == 2 && !filling {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d buffers made in the background (filling %v), want 2", have, filling)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	a, b := r.get(n), r.get(n)
+	if a == first || b == first || a == b {
+		t.Fatal("prefilled buffers are not distinct fresh ones")
+	}
+	if uintptr(a)%hugePage != 0 || uintptr(b)%hugePage != 0 {
+		t.Fatal("buffers of 4 MiB do not start on a huge-page boundary")
+	}
+	// Each is writable over its whole length.
+	for _, p := range []unsafe.Pointer{first, a, b} {
+		buf := unsafe.Slice((*byte)(p), n)
+		buf[0], buf[n-1] = 1, 2
 	}
 }

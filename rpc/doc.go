@@ -76,7 +76,10 @@
 // process-wide free list (64 MiB at most, making room for the sizes
 // received lately) for the next tensor of its size class (sizes are
 // rounded up by at most a quarter); a tensor kept by user code is never
-// reused. Fresh buffers of 2 MiB or more start on a 2 MiB boundary and are
+// reused. A receive that finds the free list of its size empty also has
+// two buffers of that size made in the background, their pages mapped
+// there (MADV_POPULATE_WRITE), so that the receives after it skip the page
+// faults. Fresh buffers of 2 MiB or more start on a 2 MiB boundary and are
 // advised to use transparent huge pages (two faults for 4 MiB instead of a
 // thousand, and faster copies out of them).
 //
