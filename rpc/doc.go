@@ -97,9 +97,11 @@
 // recycled buffers on both sides and about 2.2 ms with fresh ones). Tried
 // and left out, as they bought nothing measurable there: sending the
 // read-done frame of a reply with the caller's next request; splitting a
-// copy between two threads; starting a collection when the free list runs
-// dry (more CPU than the page faults it saved); free lists larger than
-// 64 MiB.
+// copy between two threads; copying with raw system calls in 1 MiB pieces
+// (the runtime's thread switches around long system calls stayed);
+// starting a collection when the free list runs dry (more CPU than the
+// page faults it saved); refilling a free list before it is empty; free
+// lists larger than 64 MiB.
 //
 // Every connection presents a shared token (WithToken, TANDEM_TOKEN, or one
 // the workers create through the store when neither is set); a wrong token
