@@ -69,8 +69,8 @@ func TestVectorKernelsMatchScalar(t *testing.T) {
 	}
 }
 
-// BenchmarkReduceInto reduces a 512 KiB chunk (the ring's unit) into each
-// part of a 16 MiB buffer in turn, as a ring's reduce-scatter does.
+// BenchmarkReduceInto reduces a 512 KiB chunk into each part of a 16 MiB
+// buffer in turn, as a ring's reduce-scatter does.
 func BenchmarkReduceInto(b *testing.B) {
 	const chunk, total = 512 << 10, 16 << 20
 	dst, src := make([]byte, total), make([]byte, chunk)

@@ -20,8 +20,12 @@ const (
 	// (latency-optimal).
 	DefaultRingThreshold = 64 << 10
 	// DefaultChunkSize: ring and tree algorithms cut a buffer into chunks of
-	// at most this many bytes and pipeline them.
-	DefaultChunkSize = 512 << 10
+	// at most this many bytes and pipeline them. Between ranks on one
+	// machine a chunk moves in one copy from the sender's memory (see
+	// comm/tcp's single-copy transfers), whose fixed cost per message is
+	// what the size amortises; 2 MiB chunks also still pipeline a ring
+	// step of a few megabytes.
+	DefaultChunkSize = 2 << 20
 )
 
 // Option configures a process group.

@@ -23,9 +23,10 @@ const defaultConnectTimeout = 5 * time.Minute
 // every interface and advertises each of its addresses to its peers. Use
 // NewBackend with options to change that.
 type Backend struct {
-	host      string
-	sockBuf   int
-	sockBufOK bool
+	host         string
+	sockBuf      int
+	sockBufOK    bool
+	noSingleCopy bool
 }
 
 // Option configures a Backend.
@@ -42,6 +43,14 @@ func WithSocketBuffer(bytes int) Option {
 	return func(b *Backend) { b.sockBuf, b.sockBufOK = bytes, true }
 }
 
+// WithSingleCopy turns single-copy transfers between ranks on one machine
+// on (the default) or off. When on, a large message to a rank that runs on
+// this machine is not pushed through the socket: the receiver copies it
+// straight out of the sender's memory (process_vm_readv on Linux), which
+// halves the copying. Connection set-up finds out whether the kernel allows
+// it for each pair of ranks; where it does not, messages use the socket.
+func WithSingleCopy(enabled bool) Option { return func(b *Backend) { b.noSingleCopy = !enabled } }
+
 // NewBackend returns a Backend configured by opts.
 func NewBackend(opts ...Option) Backend {
 	var b Backend
@@ -50,6 +59,8 @@ func NewBackend(opts ...Option) Backend {
 	}
 	return b
 }
+
+func (b Backend) singleCopy() bool { return !b.noSingleCopy }
 
 func (b Backend) socketBuffer() int {
 	if b.sockBufOK {
@@ -111,7 +122,16 @@ func (b Backend) connect(ctx context.Context, cfg transport.Config) (*Transport,
 	if err != nil {
 		return nil, err
 	}
-	t.start(conns)
+	hosts, err := b.probeSameHost(cctx, cfg.Rank, conns)
+	if err != nil {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return nil, err
+	}
+	t.start(conns, hosts)
 	return t, nil
 }
 

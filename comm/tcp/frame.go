@@ -18,6 +18,13 @@ const (
 	frameData  = 1 // a message under tag
 	frameAbort = 2 // the sender aborted; the payload is the cause as text
 	frameBye   = 3 // the sender closed its transport; nothing follows
+	// frameRef is a message left in the sender's memory (singlecopy.go):
+	// the length field is the message's, and a 16-byte body follows with
+	// the message's address and an acknowledgement id.
+	frameRef = 4
+	// frameAck acknowledges a reference frame: the tag field holds its id,
+	// the length field a status; nothing follows.
+	frameAck = 5
 )
 
 // maxCauseLen bounds the cause text carried by an abort frame.
@@ -77,6 +84,9 @@ func (mp *msgPool) put(m *message) {
 type recvReq struct {
 	buf  []byte
 	done chan error // capacity 1; receives the outcome exactly once
+	// ref, set before a nil outcome, is a message the Recv copies from the
+	// sender's memory itself.
+	ref remoteRef
 }
 
 // tagQueue holds, for one (peer, tag), either posted receives or arrived

@@ -16,14 +16,30 @@ import (
 // loopback is the backend every test uses: 127.0.0.1 only.
 var loopback = NewBackend(WithHost("127.0.0.1"))
 
+// streamOnly is loopback without single-copy transfers: every byte goes
+// through the socket.
+var streamOnly = NewBackend(WithHost("127.0.0.1"), WithSingleCopy(false))
+
+// dataPaths are the two ways large messages travel between local ranks.
+var dataPaths = []struct {
+	name    string
+	backend Backend
+}{{"single-copy", loopback}, {"stream", streamOnly}}
+
 // connectAll builds a world of n transports over one in-memory store, each
 // rank connecting from its own goroutine. The transports are closed at the
 // end of the test.
 func connectAll(t testing.TB, n int, mutate func(rank int, cfg *transport.Config)) []*Transport {
 	t.Helper()
+	return connectAllWith(t, func(int) Backend { return loopback }, n, mutate)
+}
+
+// connectAllWith is connectAll with rank r connecting through backend(r).
+func connectAllWith(t testing.TB, backend func(rank int) Backend, n int, mutate func(rank int, cfg *transport.Config)) []*Transport {
+	t.Helper()
 	st := store.NewMemory()
 	t.Cleanup(func() { st.Close() })
-	ts, errs := connectWorld(n, st, mutate)
+	ts, errs := connectWorldWith(backend, n, st, mutate)
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: connect: %v", r, err)
@@ -45,6 +61,10 @@ func newStore(t testing.TB) *store.Memory {
 
 // connectWorld connects n ranks concurrently and returns what each got.
 func connectWorld(n int, st store.Store, mutate func(rank int, cfg *transport.Config)) ([]*Transport, []error) {
+	return connectWorldWith(func(int) Backend { return loopback }, n, st, mutate)
+}
+
+func connectWorldWith(backend func(rank int) Backend, n int, st store.Store, mutate func(rank int, cfg *transport.Config)) ([]*Transport, []error) {
 	ts := make([]*Transport, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -56,7 +76,7 @@ func connectWorld(n int, st store.Store, mutate func(rank int, cfg *transport.Co
 			if mutate != nil {
 				mutate(r, &cfg)
 			}
-			ts[r], errs[r] = loopback.ConnectTCP(context.Background(), cfg)
+			ts[r], errs[r] = backend(r).ConnectTCP(context.Background(), cfg)
 		}()
 	}
 	wg.Wait()

@@ -3,6 +3,7 @@ package tcp
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/tandemml/tandem/comm/transport"
 )
@@ -40,9 +42,14 @@ type peer struct {
 	rank int
 	conn *net.TCPConn
 
+	// Single-copy transfers (singlecopy.go), settled at connection set-up.
+	refOut bool // large messages to this peer go by reference
+	refPID int  // the peer's process id when its references are read from its memory; 0 when not
+
 	// Write side; everything below wsem is guarded by holding it.
 	wsem    chan struct{} // capacity 1: the write lock
 	whdr    [headerSize]byte
+	wref    [refBodySize]byte
 	wvec    [2][]byte
 	wbufs   net.Buffers
 	wclosed bool
@@ -55,19 +62,23 @@ type peer struct {
 	// every Recv that posts a request).
 	rd        *bufio.Reader
 	rhdr      [headerSize]byte
+	rref      [refBodySize]byte
 	posted    chan struct{}
 	waitTimer *time.Timer
 
-	mu     sync.Mutex
-	queues map[transport.Tag]*tagQueue
-	err    error // why the peer is gone; guarded by mu
-	errp   atomic.Pointer[error]
-	gone   chan struct{} // closed when err is set
+	mu      sync.Mutex
+	queues  map[transport.Tag]*tagQueue
+	acks    map[uint64]chan error // sends by reference waiting for their acknowledgement
+	nextRef uint64                // last reference id used; guarded by mu
+	err     error                 // why the peer is gone; guarded by mu
+	errp    atomic.Pointer[error]
+	gone    chan struct{} // closed when err is set
 }
 
-func newPeer(t *Transport, rank int, c *net.TCPConn) *peer {
+func newPeer(t *Transport, rank int, c *net.TCPConn, host sameHost) *peer {
 	p := &peer{t: t, rank: rank, conn: c, wsem: make(chan struct{}, 1),
-		queues: map[transport.Tag]*tagQueue{}, gone: make(chan struct{})}
+		queues: map[transport.Tag]*tagQueue{}, acks: map[uint64]chan error{}, gone: make(chan struct{}),
+		refOut: host.offer, refPID: host.pid}
 	if c != nil {
 		p.rd = bufio.NewReaderSize(c, readBufferSize)
 		p.posted = make(chan struct{}, 1)
@@ -109,9 +120,17 @@ func (p *peer) fail(err error) {
 			delete(p.queues, tag)
 		}
 	}
+	acks := make([]chan error, 0, len(p.acks))
+	for id, ack := range p.acks {
+		acks = append(acks, ack)
+		delete(p.acks, id)
+	}
 	p.mu.Unlock()
 	for _, r := range waiting {
 		r.done <- err
+	}
+	for _, ack := range acks {
+		ack <- err
 	}
 }
 
@@ -170,7 +189,11 @@ func (p *peer) recv(ctx context.Context, tag transport.Tag, buf []byte) error {
 
 	select {
 	case err := <-r.done:
+		ref := r.ref
 		p.release(r)
+		if err == nil && ref.id != 0 {
+			return p.fetch(tag, ref, buf)
+		}
 		return err
 	case <-ctx.Done():
 	}
@@ -196,7 +219,12 @@ func (p *peer) recv(ctx context.Context, tag transport.Tag, buf []byte) error {
 		}
 		err = <-r.done
 	}
+	ref := r.ref
 	p.release(r)
+	if err == nil && ref.id != 0 {
+		// A message by reference: copying it cannot stall, so take it.
+		err = p.fetch(tag, ref, buf)
+	}
 	if err == nil {
 		return nil // the message made it after all
 	}
@@ -205,6 +233,7 @@ func (p *peer) recv(ctx context.Context, tag transport.Tag, buf []byte) error {
 
 func (p *peer) release(r *recvReq) {
 	r.buf = nil
+	r.ref = remoteRef{}
 	p.t.reqs.Put(r)
 }
 
@@ -280,6 +309,15 @@ func (p *peer) readFrames() error {
 			if err := p.deliver(tag, n); err != nil {
 				return err
 			}
+		case frameRef:
+			if _, err := io.ReadFull(p.rd, p.rref[:]); err != nil {
+				return p.readErr(err)
+			}
+			if err := p.deliverRef(tag, n); err != nil {
+				return err
+			}
+		case frameAck:
+			p.acknowledged(uint64(tag), n)
 		case frameAbort:
 			text := make([]byte, min(n, maxCauseLen))
 			if _, err := io.ReadFull(p.rd, text); err != nil {
@@ -469,6 +507,15 @@ func (p *peer) lock(ctx context.Context) bool {
 func (p *peer) unlock() { <-p.wsem }
 
 func (p *peer) send(ctx context.Context, tag transport.Tag, buf []byte) error {
+	if p.refOut && len(buf) >= refMin {
+		return p.sendRef(ctx, tag, buf)
+	}
+	return p.writeFrame(ctx, frameData, tag, uint64(len(buf)), buf, 0)
+}
+
+// writeFrame writes one frame: a header of kind, tag and n, then body; or,
+// for a reference frame (refID not 0), body's address and refID.
+func (p *peer) writeFrame(ctx context.Context, kind byte, tag transport.Tag, n uint64, body []byte, refID uint64) error {
 	if err := p.goneErr(); err != nil {
 		return err
 	}
@@ -482,8 +529,13 @@ func (p *peer) send(ctx context.Context, tag transport.Tag, buf []byte) error {
 	if err := p.goneErr(); err != nil {
 		return err
 	}
-	putHeader(&p.whdr, frameData, tag, uint64(len(buf)))
-	p.wvec[0], p.wvec[1] = p.whdr[:], buf
+	putHeader(&p.whdr, kind, tag, n)
+	p.wvec[0], p.wvec[1] = p.whdr[:], body
+	if refID != 0 {
+		binary.LittleEndian.PutUint64(p.wref[0:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(body)))))
+		binary.LittleEndian.PutUint64(p.wref[8:], refID)
+		p.wvec[1] = p.wref[:]
+	}
 	p.wbufs = p.wvec[:]
 	// A write blocks only while the peer's socket is full; should ctx end
 	// (deadline or cancellation) meanwhile, cutSend interrupts it. Setting a
@@ -492,19 +544,19 @@ func (p *peer) send(ctx context.Context, tag transport.Tag, buf []byte) error {
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, p.cutSend)
 	}
-	total := int64(headerSize + len(buf))
-	n, err := p.wbufs.WriteTo(p.conn)
+	total := int64(headerSize + len(p.wvec[1]))
+	written, err := p.wbufs.WriteTo(p.conn)
 	if stop != nil && !stop() {
 		<-p.cutDone // let the cut finish before clearing its deadline
 		p.conn.SetWriteDeadline(time.Time{})
 	}
 	p.wvec[1] = nil
 	p.wbufs = nil
-	if err == nil && n == total {
+	if err == nil && written == total {
 		return nil
 	}
 	if ctx.Err() != nil {
-		if n > 0 {
+		if written > 0 {
 			// Half a frame is on the wire: the stream cannot be resumed.
 			p.fail(p.lostErr("was cut off: a send timed out halfway through a message"))
 			p.cutConn()

@@ -35,6 +35,7 @@ type Transport struct {
 	msgs    msgPool
 	reqs    sync.Pool // *recvReq
 	queues  sync.Pool // *tagQueue
+	ackChs  sync.Pool // chan error of capacity 1, for sends by reference
 	readers sync.WaitGroup
 
 	life      sync.Mutex // serialises Abort and Close
@@ -47,19 +48,24 @@ func newTransport(rank, size int, maxMsg int64) *Transport {
 	t := &Transport{rank: rank, size: size, maxMsg: maxMsg, peers: make([]*peer, size)}
 	t.reqs.New = func() any { return &recvReq{done: make(chan error, 1)} }
 	t.queues.New = func() any { return new(tagQueue) }
+	t.ackChs.New = func() any { return make(chan error, 1) }
 	for r := range t.peers {
-		t.peers[r] = newPeer(t, r, nil)
+		t.peers[r] = newPeer(t, r, nil, sameHost{})
 	}
 	return t
 }
 
-// start attaches the connections (indexed by rank) and starts their readers.
-func (t *Transport) start(conns []*net.TCPConn) {
+func (t *Transport) getAck() chan error  { return t.ackChs.Get().(chan error) }
+func (t *Transport) putAck(c chan error) { t.ackChs.Put(c) }
+
+// start attaches the connections (indexed by rank) and starts their
+// readers; hosts says which peers exchange large messages by single copies.
+func (t *Transport) start(conns []*net.TCPConn, hosts []sameHost) {
 	for r, c := range conns {
 		if c == nil {
 			continue
 		}
-		p := newPeer(t, r, c)
+		p := newPeer(t, r, c, hosts[r])
 		t.peers[r] = p
 		t.readers.Add(1)
 		go p.readLoop()

@@ -80,7 +80,13 @@ func TestUnexpectedMessagesAreBuffered(t *testing.T) {
 }
 
 func TestBigMessage(t *testing.T) {
-	ts := connectAll(t, 2, nil)
+	for _, path := range dataPaths {
+		t.Run(path.name, func(t *testing.T) { testBigMessage(t, path.backend) })
+	}
+}
+
+func testBigMessage(t *testing.T, b Backend) {
+	ts := connectAllWith(t, func(int) Backend { return b }, 2, nil)
 	ctx := ctxTimeout(t, 60*time.Second)
 	const size = 64 << 20
 	src := payload(3, size)
@@ -503,9 +509,15 @@ func TestSendRecvDoNotAllocate(t *testing.T) {
 }
 
 func TestLargeMessagesReceivedOutOfOrder(t *testing.T) {
+	for _, path := range dataPaths {
+		t.Run(path.name, func(t *testing.T) { testLargeMessagesReceivedOutOfOrder(t, path.backend) })
+	}
+}
+
+func testLargeMessagesReceivedOutOfOrder(t *testing.T, b Backend) {
 	// The reader leaves a large payload in the socket briefly, hoping for its
 	// Recv; a Recv for a later message must still get through.
-	ts := connectAll(t, 2, nil)
+	ts := connectAllWith(t, func(int) Backend { return b }, 2, nil)
 	ctx := ctxTimeout(t, 20*time.Second)
 	const size = 1 << 20
 	for tag := 1; tag <= 3; tag++ {

@@ -1,0 +1,206 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/tandemml/tandem/comm/transport"
+)
+
+// singleCopyHere reports whether this machine lets a process read its own
+// memory with process_vm_readv, which every single-copy test needs.
+func singleCopyHere(t *testing.T) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("single-copy transfers are Linux-only")
+	}
+	src, dst := []byte("probe"), make([]byte, 5)
+	if err := processVMRead(os.Getpid(), dst, uint64(uintptr(unsafe.Pointer(unsafe.SliceData(src))))); err != nil {
+		t.Skipf("process_vm_readv is not allowed here: %v", err)
+	}
+}
+
+// Ranks on one machine agree on single copies in both directions, unless
+// one of them turns them off: then neither direction uses them.
+func TestSingleCopyIsNegotiated(t *testing.T) {
+	singleCopyHere(t)
+	ts := connectAll(t, 3, nil)
+	for r, tr := range ts {
+		for q, p := range tr.peers {
+			if q == r {
+				continue
+			}
+			if !p.refOut || p.refPID != os.Getpid() {
+				t.Errorf("rank %d -> %d: refOut %v, refPID %d; want true, %d", r, q, p.refOut, p.refPID, os.Getpid())
+			}
+		}
+	}
+	mixed := connectAllWith(t, func(r int) Backend {
+		if r == 0 {
+			return streamOnly
+		}
+		return loopback
+	}, 2, nil)
+	for r, tr := range mixed {
+		p := tr.peers[1-r]
+		if p.refOut || p.refPID != 0 {
+			t.Errorf("rank %d with single copies off on rank 0: refOut %v, refPID %d; want false, 0", r, p.refOut, p.refPID)
+		}
+	}
+	ctx := ctxTimeout(t, 20*time.Second)
+	msg := payload(9, 2*refMin)
+	if err := mixed[1].Send(ctx, 0, 1, msg); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(msg))
+	if err := mixed[0].Recv(ctx, 1, 1, got); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("stream fallback: %v", err)
+	}
+}
+
+// Many large messages in both directions at once, on several tags: every
+// acknowledgement finds its send, every payload arrives intact and in order.
+func TestSingleCopyConcurrent(t *testing.T) {
+	singleCopyHere(t)
+	ts := connectAll(t, 2, nil)
+	ctx := ctxTimeout(t, 60*time.Second)
+	const tags, rounds, size = 4, 6, refMin + 12345
+	var wg sync.WaitGroup
+	errc := make(chan error, 4*tags)
+	for src := 0; src < 2; src++ {
+		for tag := 0; tag < tags; tag++ {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < rounds; i++ {
+					if err := ts[src].Send(ctx, 1-src, transport.Tag(tag), payload(src*100+tag*10+i, size)); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, size)
+				for i := 0; i < rounds; i++ {
+					if i == rounds/2 {
+						time.Sleep(5 * time.Millisecond) // some arrive before their Recv
+					}
+					if err := ts[1-src].Recv(ctx, src, transport.Tag(tag), buf); err != nil {
+						errc <- err
+						return
+					}
+					if !bytes.Equal(buf, payload(src*100+tag*10+i, size)) {
+						errc <- fmt.Errorf("%d->%d tag %d round %d: wrong payload", src, 1-src, tag, i)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+}
+
+// A message by reference that does not fit the receive buffer fails that
+// Recv with ErrMismatch (stating both sizes) and leaves the link working;
+// so does one above the receiver's size limit, with ErrTooLarge.
+func TestSingleCopyWrongSizeAndTooLarge(t *testing.T) {
+	singleCopyHere(t)
+	ts := connectAll(t, 2, func(rank int, cfg *transport.Config) {
+		cfg.MaxMessage = 4 * refMin
+		if rank == 0 {
+			cfg.MaxMessage = 8 * refMin
+		}
+	})
+	ctx := ctxTimeout(t, 20*time.Second)
+	for _, posted := range []bool{true, false} {
+		recv := func(tag transport.Tag, buf []byte) chan error {
+			c := make(chan error, 1)
+			go func() { c <- ts[1].Recv(ctx, 0, tag, buf) }()
+			return c
+		}
+		var pending chan error
+		if posted {
+			pending = recv(1, make([]byte, refMin+8))
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := ts[0].Send(ctx, 1, 1, payload(1, refMin)); err != nil {
+			t.Fatalf("posted=%v: send: %v", posted, err)
+		}
+		if !posted {
+			time.Sleep(10 * time.Millisecond) // the reader takes it into a buffer
+			pending = recv(1, make([]byte, refMin+8))
+		}
+		err := <-pending
+		if !errors.Is(err, transport.ErrMismatch) {
+			t.Fatalf("posted=%v: want ErrMismatch, got %v", posted, err)
+		}
+		mustContain(t, err, fmt.Sprint(refMin), fmt.Sprint(refMin+8))
+	}
+	if err := ts[0].Send(ctx, 1, 2, payload(2, 6*refMin)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[1].Recv(ctx, 0, 2, make([]byte, 6*refMin)); !errors.Is(err, transport.ErrTooLarge) {
+		t.Fatalf("oversized message by reference: want ErrTooLarge, got %v", err)
+	}
+	want := payload(3, 2*refMin)
+	if err := ts[0].Send(ctx, 1, 3, want); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want))
+	if err := ts[1].Recv(ctx, 0, 3, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("after the failed receives: %v", err)
+	}
+}
+
+// A send by reference to a rank that aborted fails with ErrPeerLost
+// instead of waiting for an acknowledgement that never comes.
+func TestSingleCopySendToAbortedPeer(t *testing.T) {
+	singleCopyHere(t)
+	ts := connectAll(t, 2, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	ts[1].Abort(errors.New("gave up"))
+	start := time.Now()
+	err := ts[0].Send(ctx, 1, 1, payload(1, 2*refMin))
+	if !errors.Is(err, transport.ErrPeerLost) {
+		t.Fatalf("want ErrPeerLost, got %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the send took %v to fail", d)
+	}
+}
+
+// A Recv whose context ended before its message came leaves no trace: the
+// message by reference goes to the next Recv.
+func TestSingleCopyAfterTimedOutRecv(t *testing.T) {
+	singleCopyHere(t)
+	ts := connectAll(t, 2, nil)
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := ts[1].Recv(short, 0, 1, make([]byte, refMin)); !errors.Is(err, transport.ErrTimeout) {
+		t.Fatalf("want ErrTimeout, got %v", err)
+	}
+	ctx := ctxTimeout(t, 20*time.Second)
+	want := payload(4, refMin)
+	errc := make(chan error, 1)
+	go func() { errc <- ts[0].Send(ctx, 1, 1, want) }()
+	got := make([]byte, refMin)
+	if err := ts[1].Recv(ctx, 0, 1, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("after a timed-out Recv: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}

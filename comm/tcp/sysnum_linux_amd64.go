@@ -1,0 +1,5 @@
+package tcp
+
+// sysProcessVMReadv is process_vm_readv(2)'s number, which the syscall
+// package's frozen amd64 table lacks.
+const sysProcessVMReadv = 310
