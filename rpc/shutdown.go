@@ -71,6 +71,10 @@ func (a *Agent) Shutdown(ctx context.Context, graceful bool) error {
 	return errors.Join(errs...)
 }
 
+// exitSetTimeout bounds the last store write of a graceful shutdown, made
+// when every worker is already known to be idle.
+const exitSetTimeout = 5 * time.Second
+
 // drain runs the termination rounds of a graceful shutdown.
 func (a *Agent) drain(ctx context.Context) error {
 	world := len(a.workers)
@@ -98,9 +102,24 @@ func (a *Agent) drain(ctx context.Context) error {
 		prev = cur
 	}
 	// Whoever serves the store must stay until everyone has read the last
-	// round.
-	if err := a.st.Set(ctx, a.key("shutdown/exit/"+strconv.Itoa(a.self.ID)), []byte{1}); err != nil {
-		return fmt.Errorf("rpc: graceful shutdown of %s: %w", a.self, err)
+	// round: each worker says it is leaving. The rounds above already proved
+	// every worker idle, so for a worker that does not serve the store this
+	// is a courtesy to the server: the server may close the store as soon as
+	// it has seen every exit, which can make this Set's reply go missing and
+	// its retry find no server. That loss (a lost or closed store) is not
+	// an error, and the Set gets a short bound of its own.
+	exitKey := a.key("shutdown/exit/" + strconv.Itoa(a.self.ID))
+	if a.ownSt != nil && a.self.ID == 0 {
+		if err := a.st.Set(ctx, exitKey, []byte{1}); err != nil {
+			return fmt.Errorf("rpc: graceful shutdown of %s: %w", a.self, err)
+		}
+	} else {
+		sctx, cancel := context.WithTimeout(ctx, exitSetTimeout)
+		err := a.st.Set(sctx, exitKey, []byte{1})
+		cancel()
+		if err != nil && !errors.Is(err, ErrPeerLost) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrTimeout) {
+			return fmt.Errorf("rpc: graceful shutdown of %s: %w", a.self, err)
+		}
 	}
 	if a.ownSt != nil && a.self.ID == 0 {
 		if _, err := a.getAll(ctx, "shutdown/exit/", world); err != nil {
