@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"sync"
+	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
 )
@@ -45,6 +46,12 @@ func parseHeader(b *[headerSize]byte) (kind byte, tag transport.Tag, n uint64) {
 type message struct {
 	data []byte // the payload; cap is the pool class size
 	err  error  // set instead of data for a message that could not be kept
+	// A message by reference (ref.id != 0) is still in the sender's
+	// memory: the Recv that takes it copies it, unless the timer has
+	// started to copy it into data (copying, closed when it has).
+	ref     remoteRef
+	timer   *time.Timer
+	copying chan struct{}
 }
 
 // msgPool recycles message buffers by power-of-two size class, so the
@@ -64,6 +71,7 @@ func (mp *msgPool) get(n int) *message {
 	c := sizeClass(n)
 	if m, ok := mp.classes[c].Get().(*message); ok {
 		m.data = m.data[:n]
+		m.ref, m.timer, m.copying = remoteRef{}, nil, nil
 		return m
 	}
 	return &message{data: make([]byte, n, 1<<c)}

@@ -120,15 +120,23 @@ func (p *peer) fail(err error) {
 			delete(p.queues, tag)
 		}
 	}
+	p.mu.Unlock()
+	for _, r := range waiting {
+		r.done <- err
+	}
+}
+
+// failAcks ends the sends by reference still waiting for an
+// acknowledgement; the reader calls it when the connection has ended, after
+// which the peer copies nothing more from this process (see copyRemote).
+func (p *peer) failAcks(err error) {
+	p.mu.Lock()
 	acks := make([]chan error, 0, len(p.acks))
 	for id, ack := range p.acks {
 		acks = append(acks, ack)
 		delete(p.acks, id)
 	}
 	p.mu.Unlock()
-	for _, r := range waiting {
-		r.done <- err
-	}
 	for _, ack := range acks {
 		ack <- err
 	}
@@ -169,7 +177,15 @@ func (p *peer) recv(ctx context.Context, tag transport.Tag, buf []byte) error {
 	if q != nil && len(q.ready) > 0 {
 		m := q.popReady()
 		p.tidy(tag, q)
+		ref, copying := m.ref, m.copying
 		p.mu.Unlock()
+		if ref.id != 0 && copying == nil {
+			m.timer.Stop()
+			return p.fetch(tag, ref, buf)
+		}
+		if copying != nil {
+			<-copying // the timer is copying it into a buffer
+		}
 		return p.take(tag, m, buf)
 	}
 	if p.err != nil {
@@ -279,6 +295,7 @@ func (p *peer) readLoop() {
 	defer p.t.readers.Done()
 	err := p.readFrames()
 	p.fail(err)
+	p.failAcks(p.goneErr())
 	// Answer a goodbye or an abort by closing our side too, so the peer's
 	// reader sees the end of the stream.
 	p.shutdownWrite(0, nil)

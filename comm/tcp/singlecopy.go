@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -38,16 +39,28 @@ import (
 // mechanism off.
 //
 // The receiver copies in the goroutine of the Recv that takes the message
-// (the reader goroutine only matches frames to receives), so the reader is
-// never busy copying. A reference whose Recv is not posted within recvWait
-// is copied into a buffer by the reader, as a socket payload would be, so
-// that the sender is never held up by a receive that comes much later.
+// (the reader goroutine only matches frames to receives and queues the
+// others), so the reader is never busy copying. A reference whose Recv is
+// not posted within refWait is copied into a buffer by a timer, so that the
+// sender is never held up by a receive that comes much later.
+//
+// A send by reference ends with the acknowledgement or, when the link
+// fails, only once the connection has ended (the reader has seen the
+// peer close its side): until then the peer may still be copying, and the
+// buffer must not be handed back. See copyRemote for the receiver's half.
 
 // refMin is the smallest message sent by reference. Below it the extra
 // acknowledgement costs more than the copy it saves, and a send stays
 // independent of the receiver (comm exchanges small messages by sending
 // first and receiving second).
 const refMin = 256 << 10
+
+// refWait is how long a reference waits for its Recv before a timer copies
+// it into a buffer. Copying later costs an extra copy, not a stalled
+// stream, so the wait can be generous: a rank descheduled for a few
+// milliseconds (several ranks sharing a core) still takes its messages
+// straight from the sender's memory.
+const refWait = 5 * time.Millisecond
 
 // refBodySize is the body of a reference frame: the address and the id.
 const refBodySize = 16
@@ -181,7 +194,7 @@ func (p *peer) sendRef(ctx context.Context, tag transport.Tag, buf []byte) error
 		delete(p.acks, id)
 		p.mu.Unlock()
 		if !pending {
-			<-ack // fail has answered it meanwhile
+			<-ack // the reader's exit has answered it meanwhile
 		}
 		p.t.putAck(ack)
 		return err
@@ -249,6 +262,12 @@ func (p *peer) fetch(tag transport.Tag, ref remoteRef, buf []byte) error {
 }
 
 // copyRemote reads ref from the peer's memory; a failure fails the link.
+//
+// A copy that ends after the link failed is not trusted: once the link has
+// failed here, this rank closes its side, the sender's reader then ends,
+// and only then may the sender's Send return without an acknowledgement
+// and its caller reuse the buffer. A copy finished while the link still
+// stood was therefore made from a buffer that could not change.
 func (p *peer) copyRemote(buf []byte, ref remoteRef) error {
 	if err := processVMRead(p.refPID, buf, ref.addr); err != nil {
 		lost := p.lostErr("could not be read from (single-copy transfer of %d bytes failed: %v)", len(buf), err)
@@ -256,7 +275,7 @@ func (p *peer) copyRemote(buf []byte, ref remoteRef) error {
 		p.cutConn()
 		return lost
 	}
-	return nil
+	return p.goneErr()
 }
 
 // deliverRef is the reader's handling of a reference frame of a message of
@@ -286,20 +305,43 @@ func (p *peer) deliverRef(tag transport.Tag, n uint64) error {
 		r.done <- nil // the Recv copies and acknowledges
 		return nil
 	}
+	// No Recv yet: queue the reference, without copying anything and
+	// without holding up the frames behind it. Should no Recv take it
+	// within refWait, it is copied into a buffer (resolveRef), so that the
+	// sender is not held up until one does.
+	m := &message{ref: ref}
+	q := p.queue(tag)
+	q.ready = append(q.ready, m)
+	m.timer = time.AfterFunc(refWait, func() { p.resolveRef(tag, m) })
 	p.mu.Unlock()
-	if r := p.awaitRecv(tag); r != nil {
-		r.ref = ref
-		r.done <- nil
-		return nil
-	}
-	// No Recv came: copy the message into a buffer now, so that the sender
-	// is not held up until one does.
-	m := p.t.msgs.get(int(n))
-	if err := p.copyRemote(m.data, ref); err != nil {
-		p.t.msgs.put(m)
-		return err // the link is cut: the sender learns of it from the connection
-	}
-	go p.acknowledge(ref.id, ackCopied)
-	p.handOver(tag, m)
 	return nil
+}
+
+// resolveRef copies a queued reference into a buffer of its own and
+// acknowledges it, unless a Recv has taken it meanwhile.
+func (p *peer) resolveRef(tag transport.Tag, m *message) {
+	p.mu.Lock()
+	q := p.queues[tag]
+	if q == nil || !slices.Contains(q.ready, m) {
+		p.mu.Unlock()
+		return // a Recv took it
+	}
+	done := make(chan struct{})
+	m.copying = done
+	ref := m.ref
+	p.mu.Unlock()
+	b := p.t.msgs.get(int(ref.n))
+	err := p.copyRemote(b.data, ref)
+	p.mu.Lock()
+	if err != nil {
+		m.err = err
+	} else {
+		m.data = b.data
+	}
+	m.ref = remoteRef{}
+	p.mu.Unlock()
+	close(done)
+	if err == nil {
+		p.acknowledge(ref.id, ackCopied)
+	}
 }

@@ -204,3 +204,51 @@ func TestSingleCopyAfterTimedOutRecv(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A reference that arrived before its Recv is copied by that Recv straight
+// from the sender's memory when the Recv comes within refWait, and into a
+// buffer by a timer otherwise; either way the payload arrives intact.
+func TestSingleCopyQueuedReference(t *testing.T) {
+	singleCopyHere(t)
+	ts := connectAll(t, 2, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	p := ts[1].peers[0]
+	queued := func(tag transport.Tag) (ref, resolved bool) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if q := p.queues[tag]; q != nil && len(q.ready) > 0 {
+			m := q.ready[0]
+			return m.ref.id != 0, m.ref.id == 0 && m.copying != nil
+		}
+		return false, false
+	}
+	for _, late := range []bool{false, true} {
+		tag := transport.Tag(1)
+		if late {
+			tag = 2
+		}
+		want := payload(int(tag), refMin)
+		errc := make(chan error, 1)
+		go func() { errc <- ts[0].Send(ctx, 1, tag, want) }()
+		if !settle(func() bool { r, done := queued(tag); return r || done }) {
+			t.Fatalf("late=%v: the reference never queued", late)
+		}
+		if late {
+			if !settle(func() bool { _, done := queued(tag); return done }) {
+				t.Fatalf("the timer never copied the reference")
+			}
+			if err := <-errc; err != nil {
+				t.Fatalf("the send did not end when the timer copied its message: %v", err)
+			}
+		}
+		got := make([]byte, refMin)
+		if err := ts[1].Recv(ctx, 0, tag, got); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("late=%v: %v", late, err)
+		}
+		if !late {
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
