@@ -29,9 +29,14 @@
 // Collectives match across ranks by a per-group sequence number: each rank's
 // k-th collective of a group is matched with every other rank's k-th. Each
 // carries a fingerprint (operation, dtype, shape, root, reduce op) that every
-// rank exchanges with every other member of the group while the data moves;
-// when two ranks disagree, the collective fails on every rank with an error
-// wrapping ErrMismatch that names both sides, and no rank reports success.
+// rank sends to every other member of the group before its data moves and
+// checks against the others' when the data has moved (or beside the data,
+// for a collective still running after a few milliseconds, so that ranks
+// waiting on each other's mismatched messages fail at once); when two ranks
+// disagree, the collective fails on every rank with an error wrapping
+// ErrMismatch that names both sides, and no rank reports success. Each group
+// runs its collectives on one goroutine of its own, started with its first
+// collective and ended by Close.
 //
 // Failures are bounded in time: every operation is bounded by its context or,
 // when the context has no deadline, by the group's default timeout
