@@ -96,6 +96,14 @@ func (pg *ProcessGroup) recvFingerprints(ctx context.Context, c *opCtx, op colle
 		}
 		f := frames[peer*fingerprintSize : (peer+1)*fingerprintSize]
 		if err := c.recv(rctx, peer, stepFinger, f); err != nil {
+			// A mismatch already seen explains the failure better (the
+			// rank that saw it may have left).
+			for q := 0; q < peer; q++ {
+				if g := frames[q*fingerprintSize : (q+1)*fingerprintSize]; q != me && string(g) != string(mine) {
+					return fmt.Errorf("%w: collective #%d on group %q: rank %d called %s but rank %d called %s (rank %d could not hear from rank %d: %v)",
+						ErrMismatch, c.seq, pg.name, me, fingerprintDesc(mine), q, fingerprintDesc(g), me, peer, err)
+				}
+			}
 			if ctx.Err() != nil && !errors.Is(err, ErrPeerLost) {
 				return fmt.Errorf("%w: %s #%d on group %q: rank %d never joined this collective (is it stuck, or did it call a different number of collectives?): %w",
 					ErrTimeout, op.desc, c.seq, pg.name, peer, ctx.Err())
@@ -168,10 +176,28 @@ func (f *fingerprintCheck) result() error {
 }
 
 // abandon gives up the check (the group was aborted): it waits for a check
-// that already started, which the abort ends promptly.
-func (f *fingerprintCheck) abandon() {
+// that already started, which the abort ends promptly, and returns what that
+// check found (nil when none had started).
+func (f *fingerprintCheck) abandon() error {
 	f.timer.Stop()
 	if !f.claimed.CompareAndSwap(false, true) {
 		<-f.done
+		return f.err
 	}
+	return nil
+}
+
+// quick receives the fingerprints here, waiting at most d for them, when the
+// timer's goroutine has not claimed the check; mine reports whether it did
+// (if not, the caller learns the outcome from abandon). It serves the path
+// where the algorithm lost a peer: fingerprints that peer sent before it
+// left are still delivered, so a mismatch is reported as one.
+func (f *fingerprintCheck) quick(d time.Duration) (err error, mine bool) {
+	f.timer.Stop()
+	if !f.claimed.CompareAndSwap(false, true) {
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.ctx), d)
+	defer cancel()
+	return f.pg.recvFingerprints(ctx, f.c, f.op, f.mine), true
 }

@@ -260,10 +260,18 @@ func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint
 			}
 			return pg.fail(ctx, label(), algErr)
 		}
-		// A lost peer: abort first, so that the fingerprint check (and
-		// every peer) stops waiting.
+		// A lost peer. It may have left because it found this collective
+		// mismatched: the fingerprint it sent before its data tells, and
+		// is still there to be read. Look briefly, then abort, so that the
+		// fingerprint check (and every peer) stops waiting.
+		fpErr, mine := check.quick(fingerprintDrain)
 		err := pg.fail(ctx, label(), algErr)
-		check.abandon()
+		if !mine {
+			fpErr = check.abandon()
+		}
+		if fpErr != nil && errors.Is(fpErr, ErrMismatch) {
+			return fpErr
+		}
 		return err
 	}
 	fpErr := check.result()
