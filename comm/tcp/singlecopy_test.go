@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
 )
 
@@ -250,5 +252,89 @@ func TestSingleCopyQueuedReference(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// singleCopyPeerEnv makes a re-executed test binary act as rank 1 of
+// TestSingleCopyBetweenProcesses, reaching rank 0's store at its value.
+const singleCopyPeerEnv = "TANDEM_TCP_SINGLE_COPY_PEER"
+
+// TestHelperSingleCopyPeer is not a test: it is rank 1 of
+// TestSingleCopyBetweenProcesses, in a process of its own. It receives a
+// large message and sends it back.
+func TestHelperSingleCopyPeer(t *testing.T) {
+	addr := os.Getenv(singleCopyPeerEnv)
+	if addr == "" {
+		t.Skip("peer process for TestSingleCopyBetweenProcesses")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := store.NewTCP(ctx, addr, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	tr, err := loopback.ConnectTCP(ctx, transport.Config{Rank: 1, Size: 2, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	buf := make([]byte, 4<<20)
+	if err := tr.Recv(ctx, 0, 1, buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Send(ctx, 0, 2, buf); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for rank 0 to have received it before closing.
+	if err := tr.Recv(ctx, 0, 3, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Two processes on this machine move a large message by single copies in
+// both directions.
+func TestSingleCopyBetweenProcesses(t *testing.T) {
+	singleCopyHere(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	st, err := store.NewTCP(ctx, "127.0.0.1:0", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSingleCopyPeer$")
+	cmd.Env = append(os.Environ(), singleCopyPeerEnv+"="+st.Addr())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("peer process: %v\n%s", err, out.String())
+		}
+	}()
+	tr, err := loopback.ConnectTCP(ctx, transport.Config{Rank: 0, Size: 2, Store: st})
+	if err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if p := tr.peers[1]; !p.refOut || p.refPID != cmd.Process.Pid {
+		t.Errorf("single copies not negotiated with the peer process: refOut %v, refPID %d (peer pid %d)", p.refOut, p.refPID, cmd.Process.Pid)
+	}
+	want := payload(5, 4<<20)
+	if err := tr.Send(ctx, 1, 1, want); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want))
+	if err := tr.Recv(ctx, 1, 2, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("payload changed on its way to the other process and back")
+	}
+	if err := tr.Send(ctx, 1, 3, []byte{1}); err != nil {
+		t.Fatal(err)
 	}
 }
