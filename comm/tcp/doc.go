@@ -61,7 +61,11 @@
 // works (each reads a random token from the other's memory), so the path
 // is used exactly where the kernel allows it (same machine, same PID
 // namespace, ptrace access permitted); elsewhere messages travel through
-// the socket. WithSingleCopy(false) turns it off. The copy runs in the
+// the socket. Note that Yama (kernel.yama.ptrace_scope of 1 or more, the
+// default on Ubuntu) forbids such reads between sibling processes, so ranks
+// started side by side by one launcher fall back to the socket there unless
+// the administrator sets the scope to 0. WithSingleCopy(false) turns the
+// mechanism off. The copy runs in the
 // goroutine of the Recv that takes the message, never in the reader; a
 // reference whose Recv does not come within a millisecond is copied into a
 // buffer by the reader, so a Send never waits for a Recv indefinitely.
