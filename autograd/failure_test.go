@@ -11,6 +11,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/tandemml/tandem/internal/rpctest"
 	"github.com/tandemml/tandem/rpc"
 )
 
@@ -89,7 +90,7 @@ func partErr(a *rpc.Agent, id ContextID) error {
 // worker, promptly, and the context is released everywhere.
 func TestBackwardHandlerErrorReachesEveryone(t *testing.T) {
 	before := runtime.NumGoroutine()
-	t.Cleanup(func() { checkGoroutines(t, before) })
+	t.Cleanup(func() { rpctest.CheckGoroutines(t, before) })
 	agents := startGroup(t, 3, registerFaulty(func(context.Context) error { return errors.New("boom in backward") }))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -122,7 +123,7 @@ func TestBackwardHandlerErrorReachesEveryone(t *testing.T) {
 // timeout; the others release the context.
 func TestBackwardWorkerLost(t *testing.T) {
 	before := runtime.NumGoroutine()
-	t.Cleanup(func() { checkGoroutines(t, before) })
+	t.Cleanup(func() { rpctest.CheckGoroutines(t, before) })
 	started := make(chan struct{}, 1)
 	agents := startGroup(t, 3, registerFaulty(func(ctx context.Context) error {
 		started <- struct{}{}
@@ -162,7 +163,7 @@ func TestBackwardWorkerLost(t *testing.T) {
 // A pass that does not finish in time ends with ErrTimeout on every worker.
 func TestBackwardTimeout(t *testing.T) {
 	before := runtime.NumGoroutine()
-	t.Cleanup(func() { checkGoroutines(t, before) })
+	t.Cleanup(func() { rpctest.CheckGoroutines(t, before) })
 	agents := startGroup(t, 3, registerFaulty(func(ctx context.Context) error {
 		<-ctx.Done()
 		return context.Cause(ctx)

@@ -2,84 +2,30 @@ package autograd
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
-	"sync"
 	"testing"
 	"time"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
-	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/rpctest"
 	"github.com/tandemml/tandem/models"
 	"github.com/tandemml/tandem/rpc"
 )
 
-// startGroup starts n agents in this process over loopback sockets, meeting
-// through an in-memory store; setup registers functions in the shared
-// registry before Init.
+// startGroup starts n agents with rpctest.StartGroup, each with a default
+// call timeout of 20 s unless opts set another.
 func startGroup(t testing.TB, n int, setup func(reg *rpc.Registry), opts ...rpc.Option) []*rpc.Agent {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	st := store.NewMemory()
-	reg := rpc.NewRegistry()
-	if setup != nil {
-		setup(reg)
-	}
-	agents := make([]*rpc.Agent, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			o := append([]rpc.Option{rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithListenAddr("127.0.0.1:0"), rpc.WithDefaultTimeout(20 * time.Second)}, opts...)
-			agents[r], errs[r] = rpc.Init(ctx, fmt.Sprintf("w%d", r), r, n, o...)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("Init rank %d: %v", r, err)
-		}
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		var wg sync.WaitGroup
-		for _, a := range agents {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a.Shutdown(ctx, false)
-			}()
-		}
-		wg.Wait()
-		st.Close()
-	})
-	return agents
-}
-
-// eventually polls cond until it holds or 10 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return rpctest.StartGroup(t, n, setup, append([]rpc.Option{rpc.WithDefaultTimeout(20 * time.Second)}, opts...)...)
 }
 
 // noContexts waits until no agent holds a part of any context.
 func noContexts(t *testing.T, agents []*rpc.Agent) {
 	t.Helper()
-	eventually(t, "every context is released", func() bool {
+	rpctest.Eventually(t, "every context is released", func() bool {
 		for _, a := range agents {
 			if len(Contexts(a)) != 0 {
 				return false
@@ -87,25 +33,6 @@ func noContexts(t *testing.T, agents []*rpc.Agent) {
 		}
 		return true
 	})
-}
-
-// checkGoroutines fails if the goroutine count does not come back to about
-// before within a grace period.
-func checkGoroutines(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= before+2 {
-			return
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Fatalf("goroutines: %d before, %d after\n%s", before, n, buf)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func randDense(rng *rand.Rand, shape ...int) *tensor.Dense {

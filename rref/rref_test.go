@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemml/tandem/internal/rpctest"
 	"github.com/tandemml/tandem/rpc"
 	"gorgonia.org/tensor"
 )
@@ -130,7 +131,7 @@ func holders(n int) map[int]*holder {
 }
 
 func TestRemoteToHereRelease(t *testing.T) {
-	agents := startGroup(t, 2, setup(holders(2)))
+	agents := rpctest.StartGroup(t, 2, setup(holders(2)))
 	ctx := context.Background()
 	ref, err := Remote[*tensor.Dense](ctx, agents[0], "w1", "ones", 5)
 	if err != nil {
@@ -158,11 +159,11 @@ func TestRemoteToHereRelease(t *testing.T) {
 	if err := ref.Release(ctx); err != nil {
 		t.Fatalf("second release: %v", err)
 	}
-	eventually(t, "the owner deletes the value", func() bool { return OwnedCount(agents[1]) == 0 })
+	rpctest.Eventually(t, "the owner deletes the value", func() bool { return OwnedCount(agents[1]) == 0 })
 	if _, err := ref.ToHere(ctx); !errors.Is(err, rpc.ErrInvalidArgument) {
 		t.Fatalf("ToHere after release: %v", err)
 	}
-	for i, err := range shutdownAll(agents) {
+	for i, err := range rpctest.ShutdownAll(agents) {
 		if err != nil {
 			t.Errorf("shutdown %d: %v", i, err)
 		}
@@ -171,7 +172,7 @@ func TestRemoteToHereRelease(t *testing.T) {
 
 func TestForkToThirdWorker(t *testing.T) {
 	h := holders(3)
-	agents := startGroup(t, 3, setup(h))
+	agents := rpctest.StartGroup(t, 3, setup(h))
 	ctx := context.Background()
 	ref, err := Remote[*tensor.Dense](ctx, agents[0], "w1", "ones", 4)
 	if err != nil {
@@ -183,7 +184,7 @@ func TestForkToThirdWorker(t *testing.T) {
 	if err != nil || s != 4 {
 		t.Fatalf("keep on w2: %v %v", s, err)
 	}
-	eventually(t, "the owner registers w2's fork", func() bool { return forks(agents[1], ref.ID()) == 2 })
+	rpctest.Eventually(t, "the owner registers w2's fork", func() bool { return forks(agents[1], ref.ID()) == 2 })
 	h[2].mu.Lock()
 	var childRef *RRef[*tensor.Dense]
 	for _, r := range h[2].refs {
@@ -193,7 +194,7 @@ func TestForkToThirdWorker(t *testing.T) {
 	if err := childRef.WaitConfirmed(ctx); err != nil || !childRef.ConfirmedByOwner() {
 		t.Fatalf("child not confirmed: %v", err)
 	}
-	eventually(t, "w0's pending child is accepted", func() bool {
+	rpctest.Eventually(t, "w0's pending child is accepted", func() bool {
 		rc := contextOf(agents[0])
 		rc.mu.Lock()
 		defer rc.mu.Unlock()
@@ -203,7 +204,7 @@ func TestForkToThirdWorker(t *testing.T) {
 	if err := ref.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "w0's fork deleted", func() bool { return forks(agents[1], ref.ID()) == 1 })
+	rpctest.Eventually(t, "w0's fork deleted", func() bool { return forks(agents[1], ref.ID()) == 1 })
 	if got := OwnedCount(agents[1]); got != 1 {
 		t.Fatalf("owner holds %d values after the first release, want 1", got)
 	}
@@ -214,7 +215,7 @@ func TestForkToThirdWorker(t *testing.T) {
 	if _, err := rpc.Sync[struct{}](ctx, agents[0], "w2", "drop", ref.ID().String()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the owner deletes the value", func() bool { return OwnedCount(agents[1]) == 0 })
+	rpctest.Eventually(t, "the owner deletes the value", func() bool { return OwnedCount(agents[1]) == 0 })
 
 	// A reference received as a result stays valid through collections
 	// while it is in use (its cleanup belongs to the handle the caller got).
@@ -243,8 +244,8 @@ func TestForkToThirdWorker(t *testing.T) {
 	if err := ref2.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the owner deletes the second value", func() bool { return OwnedCount(agents[1]) == 0 })
-	for i, err := range shutdownAll(agents) {
+	rpctest.Eventually(t, "the owner deletes the second value", func() bool { return OwnedCount(agents[1]) == 0 })
+	for i, err := range rpctest.ShutdownAll(agents) {
 		if err != nil {
 			t.Errorf("shutdown %d: %v", i, err)
 		}
@@ -253,7 +254,7 @@ func TestForkToThirdWorker(t *testing.T) {
 
 func TestOwnerSendsReferences(t *testing.T) {
 	h := holders(3)
-	agents := startGroup(t, 3, setup(h))
+	agents := rpctest.StartGroup(t, 3, setup(h))
 	ctx := context.Background()
 	// A reference returned as a result: w1 makes a LocalRRef and returns it.
 	ref, err := rpc.Sync[*RRef[*tensor.Dense]](ctx, agents[0], "w1", "make", 3)
@@ -283,7 +284,7 @@ func TestOwnerSendsReferences(t *testing.T) {
 	if _, err := rpc.Sync[struct{}](ctx, agents[0], "w2", "drop", local.ID().String()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "w0 unlists its value", func() bool { return OwnedCount(agents[0]) == 0 })
+	rpctest.Eventually(t, "w0 unlists its value", func() bool { return OwnedCount(agents[0]) == 0 })
 	// The owner's handle still works after every user released.
 	if v, err := local.ToHere(ctx); err != nil || sum(v) != 6 {
 		t.Fatalf("owner ToHere: %v %v", v, err)
@@ -299,7 +300,7 @@ func TestOwnerSendsReferences(t *testing.T) {
 	if v, err := self.ToHere(ctx); err != nil || sum(v) != 2 {
 		t.Fatalf("self ToHere: %v %v", v, err)
 	}
-	for i, err := range shutdownAll(agents) {
+	for i, err := range rpctest.ShutdownAll(agents) {
 		if err != nil {
 			t.Errorf("shutdown %d: %v", i, err)
 		}
@@ -307,7 +308,7 @@ func TestOwnerSendsReferences(t *testing.T) {
 }
 
 func TestCall(t *testing.T) {
-	agents := startGroup(t, 2, setup(holders(2)))
+	agents := rpctest.StartGroup(t, 2, setup(holders(2)))
 	ctx := context.Background()
 	ref, err := Remote[*Counter](ctx, agents[0], "w1", "counter", 10)
 	if err != nil {
@@ -346,7 +347,7 @@ func TestCall(t *testing.T) {
 }
 
 func TestCreationErrors(t *testing.T) {
-	agents := startGroup(t, 2, setup(holders(2)))
+	agents := rpctest.StartGroup(t, 2, setup(holders(2)))
 	ctx := context.Background()
 	ref, err := Remote[*tensor.Dense](ctx, agents[0], "w1", "bad", struct{}{})
 	if err != nil {
@@ -378,11 +379,11 @@ func TestCreationErrors(t *testing.T) {
 		t.Fatalf("Remote with the wrong type: %v", err)
 	}
 	ref3.Release(ctx)
-	eventually(t, "nothing owned", func() bool { return OwnedCount(agents[1]) == 0 })
+	rpctest.Eventually(t, "nothing owned", func() bool { return OwnedCount(agents[1]) == 0 })
 }
 
 func TestLeakReportedAtShutdown(t *testing.T) {
-	agents := startGroup(t, 2, setup(holders(2)))
+	agents := rpctest.StartGroup(t, 2, setup(holders(2)))
 	ctx := context.Background()
 	ref, err := Remote[*tensor.Dense](ctx, agents[0], "w1", "ones", 3)
 	if err != nil {
@@ -391,7 +392,7 @@ func TestLeakReportedAtShutdown(t *testing.T) {
 	if _, err := ref.ToHere(ctx); err != nil {
 		t.Fatal(err)
 	}
-	errs := shutdownAll(agents)
+	errs := rpctest.ShutdownAll(agents)
 	if !errors.Is(errs[0], ErrLeaked) || !strings.Contains(errs[0].Error(), "1 user reference") {
 		t.Fatalf("w0's shutdown: %v", errs[0])
 	}
@@ -406,7 +407,7 @@ func TestLeakReportedAtShutdown(t *testing.T) {
 }
 
 func TestOwnerDeadToHereFails(t *testing.T) {
-	agents := startGroup(t, 2, setup(holders(2)))
+	agents := rpctest.StartGroup(t, 2, setup(holders(2)))
 	ctx := context.Background()
 	ref, err := Remote[*tensor.Dense](ctx, agents[0], "w1", "slow", 50*time.Millisecond)
 	if err != nil {
@@ -428,7 +429,7 @@ func TestOwnerDeadToHereFails(t *testing.T) {
 }
 
 func TestCollectedReferenceIsReleased(t *testing.T) {
-	agents := startGroup(t, 2, setup(holders(2)))
+	agents := rpctest.StartGroup(t, 2, setup(holders(2)))
 	ctx := context.Background()
 	func() {
 		ref, err := Remote[*tensor.Dense](ctx, agents[0], "w1", "ones", 3)
@@ -439,14 +440,14 @@ func TestCollectedReferenceIsReleased(t *testing.T) {
 			t.Fatal(err)
 		}
 	}()
-	eventually(t, "the cleanup releases the collected reference", func() bool {
+	rpctest.Eventually(t, "the cleanup releases the collected reference", func() bool {
 		runtime.GC()
 		return OwnedCount(agents[1]) == 0 && UserCount(agents[0]) == 0
 	})
 }
 
 func TestUnsentForkIsUndone(t *testing.T) {
-	agents := startGroup(t, 2, setup(holders(2)), rpc.WithMaxMessageSize(1<<20))
+	agents := rpctest.StartGroup(t, 2, setup(holders(2)), rpc.WithMaxMessageSize(1<<20))
 	ctx := context.Background()
 	big := tensor.New(tensor.WithShape(1<<19), tensor.WithBacking(make([]float32, 1<<19)))
 	type withTensor struct {
@@ -484,5 +485,5 @@ func TestUnsentForkIsUndone(t *testing.T) {
 	if err := ref.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the owner frees the value", func() bool { return OwnedCount(agents[1]) == 0 })
+	rpctest.Eventually(t, "the owner frees the value", func() bool { return OwnedCount(agents[1]) == 0 })
 }
