@@ -513,14 +513,7 @@ func fourD() hm.Type { return G.TensorType{Dims: 4, Of: hm.TypeVariable('a')} }
 func (op convOp) Arity() int    { return 2 }
 func (op convOp) Type() hm.Type { return hm.NewFnType(fourD(), fourD(), fourD()) }
 func (op convOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
-	}
-	xs, err := shapeOf(in[0])
-	if err != nil {
-		return nil, err
-	}
-	ws, err := shapeOf(in[1])
+	xs, ws, err := twoShapes(op, in)
 	if err != nil {
 		return nil, err
 	}
@@ -549,26 +542,32 @@ func (op convOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error)
 	}
 	g, _ := op.geom(x.Shape(), w.Shape()[0])
 	out := outDense(prealloc, x.Dtype(), os, x, w)
-	switch x.Dtype() {
-	case tensor.Float64:
-		convForward(g, op.sc, tblas.Dgemm, x.Float64s(), w.Float64s(), out.Float64s())
-	case tensor.Float32:
-		convForward(g, op.sc, tblas.Sgemm, x.Float32s(), w.Float32s(), out.Float32s())
-	default:
-		return nil, checkFloat(x.Dtype())
+	if err := runConv(g, op.sc, convForward[float64], convForward[float32], x, w, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
+// convKernel is convForward, convGradX or convGradW for element type T.
+type convKernel[T float] func(g convGeom, sc *scratch, gemm gemmFunc[T], a, b, out []T)
+
+// runConv runs k64 or k32, as a's dtype says, on the data of a and b, writing
+// into out; b and out have a's dtype.
+func runConv(g convGeom, sc *scratch, k64 convKernel[float64], k32 convKernel[float32], a, b, out *tensor.Dense) error {
+	switch a.Dtype() {
+	case tensor.Float64:
+		k64(g, sc, tblas.Dgemm, a.Float64s(), b.Float64s(), out.Float64s())
+	case tensor.Float32:
+		k32(g, sc, tblas.Sgemm, a.Float32s(), b.Float32s(), out.Float32s())
+	default:
+		return checkFloat(a.Dtype())
+	}
+	return nil
+}
+
 // twoDense unpacks two dense inputs of one float dtype.
-func twoDense(op fmt.Stringer, in []G.Value) (a, b *tensor.Dense, err error) {
-	if len(in) != 2 {
-		return nil, nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
-	}
-	if a, err = denseOf(in[0]); err != nil {
-		return nil, nil, err
-	}
-	if b, err = denseOf(in[1]); err != nil {
+func twoDense[O fmt.Stringer](op O, in []G.Value) (a, b *tensor.Dense, err error) {
+	if a, b, err = twoValues(op, in); err != nil {
 		return nil, nil, err
 	}
 	if a.Dtype() != b.Dtype() {
@@ -611,14 +610,7 @@ func (op convOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 func (op convGradXOp) Arity() int    { return 2 }
 func (op convGradXOp) Type() hm.Type { return hm.NewFnType(fourD(), fourD(), fourD()) }
 func (op convGradXOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
-	}
-	ws, err := shapeOf(in[0])
-	if err != nil {
-		return nil, err
-	}
-	dys, err := shapeOf(in[1])
+	ws, dys, err := twoShapes(op, in)
 	if err != nil {
 		return nil, err
 	}
@@ -649,11 +641,8 @@ func (op convGradXOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, e
 	}
 	g, _ := op.geom(xs, w.Shape()[0])
 	out := outDense(prealloc, w.Dtype(), xs, w, dy)
-	switch w.Dtype() {
-	case tensor.Float64:
-		convGradX(g, op.sc, tblas.Dgemm, w.Float64s(), dy.Float64s(), out.Float64s())
-	case tensor.Float32:
-		convGradX(g, op.sc, tblas.Sgemm, w.Float32s(), dy.Float32s(), out.Float32s())
+	if err := runConv(g, op.sc, convGradX[float64], convGradX[float32], w, dy, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -673,14 +662,7 @@ func (op convGradXOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 func (op convGradWOp) Arity() int    { return 2 }
 func (op convGradWOp) Type() hm.Type { return hm.NewFnType(fourD(), fourD(), fourD()) }
 func (op convGradWOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
-	}
-	xs, err := shapeOf(in[0])
-	if err != nil {
-		return nil, err
-	}
-	dys, err := shapeOf(in[1])
+	xs, dys, err := twoShapes(op, in)
 	if err != nil {
 		return nil, err
 	}
@@ -710,11 +692,8 @@ func (op convGradWOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, e
 	}
 	g, _ := op.geom(x.Shape(), dy.Shape()[1])
 	out := outDense(op.out.pick(prealloc), x.Dtype(), ws, x, dy)
-	switch x.Dtype() {
-	case tensor.Float64:
-		convGradW(g, op.sc, tblas.Dgemm, x.Float64s(), dy.Float64s(), out.Float64s())
-	case tensor.Float32:
-		convGradW(g, op.sc, tblas.Sgemm, x.Float32s(), dy.Float32s(), out.Float32s())
+	if err := runConv(g, op.sc, convGradW[float64], convGradW[float32], x, dy, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -66,17 +66,10 @@ func (op *maskOp) Type() hm.Type {
 	return hm.NewFnType(a, a)
 }
 func (op *maskOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 1 {
-		return nil, fmt.Errorf("models: %v takes 1 input, got %d", op, len(in))
-	}
-	s, err := shapeOf(in[0])
-	return s.Clone(), err
+	return firstShape(op, in, 1)
 }
 func (op *maskOp) Do(in ...G.Value) (G.Value, error) {
-	if len(in) != 1 {
-		return nil, fmt.Errorf("models: %v takes 1 input, got %d", op, len(in))
-	}
-	x, err := denseOf(in[0])
+	x, err := oneValue(op, in)
 	if err != nil {
 		return nil, err
 	}

@@ -41,20 +41,13 @@ func (op eltOp) Type() hm.Type {
 	return hm.NewFnType(a, a)
 }
 func (op eltOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 1 {
-		return nil, fmt.Errorf("models: %v takes 1 input, got %d", op, len(in))
-	}
-	s, err := shapeOf(in[0])
-	return s.Clone(), err
+	return firstShape(op, in, 1)
 }
 func (op eltOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
 
 // UsePreallocDo writes f(x) into prealloc when it fits (see outDense).
 func (op eltOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != 1 {
-		return nil, fmt.Errorf("models: %v takes 1 input, got %d", op, len(in))
-	}
-	x, err := denseOf(in[0])
+	x, err := oneValue(op, in)
 	if err != nil {
 		return nil, err
 	}
@@ -96,24 +89,13 @@ func (op eltGradOp) Type() hm.Type {
 	return hm.NewFnType(a, a, a)
 }
 func (op eltGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
-	}
-	s, err := shapeOf(in[0])
-	return s.Clone(), err
+	return firstShape(op, in, 2)
 }
 func (op eltGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
 
 // UsePreallocDo writes dy·f'(x) into prealloc when it fits (see outDense).
 func (op eltGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
-	}
-	x, err := denseOf(in[0])
-	if err != nil {
-		return nil, err
-	}
-	dy, err := denseOf(in[1])
+	x, dy, err := twoValues(op, in)
 	if err != nil {
 		return nil, err
 	}

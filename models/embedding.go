@@ -85,14 +85,7 @@ func (op embedOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	return append(s.Clone(), op.dim), nil
 }
 func (op embedOp) Do(in ...G.Value) (G.Value, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
-	}
-	w, err := denseOf(in[0])
-	if err != nil {
-		return nil, err
-	}
-	it, err := denseOf(in[1])
+	w, it, err := twoValues(op, in)
 	if err != nil {
 		return nil, err
 	}
@@ -167,14 +160,7 @@ func (op embedGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape{op.num, op.dim}, nil
 }
 func (op embedGradOp) Do(in ...G.Value) (G.Value, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
-	}
-	it, err := denseOf(in[0])
-	if err != nil {
-		return nil, err
-	}
-	dy, err := denseOf(in[1])
+	it, dy, err := twoValues(op, in)
 	if err != nil {
 		return nil, err
 	}

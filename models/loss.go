@@ -238,11 +238,7 @@ func (op xentGradOp) Type() hm.Type {
 	return hm.NewFnType(m, G.TensorType{Dims: op.tDims, Of: op.tType}, op.zType, m)
 }
 func (op xentGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 3 {
-		return nil, fmt.Errorf("models: %v takes 3 inputs, got %d", op, len(in))
-	}
-	s, err := shapeOf(in[0])
-	return s.Clone(), err
+	return firstShape(op, in, 3)
 }
 func (op xentGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
 

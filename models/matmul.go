@@ -71,14 +71,7 @@ func (op matMulOp) dims(a, b tensor.Shape) (m, k, n int, err error) {
 }
 
 func (op matMulOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
-	}
-	a, err := shapeOf(in[0])
-	if err != nil {
-		return nil, err
-	}
-	b, err := shapeOf(in[1])
+	a, b, err := twoShapes(op, in)
 	if err != nil {
 		return nil, err
 	}
@@ -94,14 +87,7 @@ func (op matMulOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(
 // UsePreallocDo computes the product into prealloc when it fits (see
 // outDense), else into a new tensor.
 func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
-	}
-	a, err := denseOf(in[0])
-	if err != nil {
-		return nil, err
-	}
-	b, err := denseOf(in[1])
+	a, b, err := twoValues(op, in)
 	if err != nil {
 		return nil, err
 	}

@@ -224,10 +224,7 @@ func (op *normOp) groups(s tensor.Shape) (outer, c, inner int) {
 }
 
 func (op *normOp) Do(in ...G.Value) (G.Value, error) {
-	if len(in) != 1 {
-		return nil, fmt.Errorf("models: %v takes 1 input, got %d", op, len(in))
-	}
-	x, err := denseOf(in[0])
+	x, err := oneValue(op, in)
 	if err != nil {
 		return nil, err
 	}
@@ -393,14 +390,7 @@ func (op normGradOp) Type() hm.Type {
 	return hm.NewFnType(t, t, t)
 }
 func (op normGradOp) Do(in ...G.Value) (G.Value, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
-	}
-	x, err := denseOf(in[0])
-	if err != nil {
-		return nil, err
-	}
-	dy, err := denseOf(in[1])
+	x, dy, err := twoValues(op, in)
 	if err != nil {
 		return nil, err
 	}

@@ -115,10 +115,7 @@ func (op poolOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(ni
 
 // UsePreallocDo writes the maxima into prealloc when it fits (see outDense).
 func (op poolOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != 1 {
-		return nil, fmt.Errorf("models: %v takes 1 input, got %d", op, len(in))
-	}
-	x, err := denseOf(in[0])
+	x, err := oneValue(op, in)
 	if err != nil {
 		return nil, err
 	}
@@ -327,24 +324,13 @@ func (op poolGradOp) Type() hm.Type {
 	return hm.NewFnType(t, t, t)
 }
 func (op poolGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
-	}
-	s, err := shapeOf(in[0])
-	return s.Clone(), err
+	return firstShape(op, in, 2)
 }
 func (op poolGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
 
 // UsePreallocDo writes dx into prealloc when it fits (see outDense).
 func (op poolGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
-	}
-	x, err := denseOf(in[0])
-	if err != nil {
-		return nil, err
-	}
-	dy, err := denseOf(in[1])
+	x, dy, err := twoValues(op, in)
 	if err != nil {
 		return nil, err
 	}
