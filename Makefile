@@ -2,7 +2,7 @@ SHELL := /bin/bash
 # Tandem's build. `make test` is what CI runs; `make demo` runs the main job.
 GO        ?= go
 # Packages whose tests exercise goroutines, sockets and processes run under -race.
-RACE_PKGS  = ./comm/... ./graph/... ./ops/... ./ddp/... ./rpc/... ./rref/... ./autograd/... ./cmd/... ./data/...
+RACE_PKGS  = ./comm/... ./graph/... ./ops/... ./ddp/... ./rpc/... ./rref/... ./autograd/... ./cmd/... ./data/... ./examples/... ./internal/rpctest/...
 # Everything else (numerical packages whose tests are heavy under -race):
 # every package of the module that the race list does not name.
 FUZZTIME  ?= 5s
