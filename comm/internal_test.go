@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,12 +191,14 @@ func (nopBackend) Connect(context.Context, transport.Config) (transport.Transpor
 }
 
 func TestRegistry(t *testing.T) {
-	Register("test-nop", nopBackend{})
-	if b, err := Lookup("test-nop"); err != nil || b == nil {
+	// A name of its own each run, so that -count=N registers afresh.
+	name := fmt.Sprintf("test-nop-%d", registryRuns.Add(1))
+	Register(name, nopBackend{})
+	if b, err := Lookup(name); err != nil || b == nil {
 		t.Fatalf("Lookup: %v %v", b, err)
 	}
 	_, err := Lookup("no-such-backend")
-	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "test-nop") {
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), name) {
 		t.Errorf("unknown backend: %v", err)
 	}
 	defer func() {
@@ -203,8 +206,10 @@ func TestRegistry(t *testing.T) {
 			t.Error("registering a name twice did not panic")
 		}
 	}()
-	Register("test-nop", nopBackend{})
+	Register(name, nopBackend{})
 }
+
+var registryRuns atomic.Int64
 
 func TestWork(t *testing.T) {
 	w := newWork("thing")
