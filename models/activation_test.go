@@ -74,16 +74,7 @@ func TestReLUGradientAtZero(t *testing.T) {
 	b := NewBuilder(nil)
 	xn, _ := b.Node(x)
 	y, _ := ReLU{}.Forward(b, xn)
-	s, _ := G.Sum(y)
-	if err := b.Backward(s); err != nil {
-		t.Fatal(err)
-	}
-	vm := G.NewTapeMachine(b.Graph())
-	defer vm.Close()
-	run(t, vm)
-	if err := b.CopyGrads(); err != nil {
-		t.Fatal(err)
-	}
+	backwardSum(t, b, y)
 	want := []float64{0, 0, 1}
 	for i, g := range x.Grad.Float64s() {
 		if g != want[i] {

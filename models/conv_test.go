@@ -133,16 +133,7 @@ func TestMaxPool2d(t *testing.T) {
 	b := NewBuilder(nil)
 	xn, _ := b.Node(x)
 	y, _ := p.Forward(b, xn)
-	s, _ := G.Sum(y)
-	if err := b.Backward(s); err != nil {
-		t.Fatal(err)
-	}
-	vm := G.NewTapeMachine(b.Graph())
-	defer vm.Close()
-	run(t, vm)
-	if err := b.CopyGrads(); err != nil {
-		t.Fatal(err)
-	}
+	backwardSum(t, b, y)
 	wantG := []float64{
 		0, 1, 0, 0,
 		0, 0, 1, 0,

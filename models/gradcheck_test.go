@@ -18,6 +18,40 @@ func run(t *testing.T, m G.VM) {
 	}
 }
 
+// backwardSum backpropagates the sum of y through b's graph, runs the graph
+// once under a TapeMachine and copies the gradients into the params. The
+// machine, closed when the test ends, is returned to run again.
+func backwardSum(t *testing.T, b *Builder, y *G.Node) G.VM {
+	t.Helper()
+	s, err := G.Sum(y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Backward(s); err != nil {
+		t.Fatal(err)
+	}
+	vm := G.NewTapeMachine(b.Graph())
+	t.Cleanup(func() { vm.Close() })
+	run(t, vm)
+	if err := b.CopyGrads(); err != nil {
+		t.Fatal(err)
+	}
+	return vm
+}
+
+// xentLoss returns a gradCheck loss: the cross entropy of m's output on x
+// against the class labels lab.
+func xentLoss(m Module, x *Param, lab *tensor.Dense) func(b *Builder) (*G.Node, error) {
+	return func(b *Builder) (*G.Node, error) {
+		xn, _ := b.Node(x)
+		y, err := m.Forward(b, xn)
+		if err != nil {
+			return nil, err
+		}
+		return CrossEntropy(y, b.Bind("y", lab))
+	}
+}
+
 func scalar(t *testing.T, n *G.Node) float64 {
 	t.Helper()
 	v, err := scalarOf(n.Value())

@@ -177,16 +177,7 @@ func TestDropout(t *testing.T) {
 		t.Fatal(err)
 	}
 	y2, _ := d.Forward(b, xn) // a second, independent mask on the same input
-	s, _ := G.Sum(y)
-	if err := b.Backward(s); err != nil {
-		t.Fatal(err)
-	}
-	vm := G.NewTapeMachine(b.Graph())
-	defer vm.Close()
-	run(t, vm)
-	if err := b.CopyGrads(); err != nil {
-		t.Fatal(err)
-	}
+	vm := backwardSum(t, b, y)
 	out := y.Value().(*tensor.Dense).Float64s()
 	out2 := y2.Value().(*tensor.Dense).Float64s()
 	xs, gs := x.Value.Float64s(), x.Grad.Float64s()
