@@ -54,7 +54,7 @@ func applyElt(k eltKind, x *G.Node) (*G.Node, error) {
 	if err := checkFloat(x.Dtype()); err != nil {
 		return nil, err
 	}
-	return G.ApplyOp(eltOp{k}, x)
+	return G.ApplyOp(eltOp{kind: k}, x)
 }
 
 // Activation names an activation function, as written in configuration

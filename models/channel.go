@@ -34,6 +34,7 @@ func (k chanKind) String() string {
 func (k chanKind) elementwise() bool { return k == chanAdd || k == chanMul || k == chanAddReLU }
 
 type chanOp struct {
+	plainOp
 	kind    chanKind
 	axis, n int
 	inDims  int      // dims of x
@@ -260,9 +261,6 @@ func chanSeg[T float](k chanKind, dst, x []T, v T) {
 	}
 }
 
-func (op chanOp) ReturnsPtr() bool      { return false }
-func (op chanOp) CallsExtern() bool     { return false }
-func (op chanOp) OverwritesInput() int  { return -1 }
 func (op chanOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op chanOp) Hashcode() uint32      { return hashOf(op) }
 func (op chanOp) String() string {
@@ -291,17 +289,17 @@ func (op chanOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 		dx := grad // when a max pool already applied the ReLU's derivative
 		if !maskedPoolGrad(grad, out) {
 			var err error
-			if dx, err = G.ApplyOp(eltGradOp{eltReLU}, out, grad); err != nil {
+			if dx, err = G.ApplyOp(eltGradOp{kind: eltReLU}, out, grad); err != nil {
 				return nil, err
 			}
 		}
-		dc, err := G.ApplyOp(chanOp{chanSum, op.axis, op.n, op.inDims, op.cShape, &outSlot{}}, dx)
+		dc, err := G.ApplyOp(chanOp{kind: chanSum, axis: op.axis, n: op.n, inDims: op.inDims, cShape: op.cShape, out: &outSlot{}}, dx)
 		if err != nil {
 			return nil, err
 		}
 		return G.Nodes{dx, dc}, nil
 	case chanAdd:
-		dc, err := G.ApplyOp(chanOp{chanSum, op.axis, op.n, op.inDims, op.cShape, &outSlot{}}, grad)
+		dc, err := G.ApplyOp(chanOp{kind: chanSum, axis: op.axis, n: op.n, inDims: op.inDims, cShape: op.cShape, out: &outSlot{}}, grad)
 		if err != nil {
 			return nil, err
 		}
@@ -311,7 +309,7 @@ func (op chanOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 		if err != nil {
 			return nil, err
 		}
-		dc, err := G.ApplyOp(chanOp{chanDot, op.axis, op.n, op.inDims, op.cShape, &outSlot{}}, grad, in[0])
+		dc, err := G.ApplyOp(chanOp{kind: chanDot, axis: op.axis, n: op.n, inDims: op.inDims, cShape: op.cShape, out: &outSlot{}}, grad, in[0])
 		if err != nil {
 			return nil, err
 		}

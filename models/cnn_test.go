@@ -109,18 +109,7 @@ func TestFloat32MatchesFloat64(t *testing.T) {
 		m *Sequential
 		x *tensor.Dense
 	}{{m64, x64}, {m32, x32}} {
-		b := NewBuilder(nil)
-		y, err := c.m.Forward(b, b.Bind("x", c.x))
-		if err != nil {
-			t.Fatal(err)
-		}
-		loss, err := CrossEntropy(y, b.Bind("y", lab))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Backward(loss); err != nil {
-			t.Fatal(err)
-		}
+		b, loss := trainGraph(t, c.m, c.x, lab)
 		vm := G.NewTapeMachine(b.Graph())
 		run(t, vm)
 		vm.Close()

@@ -476,6 +476,7 @@ func convGradX[T float](g convGeom, sc *scratch, gemm gemmFunc[T], w, dy, dx []T
 // convOp convolves x [N, C, H, W] with w [O, C, kh, kw] into [N, O, OH, OW]
 // (groups 1, no bias).
 type convOp struct {
+	plainOp
 	convParams
 	need *inputGrads // which inputs need gradients (nil: both)
 	sc   *scratch
@@ -484,6 +485,7 @@ type convOp struct {
 // convGradXOp is the gradient with respect to x: inputs (w, dy), output
 // [N, C, H, W] for the H×W input the op was built for.
 type convGradXOp struct {
+	plainOp
 	convParams
 	h, w int
 	sc   *scratch
@@ -492,6 +494,7 @@ type convGradXOp struct {
 // convGradWOp is the gradient with respect to w: inputs (x, dy), output
 // [O, C, kh, kw].
 type convGradWOp struct {
+	plainOp
 	convParams
 	sc  *scratch
 	out *outSlot // where dw is written (see WithGradsInPlace)
@@ -576,9 +579,6 @@ func twoDense[O fmt.Stringer](op O, in []G.Value) (a, b *tensor.Dense, err error
 	return a, b, checkFloat(a.Dtype())
 }
 
-func (op convOp) ReturnsPtr() bool      { return false }
-func (op convOp) CallsExtern() bool     { return false }
-func (op convOp) OverwritesInput() int  { return -1 }
 func (op convOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op convOp) Hashcode() uint32      { return hashOf(op) }
 func (op convOp) String() string        { return "Conv2d{" + op.convParams.String() + "}" }
@@ -646,9 +646,6 @@ func (op convGradXOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, e
 	}
 	return out, nil
 }
-func (op convGradXOp) ReturnsPtr() bool      { return false }
-func (op convGradXOp) CallsExtern() bool     { return false }
-func (op convGradXOp) OverwritesInput() int  { return -1 }
 func (op convGradXOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op convGradXOp) Hashcode() uint32      { return hashOf(op) }
 func (op convGradXOp) String() string {
@@ -697,9 +694,6 @@ func (op convGradWOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, e
 	}
 	return out, nil
 }
-func (op convGradWOp) ReturnsPtr() bool      { return false }
-func (op convGradWOp) CallsExtern() bool     { return false }
-func (op convGradWOp) OverwritesInput() int  { return -1 }
 func (op convGradWOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op convGradWOp) Hashcode() uint32      { return hashOf(op) }
 func (op convGradWOp) String() string        { return "Conv2dGradW{" + op.convParams.String() + "}" }

@@ -54,6 +54,7 @@ func (d *Dropout) Forward(b *Builder, x *G.Node) (*G.Node, error) {
 // differentiated: the gradient flows through the product with the mask.
 // id keeps two masks on the same input apart in gorgonia's node hashing.
 type maskOp struct {
+	plainOp
 	p    float64
 	id   int
 	dims int
@@ -93,9 +94,6 @@ func (op *maskOp) Do(in ...G.Value) (G.Value, error) {
 	}
 	return out, nil
 }
-func (op *maskOp) ReturnsPtr() bool      { return false }
-func (op *maskOp) CallsExtern() bool     { return false }
-func (op *maskOp) OverwritesInput() int  { return -1 }
 func (op *maskOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op *maskOp) Hashcode() uint32      { return hashOf(op) }
 func (op *maskOp) String() string        { return fmt.Sprintf("DropoutMask{p:%v,id:%d}", op.p, op.id) }

@@ -30,10 +30,16 @@ func (k eltKind) String() string {
 
 // eltOp applies an elementwise function; its gradient is an eltGradOp
 // taking (x, dy). Both compute in one pass without temporaries.
-type eltOp struct{ kind eltKind }
+type eltOp struct {
+	plainOp
+	kind eltKind
+}
 
 // eltGradOp computes dx = dy · f'(x) for eltOp's function.
-type eltGradOp struct{ kind eltKind }
+type eltGradOp struct {
+	plainOp
+	kind eltKind
+}
 
 func (op eltOp) Arity() int { return 1 }
 func (op eltOp) Type() hm.Type {
@@ -62,9 +68,6 @@ func (op eltOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) 
 	}
 	return out, nil
 }
-func (op eltOp) ReturnsPtr() bool      { return false }
-func (op eltOp) CallsExtern() bool     { return false }
-func (op eltOp) OverwritesInput() int  { return -1 }
 func (op eltOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op eltOp) Hashcode() uint32      { return hashOf(op) }
 func (op eltOp) String() string        { return op.kind.String() }
@@ -113,9 +116,6 @@ func (op eltGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, err
 	}
 	return out, nil
 }
-func (op eltGradOp) ReturnsPtr() bool      { return false }
-func (op eltGradOp) CallsExtern() bool     { return false }
-func (op eltGradOp) OverwritesInput() int  { return -1 }
 func (op eltGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op eltGradOp) Hashcode() uint32      { return hashOf(op) }
 func (op eltGradOp) String() string        { return op.kind.String() + "Grad" }

@@ -55,6 +55,7 @@ func (e *Embedding) Forward(b *Builder, idx *G.Node) (*G.Node, error) {
 
 // embedOp gathers rows (inputs: weight, indices).
 type embedOp struct {
+	plainOp
 	num, dim     int
 	idxDims      int
 	wType, iType tensor.Dtype
@@ -136,9 +137,6 @@ func gather[T float](out, w []T, idx []int, dim int) {
 	}
 }
 
-func (op embedOp) ReturnsPtr() bool      { return false }
-func (op embedOp) CallsExtern() bool     { return false }
-func (op embedOp) OverwritesInput() int  { return -1 }
 func (op embedOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op embedOp) Hashcode() uint32      { return hashOf(op) }
 func (op embedOp) String() string {

@@ -90,6 +90,7 @@ func labels(t *tensor.Dense) ([]int, error) {
 
 // xentOp is mean cross entropy from logits (inputs: logits, target).
 type xentOp struct {
+	plainOp
 	soft  bool
 	tDims int
 	zType tensor.Dtype // dtype of the logits
@@ -212,9 +213,6 @@ func logSumExp[T float](row []T) float64 {
 	return m + math.Log(s)
 }
 
-func (op xentOp) ReturnsPtr() bool      { return false }
-func (op xentOp) CallsExtern() bool     { return false }
-func (op xentOp) OverwritesInput() int  { return -1 }
 func (op xentOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op xentOp) Hashcode() uint32      { return hashOf(op) }
 func (op xentOp) String() string {

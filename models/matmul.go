@@ -17,6 +17,7 @@ import (
 // GEMM as flags, so no transposed copy is ever made; its gradients are again
 // matMulOps with other flags (see SymDiff).
 type matMulOp struct {
+	plainOp
 	transA, transB bool
 	need           *inputGrads // which operands need gradients (nil: both)
 	out            *outSlot    // where a gradient product writes (see WithGradsInPlace)
@@ -118,9 +119,6 @@ func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 	return out, nil
 }
 
-func (op matMulOp) ReturnsPtr() bool      { return false }
-func (op matMulOp) CallsExtern() bool     { return false }
-func (op matMulOp) OverwritesInput() int  { return -1 }
 func (op matMulOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op matMulOp) Hashcode() uint32      { return hashOf(op) }
 func (op matMulOp) String() string {

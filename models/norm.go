@@ -190,6 +190,7 @@ const (
 // for batch statistics dx = (dy - mean(dy) - x̂·mean(dy·x̂))/σ over each
 // group, for running statistics dx = dy/σ.
 type normOp struct {
+	plainOp
 	kind normKind
 	eps  float64
 	d    int // LayerNorm group size
@@ -366,9 +367,6 @@ func (op *normOp) updateRunning(mean, variance []float64, n int) {
 	}
 }
 
-func (op *normOp) ReturnsPtr() bool      { return false }
-func (op *normOp) CallsExtern() bool     { return false }
-func (op *normOp) OverwritesInput() int  { return -1 }
 func (op *normOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op *normOp) Hashcode() uint32      { return hashOf(op) }
 func (op *normOp) String() string {

@@ -60,7 +60,7 @@ func (m *MaxPool2d) Buffers() []*Param { return nil }
 
 // Forward pools x of shape [N, C, H, W].
 func (m *MaxPool2d) Forward(_ *Builder, x *G.Node) (*G.Node, error) {
-	op := poolOp{m.Kernel, m.Stride, m.Padding}
+	op := poolOp{k: m.Kernel, s: m.Stride, p: m.Padding}
 	if err := checkFloat(x.Dtype()); err != nil {
 		return nil, err
 	}
@@ -71,6 +71,7 @@ func (m *MaxPool2d) Forward(_ *Builder, x *G.Node) (*G.Node, error) {
 }
 
 type poolOp struct {
+	plainOp
 	k, s, p [2]int
 }
 
@@ -301,9 +302,6 @@ func firstNaN[T float](a, b, c, d T) int {
 	return 3
 }
 
-func (op poolOp) ReturnsPtr() bool      { return false }
-func (op poolOp) CallsExtern() bool     { return false }
-func (op poolOp) OverwritesInput() int  { return -1 }
 func (op poolOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op poolOp) Hashcode() uint32      { return hashOf(op) }
 func (op poolOp) String() string {
