@@ -2,11 +2,11 @@ package data
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/optset"
 	"gorgonia.org/tensor"
 )
 
@@ -34,14 +34,11 @@ type options struct {
 	noDownload bool
 	mirrors    []string
 	dlTimeout  time.Duration
-	set        map[string]bool
+	set        optset.Set
 }
 
 func (o *options) mark(name string) {
-	if o.set == nil {
-		o.set = map[string]bool{}
-	}
-	o.set[name] = true
+	o.set.Mark(name)
 }
 
 // Shuffle visits the examples in a random order drawn from seed and the
@@ -121,18 +118,7 @@ func (o *options) apply(what string, allowed []string, opts []Option) error {
 		}
 		f(o)
 	}
-	var foreign []string
-	for name := range o.set {
-		ok := false
-		for _, a := range allowed {
-			ok = ok || a == name
-		}
-		if !ok {
-			foreign = append(foreign, name)
-		}
-	}
-	if len(foreign) > 0 {
-		sort.Strings(foreign)
+	if foreign := o.set.Foreign(allowed); len(foreign) > 0 {
 		return fmt.Errorf("data: %s does not take the option(s) %s (it takes %s): %w",
 			what, strings.Join(foreign, ", "), strings.Join(allowed, ", "), ErrInvalidArgument)
 	}

@@ -3,8 +3,9 @@ package optim
 import (
 	"fmt"
 	"math"
-	"sort"
 	"strings"
+
+	"github.com/tandemml/tandem/internal/optset"
 )
 
 // Option sets one hyperparameter of an optimizer. Options that do not apply
@@ -25,14 +26,11 @@ type config struct {
 	beta2       float64
 	eps         float64
 	amsgrad     bool
-	set         map[string]bool
+	set         optset.Set
 }
 
 func (c *config) mark(name string) {
-	if c.set == nil {
-		c.set = map[string]bool{}
-	}
-	c.set[name] = true
+	c.set.Mark(name)
 }
 
 // LR sets the learning rate (torch: lr). Adam's and AdamW's default is 1e-3;
@@ -81,18 +79,7 @@ func (c *config) apply(optimizer string, allowed []string, opts []Option) error 
 		}
 		o(c)
 	}
-	var foreign []string
-	for name := range c.set {
-		ok := false
-		for _, a := range allowed {
-			ok = ok || a == name
-		}
-		if !ok {
-			foreign = append(foreign, name)
-		}
-	}
-	if len(foreign) > 0 {
-		sort.Strings(foreign)
+	if foreign := c.set.Foreign(allowed); len(foreign) > 0 {
 		return fmt.Errorf("optim: %s does not take %s (it takes %s): %w",
 			optimizer, strings.Join(foreign, ", "), strings.Join(allowed, ", "), ErrInvalidArgument)
 	}
