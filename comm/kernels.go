@@ -49,48 +49,17 @@ func reduceInto(dst, src []byte, dt dtype, k ReduceKind) {
 }
 
 func reduceFloat[T ~float32 | ~float64](dst, src []T, k ReduceKind) {
-	src = src[:len(dst)]
-	switch k {
-	case KindSum, KindAvg, KindPremulSum:
-		for i := range dst {
-			dst[i] += src[i]
-		}
-	case KindProduct:
-		for i := range dst {
-			dst[i] *= src[i]
-		}
-	case KindMin:
-		for i := range dst {
-			dst[i] = min(dst[i], src[i])
-		}
-	case KindMax:
-		for i := range dst {
-			dst[i] = max(dst[i], src[i])
-		}
-	default:
+	if !reduceArith(dst, src, k) {
 		panic("comm: reduce kind " + k.String() + " on a float buffer")
 	}
 }
 
 func reduceInt[T integer](dst, src []T, k ReduceKind) {
+	if reduceArith(dst, src, k) {
+		return
+	}
 	src = src[:len(dst)]
 	switch k {
-	case KindSum, KindAvg, KindPremulSum:
-		for i := range dst {
-			dst[i] += src[i]
-		}
-	case KindProduct:
-		for i := range dst {
-			dst[i] *= src[i]
-		}
-	case KindMin:
-		for i := range dst {
-			dst[i] = min(dst[i], src[i])
-		}
-	case KindMax:
-		for i := range dst {
-			dst[i] = max(dst[i], src[i])
-		}
 	case KindBAnd:
 		for i := range dst {
 			dst[i] &= src[i]
@@ -106,6 +75,33 @@ func reduceInt[T integer](dst, src []T, k ReduceKind) {
 	default:
 		panic("comm: reduce kind " + k.String() + " on an integer buffer")
 	}
+}
+
+// reduceArith applies the reductions that every dtype has (sum and its
+// relatives, product, min, max) and reports whether k was one of them.
+func reduceArith[T ~float32 | ~float64 | integer](dst, src []T, k ReduceKind) bool {
+	src = src[:len(dst)]
+	switch k {
+	case KindSum, KindAvg, KindPremulSum:
+		for i := range dst {
+			dst[i] += src[i]
+		}
+	case KindProduct:
+		for i := range dst {
+			dst[i] *= src[i]
+		}
+	case KindMin:
+		for i := range dst {
+			dst[i] = min(dst[i], src[i])
+		}
+	case KindMax:
+		for i := range dst {
+			dst[i] = max(dst[i], src[i])
+		}
+	default:
+		return false
+	}
+	return true
 }
 
 // scaleBuf multiplies every element by f (PremulSum's factor; integer
