@@ -48,21 +48,32 @@ const (
 )
 
 // newReceiveTensor returns a tensor of dtype dt and shape whose size bytes
-// the caller overwrites in full before anyone else sees them.
-func newReceiveTensor(dt tensor.Dtype, shape []int, size uint64) *tensor.Dense {
+// the caller overwrites in full before anyone else sees them, and, when its
+// memory comes from the receive buffers, the block to release once the
+// tensor is known to be dropped (see recycler.release).
+func newReceiveTensor(dt tensor.Dtype, shape []int, size uint64) (*tensor.Dense, recvBlock) {
 	es := uint64(dt.Size())
 	if size < uninitFrom || len(shape) == 0 || es == 0 || size%es != 0 {
-		return tensor.New(tensor.Of(dt), tensor.WithShape(shape...))
+		return tensor.New(tensor.Of(dt), tensor.WithShape(shape...)), recvBlock{}
 	}
 	// The element types that travel hold no pointers: the memory is noscan.
 	var p unsafe.Pointer
+	var blk recvBlock
 	if size >= recycleFrom {
-		p = receiveBuffers.get(uintptr(size))
+		blk = receiveBuffers.get(uintptr(size))
+		p = bufferStart(blk.base, blk.class)
 	} else {
 		p = mallocgc(uintptr(size), nil, false)
 	}
 	backing := reflect.SliceAt(dt.Type, p, int(size/es)).Interface()
-	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing))
+	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing)), blk
+}
+
+// recvBlock is a receive buffer's block: its base (the object the
+// finalizer watches) and its size class. The zero value is no block.
+type recvBlock struct {
+	base  unsafe.Pointer
+	class uintptr
 }
 
 // recycler keeps large receive buffers for reuse, by size class.
@@ -95,8 +106,9 @@ func sizeClass(n uintptr) uintptr {
 	return (n + step - 1) &^ (step - 1)
 }
 
-// get returns a buffer of at least n bytes whose contents are undefined.
-func (r *recycler) get(n uintptr) unsafe.Pointer {
+// get returns a block holding a buffer of at least n bytes (at
+// bufferStart) whose contents are undefined.
+func (r *recycler) get(n uintptr) recvBlock {
 	class := sizeClass(n)
 	r.mu.Lock()
 	if l := r.free[class]; len(l) > 0 {
@@ -106,7 +118,7 @@ func (r *recycler) get(n uintptr) unsafe.Pointer {
 		r.bytes -= class
 		r.mu.Unlock()
 		r.watch(base, class)
-		return bufferStart(base, class)
+		return recvBlock{base, class}
 	}
 	fill := r.prefill > 0 && !r.filling[class] && r.bytes+uintptr(r.prefill)*class <= recycleCap
 	if fill {
@@ -118,7 +130,20 @@ func (r *recycler) get(n uintptr) unsafe.Pointer {
 	}
 	base := newBlock(class)
 	r.watch(base, class)
-	return bufferStart(base, class)
+	return recvBlock{base, class}
+}
+
+// release puts a block back on its free list at once, without waiting for
+// the collector: its owner vouches that nothing refers into it any more (a
+// function registered with ReuseArgMemory has returned). The block goes on
+// top of its list, so the next receive of that size reuses the memory
+// touched last, still in the CPU's caches.
+func (r *recycler) release(b recvBlock) {
+	if b.base == nil {
+		return
+	}
+	runtime.SetFinalizer((*byte)(b.base), nil)
+	r.put(b.base, b.class)
 }
 
 // prefill is how many buffers a receive that finds its free list empty
@@ -137,7 +162,9 @@ func (r *recycler) fill(class uintptr) {
 			r.mu.Unlock()
 			break
 		}
-		r.free[class] = append(r.free[class], base)
+		// At the bottom: blocks released or recycled meanwhile, used a
+		// moment ago and warm in the caches, go first.
+		r.free[class] = append([]unsafe.Pointer{base}, r.free[class]...)
 		r.bytes += class
 		r.mu.Unlock()
 	}

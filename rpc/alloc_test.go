@@ -9,6 +9,12 @@ import (
 	"gorgonia.org/tensor"
 )
 
+// buf returns the buffer of a block from r.get.
+func (r *recycler) buf(n uintptr) unsafe.Pointer {
+	b := r.get(n)
+	return bufferStart(b.base, b.class)
+}
+
 func TestSizeClass(t *testing.T) {
 	for _, c := range []struct{ in, want uintptr }{
 		{4 << 20, 4 << 20}, {4<<20 + 1, 5 << 20}, {5 << 20, 5 << 20}, {6<<20 - 1, 6 << 20},
@@ -40,17 +46,17 @@ func waitFree(r *recycler, want uintptr) uintptr {
 func TestRecyclerReusesOnlyUnreachableBuffers(t *testing.T) {
 	r := newRecycler(0)
 	const n = 1 << 20
-	kept := unsafe.Slice((*byte)(r.get(n)), n)
-	dropped := uintptr(r.get(n))
+	kept := unsafe.Slice((*byte)(r.buf(n)), n)
+	dropped := uintptr(r.buf(n))
 	kept[0], kept[n-1] = 7, 9
 	if got := waitFree(r, n); got != n {
 		t.Fatalf("%d bytes on the free list after the only reference went, want %d", got, n)
 	}
 	// The buffer still referenced must not come back; the dropped one must.
-	if p := uintptr(r.get(n)); p != dropped {
+	if p := uintptr(r.buf(n)); p != dropped {
 		t.Fatalf("get returned %#x, want the dropped buffer %#x", p, dropped)
 	}
-	if p := uintptr(r.get(n)); p == uintptr(unsafe.Pointer(&kept[0])) || p == dropped {
+	if p := uintptr(r.buf(n)); p == uintptr(unsafe.Pointer(&kept[0])) || p == dropped {
 		t.Fatalf("get returned a buffer in use (%#x)", p)
 	}
 	if kept[0] != 7 || kept[n-1] != 9 {
@@ -63,7 +69,7 @@ func TestRecyclerCap(t *testing.T) {
 	r := newRecycler(0)
 	const n = 16 << 20
 	for i := 0; i < recycleCap/n+2; i++ {
-		r.get(n)
+		r.buf(n)
 	}
 	waitFree(r, recycleCap)
 	runtime.GC()
@@ -81,13 +87,13 @@ func TestRecyclerCap(t *testing.T) {
 // it.
 func TestReceiveTensorRecycled(t *testing.T) {
 	const n = recycleFrom / 4
-	first := newReceiveTensor(tensor.Float32, []int{n}, n*4)
+	first, _ := newReceiveTensor(tensor.Float32, []int{n}, n*4)
 	data := first.Data().([]float32)
 	addr := uintptr(unsafe.Pointer(&data[0]))
 	data[0] = 42
 	first = nil
 	// data still refers to the memory: a new tensor must get other memory.
-	second := newReceiveTensor(tensor.Float32, []int{n}, n*4)
+	second, _ := newReceiveTensor(tensor.Float32, []int{n}, n*4)
 	if got := uintptr(unsafe.Pointer(&second.Data().([]float32)[0])); got == addr {
 		t.Fatal("a tensor reused memory that a live slice refers to")
 	}
@@ -120,7 +126,7 @@ func TestRecyclerMakesRoomForNewSizes(t *testing.T) {
 func TestRecyclerPrefills(t *testing.T) {
 	r := newRecycler(2)
 	const n = 4 << 20
-	first := r.get(n)
+	first := r.buf(n)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		r.mu.Lock()
@@ -134,7 +140,7 @@ func TestRecyclerPrefills(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	a, b := r.get(n), r.get(n)
+	a, b := r.buf(n), r.buf(n)
 	if a == first || b == first || a == b {
 		t.Fatal("prefilled buffers are not distinct fresh ones")
 	}
@@ -146,4 +152,33 @@ func TestRecyclerPrefills(t *testing.T) {
 		buf := unsafe.Slice((*byte)(p), n)
 		buf[0], buf[n-1] = 1, 2
 	}
+}
+
+// TestRecyclerRelease: a released block is the next one handed out, at
+// once and without a collection, and its finalizer no longer puts it back
+// a second time.
+func TestRecyclerRelease(t *testing.T) {
+	r := newRecycler(0)
+	const n = 4 << 20
+	b := r.get(n)
+	p := bufferStart(b.base, b.class)
+	r.release(b)
+	if got := r.buf(n); got != p {
+		t.Fatalf("get after release returned %p, want the released buffer %p", got, p)
+	}
+	// Had the finalizer stayed, dropping the buffer now would put it on the
+	// free list while it is in use again; the collector must not bring it
+	// back while p is alive.
+	for i := 0; i < 3; i++ {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	r.mu.Lock()
+	free := len(r.free[n])
+	r.mu.Unlock()
+	if free != 0 {
+		t.Fatalf("%d buffers on the free list while the only one is in use", free)
+	}
+	runtime.KeepAlive(p)
+	r.release(recvBlock{}) // the zero block is no block
 }

@@ -72,7 +72,7 @@ func (a *Agent) call(ctx context.Context, to, fn string, arg any, resType reflec
 	if co.timeout <= 0 {
 		co.timeout = a.opts.timeout
 	}
-	call := &ClientCall{To: w, Function: fn, Arg: arg, ResultType: resType, Meta: co.meta, Timeout: co.timeout, waits: waits}
+	call := &ClientCall{To: w, Function: fn, Arg: arg, ResultType: resType, Meta: co.meta, Timeout: co.timeout, waits: waits, into: co.into}
 	ics := *a.clientIC.Load()
 	if len(ics) == 0 {
 		return a.invoke(ctx, call)
@@ -93,9 +93,14 @@ type pendingCall struct {
 	stopCtx func() bool
 	// keep holds tensors the callee copies out of this process without
 	// acknowledging (flagNoAck) until the call ends.
-	keep  []*tensor.Dense
-	mu    sync.Mutex // guards timer and stopCtx against finish
-	ended bool
+	keep []*tensor.Dense
+	// into: tensors lent for the result (WithResultInto); filling is open
+	// while the read loop copies a reply into them, and the call does not
+	// end before it closes.
+	into    []*tensor.Dense
+	filling chan struct{}
+	mu      sync.Mutex // guards timer, stopCtx and filling against finish
+	ended   bool
 }
 
 // finish completes the call once (the caller has removed it from pending).
@@ -114,7 +119,13 @@ func (p *pendingCall) finish(r *Response, err error) {
 	if p.stopCtx != nil {
 		p.stopCtx()
 	}
+	filling := p.filling
 	p.mu.Unlock()
+	if filling != nil {
+		// The caller gets its lent tensors back only once nothing writes
+		// into them (a local copy, short).
+		<-filling
+	}
 	p.a.m.callDone(time.Since(p.start), err)
 	p.fut.Complete(r, err)
 }
@@ -129,6 +140,25 @@ func (c *conn) register(p *pendingCall) bool {
 	p.id = c.nextID
 	c.pending[p.id] = p
 	return true
+}
+
+// lent returns the tensors call id lent for its result, if it is still
+// waiting, and marks it as being filled until the returned function runs.
+func (c *conn) lent(id uint64) ([]*tensor.Dense, func()) {
+	c.pmu.Lock()
+	p := c.pending[id]
+	c.pmu.Unlock()
+	if p == nil || len(p.into) == 0 {
+		return nil, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return nil, nil
+	}
+	ch := make(chan struct{})
+	p.filling = ch
+	return p.into, func() { close(ch) }
 }
 
 func (c *conn) take(id uint64) *pendingCall {
@@ -166,7 +196,7 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 		fut.Complete(nil, fmt.Errorf("rpc: call %q to worker %s: cannot send the argument (%T): %w", call.Function, call.To, call.Arg, err))
 		return fut
 	}
-	p := &pendingCall{a: a, fn: call.Function, resType: call.ResultType, fut: fut, start: start}
+	p := &pendingCall{a: a, fn: call.Function, resType: call.ResultType, fut: fut, start: start, into: call.into}
 	var c *conn
 	for attempt := 0; ; attempt++ {
 		c, err = a.connTo(ctx, call.To.ID, timeout)

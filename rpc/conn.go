@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"gorgonia.org/tensor"
 )
 
 // conn is one TCP (or TLS) connection. A client conn carries this agent's
@@ -52,6 +54,7 @@ type conn struct {
 	sendByRef bool
 	recvByRef bool
 	fetch     func(dst []byte, addr uint64) error
+	into      func(id uint64) ([]*tensor.Dense, func()) // client side: c.lent
 	amu       sync.Mutex
 	acks      map[uint64]chan struct{}
 	acksSeen  atomic.Int64  // read-done frames received
@@ -69,6 +72,9 @@ func newConn(a *Agent, nc net.Conn, peer WorkerInfo, client bool, br *bufio.Read
 	c := &conn{a: a, nc: nc, peer: peer, client: client, br: br, peerPID: peerPID, sendByRef: sendByRef, recvByRef: recvByRef,
 		acks: map[uint64]chan struct{}{}, done: make(chan struct{})}
 	c.fetch = c.fetcher()
+	if client {
+		c.into = c.lent
+	}
 	c.wcond.L = &c.wmu
 	if client {
 		c.pending = map[uint64]*pendingCall{}
@@ -229,7 +235,7 @@ func (c *conn) readLoop() {
 func (c *conn) readFrames() (handler func()) {
 	hdr := make([]byte, frameHeaderLen)
 	for {
-		f, err := readFrame(c.br, hdr, c.a.opts.maxMessage, c.intern, c.fetch)
+		f, err := readFrame(c.br, hdr, c.a.opts.maxMessage, c.intern, c.fetch, c.into)
 		if err != nil {
 			var pe *protocolError
 			if errors.As(err, &pe) {

@@ -79,6 +79,9 @@ type frame struct {
 	meta    Metadata
 	payload []byte
 	tensors []*tensor.Dense
+	// blocks: the receive buffers the tensors were given, to release early
+	// when the function that takes them says it keeps none (ReuseArgMemory).
+	blocks []recvBlock
 }
 
 // dtype codes on the wire.
@@ -400,7 +403,13 @@ func parseHead(f *frame, head []byte, dataLen uint64, maxSize int64, intern func
 // tensors' own backing arrays (for a by-reference frame, copying it with
 // fetch; nil fetch refuses such frames). I/O errors come back as they are; a
 // malformed or oversized frame yields a *protocolError.
-func readFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) string, fetch func(dst []byte, addr uint64) error) (*frame, error) {
+//
+// into, when not nil, offers memory for a by-reference frame's tensors: it
+// returns the tensors a caller lent for the frame's call (WithResultInto),
+// and a function to call once the copying into them is over, whether it
+// succeeded or not. A lent tensor receives the frame's tensor of the same
+// index when its dtype and shape match; others get new memory.
+func readFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) string, fetch func(dst []byte, addr uint64) error, into func(id uint64) ([]*tensor.Dense, func())) (*frame, error) {
 	if _, err := io.ReadFull(r, hdr[:frameHeaderLen]); err != nil {
 		return nil, err
 	}
@@ -420,9 +429,25 @@ func readFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) strin
 		return nil, err
 	}
 	if len(descs) > 0 {
+		var lent []*tensor.Dense
+		if into != nil && f.flags&flagByRef != 0 {
+			var done func()
+			if lent, done = into(f.id); done != nil {
+				defer done()
+			}
+		}
 		f.tensors = make([]*tensor.Dense, len(descs))
 		for i, d := range descs {
-			t := newReceiveTensor(d.dt, d.shape, d.size)
+			var t *tensor.Dense
+			if i < len(lent) && fits(lent[i], d) {
+				t = lent[i]
+			} else {
+				var blk recvBlock
+				t, blk = newReceiveTensor(d.dt, d.shape, d.size)
+				if blk.base != nil {
+					f.blocks = append(f.blocks, blk)
+				}
+			}
 			raw := t.Header.Raw
 			if uint64(len(raw)) != d.size {
 				return nil, malformed("tensor %d: %d bytes allocated for %d", i, len(raw), d.size)
@@ -442,6 +467,25 @@ func readFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) strin
 	return &f, nil
 }
 
+// fits reports whether the lent tensor t can receive the tensor d
+// describes: same dtype and shape, and memory of its own, whole and
+// contiguous.
+func fits(t *tensor.Dense, d tensorDesc) bool {
+	if t == nil || t.Dtype() != d.dt || t.IsView() || t.RequiresIterator() || uint64(len(t.Header.Raw)) != d.size {
+		return false
+	}
+	s := t.Shape()
+	if len(s) != len(d.shape) {
+		return false
+	}
+	for i := range s {
+		if s[i] != d.shape[i] {
+			return false
+		}
+	}
+	return true
+}
+
 func unexpectedEOF(err error) error {
 	if errors.Is(err, io.EOF) {
 		return io.ErrUnexpectedEOF
@@ -454,7 +498,7 @@ func unexpectedEOF(err error) error {
 // for tests and tools.
 func decodeFrame(b []byte, maxSize int64, fetch func(dst []byte, addr uint64) error) (*frame, error) {
 	r := bytes.NewReader(b)
-	f, err := readFrame(r, make([]byte, frameHeaderLen), maxSize, nil, fetch)
+	f, err := readFrame(r, make([]byte, frameHeaderLen), maxSize, nil, fetch, nil)
 	if err != nil {
 		return nil, err
 	}

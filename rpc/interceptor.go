@@ -4,6 +4,8 @@ import (
 	"context"
 	"reflect"
 	"time"
+
+	"gorgonia.org/tensor"
 )
 
 // ClientCall describes an outgoing call to client interceptors. An
@@ -20,6 +22,8 @@ type ClientCall struct {
 	// reference need no read-done frame: the reply itself says the callee
 	// has copied them.
 	waits bool
+	// into: tensors lent for the result (WithResultInto).
+	into []*tensor.Dense
 }
 
 // Response is a call's outcome as client interceptors see it: the decoded

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"gorgonia.org/tensor"
+
 	"github.com/tandemml/tandem/comm/store"
 )
 
@@ -156,6 +158,7 @@ type CallOption func(*callOptions)
 type callOptions struct {
 	timeout time.Duration
 	meta    Metadata
+	into    []*tensor.Dense
 }
 
 // WithTimeout bounds the call: past d it fails with ErrTimeout (and the
@@ -163,6 +166,26 @@ type callOptions struct {
 // agent's default.
 func WithTimeout(d time.Duration) CallOption {
 	return func(c *callOptions) { c.timeout = d }
+}
+
+// WithResultInto lends memory for the result's tensors, the way append
+// reuses a slice's array: the i-th tensor of the reply is received into
+// ts[i] when its dtype and shape match (and ts[i] owns its data whole, not a
+// view), and the decoded result then holds ts[i] itself; a tensor that does
+// not match gets new memory as usual. Use it in loops that call again and
+// again for results of one shape, and assign the result:
+//
+//	y, err = rpc.Sync[*tensor.Dense](ctx, a, "w1", "step", x, rpc.WithResultInto(y))
+//
+// The same memory, reused, stays in the CPU's caches and leaves nothing for
+// the garbage collector, where new memory for every reply costs a cold copy.
+// Today the lent memory is used for replies copied from a worker on the same
+// host (see WithSameHostCopy); replies that come over the network arrive in
+// new memory. The tensors must not be read or written until the call has
+// ended (Sync returned, or the future completed), and if the call fails
+// their contents are unspecified.
+func WithResultInto(ts ...*tensor.Dense) CallOption {
+	return func(c *callOptions) { c.into = ts }
 }
 
 // WithMetadata sends key/value pairs with the call; the callee reads them

@@ -54,24 +54,29 @@ func (a *Agent) serve(c *conn, f *frame, e *entry) {
 	c.rmu.Lock()
 	c.running[f.id] = cc
 	c.rmu.Unlock()
-	done := func() {
+	done := func(settled bool) {
 		c.rmu.Lock()
 		delete(c.running, f.id)
 		c.rmu.Unlock()
 		cc.cancel(context.Canceled)
+		if e.reuseArg && settled {
+			// The reply is sent (and copied, when by reference): the
+			// function promised to keep nothing of the argument.
+			for _, b := range f.blocks {
+				receiveBuffers.release(b)
+			}
+		}
 	}
 	argV, err := decodeTop(e.argType, f.typ, f.payload, f.tensors, a, c.peer)
 	if err != nil {
 		err = wrongTypef("function %q takes an argument of type %s, the caller sent %s: %v", e.name, e.argType, displayType(f.typ), err)
 		if e.async { // on the read loop: do not write from it
 			go func() {
-				a.reply(c, f.id, f.fn, nil, nil, err)
-				done()
+				done(a.reply(c, f.id, f.fn, nil, nil, err))
 			}()
 			return
 		}
-		a.reply(c, f.id, f.fn, nil, nil, err)
-		done()
+		done(a.reply(c, f.id, f.fn, nil, nil, err))
 		return
 	}
 	sc := &ServerCall{From: c.peer, Function: e.name, ArgType: e.argType, ResultType: e.resType, Meta: f.meta}
@@ -95,13 +100,11 @@ func (a *Agent) serve(c *conn, f *frame, e *entry) {
 		}
 		if e.async && !returned.Load() {
 			go func() {
-				a.reply(c, f.id, e.name, sc.ReplyMeta, v, err)
-				done()
+				done(a.reply(c, f.id, e.name, sc.ReplyMeta, v, err))
 			}()
 			return
 		}
-		a.reply(c, f.id, e.name, sc.ReplyMeta, v, err)
-		done()
+		done(a.reply(c, f.id, e.name, sc.ReplyMeta, v, err))
 	})
 	returned.Store(true)
 }
@@ -178,7 +181,10 @@ func isOwnFrame(fn string) bool {
 }
 
 // reply sends a call's result or error back.
-func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, v any, err error) {
+// reply sends a call's result or error. It reports whether the frame is
+// settled: written, and when by reference, copied by the caller, so that
+// the tensors in v may change.
+func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, v any, err error) (settled bool) {
 	buf := getBuf()
 	defer putBuf(buf)
 	f := frame{id: id, meta: meta}
@@ -216,6 +222,7 @@ func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, v any, err e
 		enc.abandon() // the result does not go
 	}
 	*hb = head
+	settled = true
 	if f.flags&flagByRef != 0 {
 		ack := c.expectAck(id)
 		if werr := c.write(frameBuffers(head, &f)); werr != nil {
@@ -225,10 +232,12 @@ func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, v any, err e
 			// The caller copies the result out of this process: it must stay
 			// as it is until the caller has.
 			a.opts.logger.Warn("rpc: a reply was not copied", "worker", a.self.Name, "peer", c.peer.String(), "err", aerr)
+			settled = false
 		}
 		runtime.KeepAlive(f.tensors)
 	} else if werr := c.write(frameBuffers(head, &f)); werr != nil {
 		enc.abandon()
 	}
 	a.m.requestDone(err)
+	return settled
 }

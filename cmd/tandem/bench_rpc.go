@@ -6,6 +6,13 @@ package main
 // second with many in flight, and Remote + ToHere. By default the callee is
 // a second process (this binary in a hidden peer mode); -inproc runs both
 // agents in this process.
+//
+// Echo runs two ways. "echo" is the plain loop: every reply and every
+// argument the callee receives gets memory of its own, which the garbage
+// collector hands back for reuse some calls later. "echo_reuse" is the
+// loop written for speed: the caller lends the previous result for the next
+// (rpc.WithResultInto) and the callee's function is registered with
+// rpc.ReuseArgMemory, so both sides copy into memory used a moment ago.
 
 import (
 	"bufio"
@@ -66,7 +73,10 @@ type rpcBenchConfig struct {
 	sameHostCopy bool
 }
 
-const rpcEcho = "bench.echo"
+const (
+	rpcEcho      = "bench.echo"
+	rpcEchoReuse = "bench.echo_reuse"
+)
 
 func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("tandem bench rpc", flag.ContinueOnError)
@@ -125,8 +135,8 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 			continue
 		}
 		switch r.Case {
-		case "echo":
-			fmt.Fprintf(stdout, "echo %10d B  %5d iters  %12s  %8.3f GB/s\n", r.Bytes, r.Iters, fmtSeconds(r.MedianS), r.GBps)
+		case "echo", "echo_reuse":
+			fmt.Fprintf(stdout, "%-10s %10d B  %5d iters  %12s  %8.3f GB/s\n", r.Case, r.Bytes, r.Iters, fmtSeconds(r.MedianS), r.GBps)
 		case "async":
 			fmt.Fprintf(stdout, "async calls/s (%d in flight): %.0f\n", r.InFlight, r.CallsPerS)
 		case "remote_to_here":
@@ -160,7 +170,9 @@ func parseByteSize(s string) (int, error) {
 
 func rpcBenchRegistry() *rpc.Registry {
 	reg := rpc.NewRegistry()
-	rpc.Register(reg, rpcEcho, func(ctx context.Context, x *tensor.Dense) (*tensor.Dense, error) { return x, nil })
+	echo := func(ctx context.Context, x *tensor.Dense) (*tensor.Dense, error) { return x, nil }
+	rpc.Register(reg, rpcEcho, echo)
+	rpc.Register(reg, rpcEchoReuse, echo, rpc.ReuseArgMemory())
 	return reg
 }
 
@@ -265,25 +277,17 @@ func rpcBenchCases(ctx context.Context, a *rpc.Agent, cfg rpcBenchConfig) ([]rpc
 		if iters == 0 {
 			iters = max(20, min(1000, (64<<20)/bytes))
 		}
-		for i := 0; i < 5; i++ {
-			if _, err := rpc.Sync[*tensor.Dense](ctx, a, "w1", rpcEcho, x); err != nil {
-				return nil, err
-			}
-		}
-		times := make([]time.Duration, iters)
-		for i := range times {
-			t0 := time.Now()
-			y, err := rpc.Sync[*tensor.Dense](ctx, a, "w1", rpcEcho, x)
-			times[i] = time.Since(t0)
+		for _, reuse := range []bool{false, true} {
+			m, err := rpcBenchEcho(ctx, a, x, iters, reuse)
 			if err != nil {
 				return nil, err
 			}
-			if i == 0 && !y.Shape().Eq(x.Shape()) {
-				return nil, fmt.Errorf("echo of %d bytes came back with shape %v", bytes, y.Shape())
+			c := "echo"
+			if reuse {
+				c = "echo_reuse"
 			}
+			out = append(out, rpcBenchResult{Case: c, Bytes: bytes, Iters: iters, MedianS: m, GBps: 2 * float64(bytes) / m / 1e9})
 		}
-		m := median(times)
-		out = append(out, rpcBenchResult{Case: "echo", Bytes: bytes, Iters: iters, MedianS: m, GBps: 2 * float64(bytes) / m / 1e9})
 	}
 
 	// Async: cfg.calls small calls, cfg.inflight at a time.
@@ -333,6 +337,45 @@ func rpcBenchCases(ctx context.Context, a *rpc.Agent, cfg rpcBenchConfig) ([]rpc
 	}
 	out = append(out, rpcBenchResult{Case: "remote_to_here", MedianS: median(times), Iters: cfg.remotes})
 	return out, nil
+}
+
+// rpcBenchEcho times iters echo round trips of x after 5 untimed ones and
+// returns the median. With reuse, each call lends the last result for the
+// next and calls the function that reuses its argument's memory.
+func rpcBenchEcho(ctx context.Context, a *rpc.Agent, x *tensor.Dense, iters int, reuse bool) (float64, error) {
+	fn := rpcEcho
+	if reuse {
+		fn = rpcEchoReuse
+	}
+	var y *tensor.Dense
+	call := func() error {
+		var opts []rpc.CallOption
+		if reuse {
+			opts = append(opts, rpc.WithResultInto(y))
+		}
+		var err error
+		y, err = rpc.Sync[*tensor.Dense](ctx, a, "w1", fn, x, opts...)
+		return err
+	}
+	for i := 0; i < 5; i++ {
+		if err := call(); err != nil {
+			return 0, err
+		}
+	}
+	times := make([]time.Duration, iters)
+	for i := range times {
+		t0 := time.Now()
+		err := call()
+		times[i] = time.Since(t0)
+		if err != nil {
+			return 0, err
+		}
+	}
+	want, got := x.Data().([]float32), y.Data().([]float32)
+	if !y.Shape().Eq(x.Shape()) || got[0] != want[0] || got[len(got)-1] != want[len(want)-1] {
+		return 0, fmt.Errorf("echo of %d bytes (%s) came back changed: shape %v", 4*len(want), fn, y.Shape())
+	}
+	return median(times), nil
 }
 
 func cmpOr(a, b error) error {
@@ -408,9 +451,9 @@ func rpcBenchCompareTorch(ctx context.Context, ours []rpcBenchResult, stdout io.
 	fmt.Fprintln(stdout, "vs PyTorch TensorPipe (ratio > 1: Tandem faster)")
 	for _, r := range ours {
 		switch r.Case {
-		case "echo":
+		case "echo", "echo_reuse":
 			if tm, ok := t.echo[r.Bytes]; ok {
-				fmt.Fprintf(stdout, "echo %10d B  torch %s  tandem %s  ratio %.2f\n", r.Bytes, fmtSeconds(tm), fmtSeconds(r.MedianS), tm/r.MedianS)
+				fmt.Fprintf(stdout, "%-10s %10d B  torch %s  tandem %s  ratio %.2f\n", r.Case, r.Bytes, fmtSeconds(tm), fmtSeconds(r.MedianS), tm/r.MedianS)
 			}
 		case "async":
 			fmt.Fprintf(stdout, "async calls/s  torch %.0f  tandem %.0f  ratio %.2f\n", t.asyncPerS, r.CallsPerS, r.CallsPerS/t.asyncPerS)
