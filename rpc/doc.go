@@ -83,6 +83,18 @@
 // advised to use transparent huge pages (two faults for 4 MiB instead of a
 // thousand, and faster copies out of them).
 //
+// Loops that move large tensors again and again can skip the collector on
+// both sides. A caller lends memory for the result with WithResultInto (the
+// reply is copied into the tensor it passes, as append reuses an array),
+// and a function registered with ReuseArgMemory promises to keep nothing of
+// its argument, so the agent puts the argument's buffer back on the free
+// list, on top, as soon as the reply has gone. The next copy then writes
+// into memory used a moment ago, which is still in the CPU's caches: a
+// copy into cold memory runs at the machine's memory bandwidth, a copy
+// into warm memory several times faster. On the 2-core development machine
+// a 4 MiB echo takes about 1.0 ms that way against about 1.8 ms the plain
+// way.
+//
 // # Design notes on large tensors
 //
 // PyTorch's TensorPipe agent moves CPU tensors between processes of one
@@ -94,7 +106,10 @@
 // is no longer used, so buffers come back one collection late, and a
 // receive that finds the free list empty takes fresh memory (on a 2-core
 // machine under load, a 4 MiB echo round trip costs about 1.3 ms with
-// recycled buffers on both sides and about 2.2 ms with fresh ones). Tried
+// recycled buffers on both sides and about 2.2 ms with fresh ones), and the
+// recycled buffers, a collection's worth of them in turn, are no longer in
+// the caches. WithResultInto and ReuseArgMemory are the way around it for
+// code that can say when memory is free. Tried
 // and left out, as they bought nothing measurable there: sending the
 // read-done frame of a reply with the caller's next request; splitting a
 // copy between two threads; copying with raw system calls in 1 MiB pieces
