@@ -50,6 +50,10 @@ type DDP struct {
 	rebuilt        bool
 	accumulated    bool   // Grad views hold gradients of no-sync steps not yet reduced
 	hasGrad        []bool // per parameter: Grad points at its bucket view
+	// scratch: per parameter, where its gradient op writes in steps whose
+	// gradients are added into the views (no-sync and the step after);
+	// made on first use.
+	scratch []*tensor.Dense
 	staticUsed     []bool // StaticGraph: the global used map, once known
 	noSync         int
 	launches       uint64      // bucket reductions started so far (the same count on every rank)

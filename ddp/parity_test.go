@@ -171,6 +171,11 @@ func TestParityWithPyTorch(t *testing.T) {
 			if st.Steps != int64(m.Steps) || st.BucketsReduced == 0 {
 				t.Errorf("stats: %+v", st)
 			}
+			// Every parameter of the MLP has a Linear gradient op, which
+			// computes straight into the bucket.
+			if want := int64(m.Steps * len(models.StateDict(nets[0].Module()))); st.GradsInBucket != want || st.GradsCopied != 0 {
+				t.Errorf("gradients computed in the buckets %d, copied %d; want %d and 0", st.GradsInBucket, st.GradsCopied, want)
+			}
 		})
 	}
 }

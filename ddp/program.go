@@ -23,6 +23,8 @@ type program struct {
 	used   []bool // per DDP parameter: has a gradient in this graph
 	unused []int  // DDP parameters without one
 	grads  int    // number of used parameters
+	hooked []int  // the used parameters, in gradient-node order
+	b      *models.Builder
 	syncBN bool   // the graph holds SyncBatchNorm collectives
 	lru    uint64
 }
@@ -133,6 +135,7 @@ func (d *DDP) compile(x, y *tensor.Dense) (*program, error) {
 		}
 	}
 	p.grads = len(hooked)
+	p.hooked, p.b = hooked, b
 	if len(p.unused) > 0 && !d.cfg.findUnused && !d.cfg.staticGraph {
 		var names []*models.Param
 		for _, pi := range p.unused {
@@ -170,6 +173,36 @@ func (d *DDP) compile(x, y *tensor.Dense) (*program, error) {
 	}
 	p.prog = prog
 	return p, nil
+}
+
+// aimGrads tells each used parameter's gradient op where to write in this
+// step. When the step reduces and no no-sync step accumulated before it,
+// that is the parameter's view in its bucket, the op multiplying by 1/world
+// for the default reduction: the gradient is computed in place, with no copy
+// into the bucket (PyTorch's gradient_as_bucket_view). Otherwise it is a
+// tensor of DDP's own, from which gradReady adds into the view. Parameters
+// whose ops cannot write into a given tensor keep the executor's buffers
+// and are copied as before.
+func (d *DDP) aimGrads(p *program, s *stepState) {
+	direct := s.pl.sync && !s.accum
+	scale := 1.0
+	if s.scale {
+		scale = s.inv64
+	}
+	for _, pi := range p.hooked {
+		mp := d.params[pi]
+		if direct {
+			p.b.SetGradTarget(mp, d.view(pi), scale)
+			continue
+		}
+		if d.scratch == nil {
+			d.scratch = make([]*tensor.Dense, len(d.params))
+		}
+		if d.scratch[pi] == nil {
+			d.scratch[pi] = tensor.New(tensor.Of(mp.Value.Dtype()), tensor.WithShape(mp.Value.Shape().Clone()...))
+		}
+		p.b.SetGradTarget(mp, d.scratch[pi], 1)
+	}
 }
 
 // placeholder returns a zero tensor shaped like t, to build the graph on.

@@ -44,6 +44,8 @@ type stepState struct {
 	usedWork   comm.Work
 	globalUsed []bool
 
+	inBucket, copied int64 // gradients computed in their views, copied in
+
 	backwardEnd time.Time
 	stop        chan struct{}
 	watchers    sync.WaitGroup
@@ -107,11 +109,19 @@ func (s *stepState) gradReady(pi int, v G.Value) error {
 	if !s.pl.sync {
 		return addGrad(d.view(pi), v, true, false, 0, 0)
 	}
-	if err := addGrad(d.view(pi), v, s.accum, s.scale, s.inv64, s.inv32); err != nil {
-		return fmt.Errorf("ddp: gradient of %s: %w", d.params[pi].Name, err)
+	inPlace := !s.accum && sameMemory(v, d.view(pi)) // computed there, scaled (aimGrads)
+	if !inPlace {
+		if err := addGrad(d.view(pi), v, s.accum, s.scale, s.inv64, s.inv32); err != nil {
+			return fmt.Errorf("ddp: gradient of %s: %w", d.params[pi].Name, err)
+		}
 	}
 	s.mu.Lock()
 	s.left--
+	if inPlace {
+		s.inBucket++
+	} else {
+		s.copied++
+	}
 	s.mu.Unlock()
 	return s.markReady(pi)
 }
@@ -326,6 +336,11 @@ func applyGrad[T float32 | float64](dst, src []T, accum, scale bool, inv T) {
 	default:
 		copy(dst, src)
 	}
+}
+
+// sameMemory reports whether v covers exactly t's memory.
+func sameMemory(v G.Value, t *tensor.Dense) bool {
+	return v != nil && v.Uintptr() == t.Uintptr() && v.MemSize() == t.MemSize()
 }
 
 // scaleDense multiplies t by inv.

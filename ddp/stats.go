@@ -26,6 +26,12 @@ type Stats struct {
 	// (after compression, for hooks that compress): a ring all-reduce puts
 	// about 2(n-1)/n times this on the wire.
 	BytesSent int64
+	// GradsInBucket counts the gradients, one per parameter and
+	// synchronized step, that the backward pass computed straight into
+	// their bucket views; GradsCopied those copied into the views from a
+	// buffer of their own (a no-sync step before, or an op that cannot
+	// write into a given tensor).
+	GradsInBucket, GradsCopied int64
 	// StepTime is the time spent in Step, ComputeTime its forward and
 	// backward passes.
 	StepTime, ComputeTime time.Duration
@@ -56,7 +62,7 @@ func (s Stats) String() string {
 	for _, bk := range s.Buckets {
 		fmt.Fprintf(&b, " %s", byteSize(bk.Bytes))
 	}
-	fmt.Fprintf(&b, "\nsent %s in %d bucket reductions, %d started during backward", byteSize(s.BytesSent), s.BucketsReduced, s.BucketsOverlapped)
+	fmt.Fprintf(&b, "\nsent %s in %d bucket reductions, %d started during backward; gradients computed in the buckets %d, copied in %d", byteSize(s.BytesSent), s.BucketsReduced, s.BucketsOverlapped, s.GradsInBucket, s.GradsCopied)
 	fmt.Fprintf(&b, "\nstep %v, compute %v, communication %v (%.0f%% overlapped with backward), waiting %v",
 		s.StepTime.Round(time.Microsecond), s.ComputeTime.Round(time.Microsecond), s.CommTime.Round(time.Microsecond),
 		100*s.Overlap(), s.WaitTime.Round(time.Microsecond))
@@ -126,6 +132,8 @@ func (st *statsState) syncStep(s *stepState, runStart, start time.Time) {
 	st.s.BucketsReduced += int64(len(s.futures))
 	st.s.BucketsOverlapped += int64(s.overlapped)
 	st.s.BytesSent += s.sent
+	st.s.GradsInBucket += s.inBucket
+	st.s.GradsCopied += s.copied
 	st.s.CommTime += comm
 	st.s.OverlappedTime += overlapped
 }

@@ -99,6 +99,7 @@ func (d *DDP) step(ctx context.Context, x, y *tensor.Dense) (float64, error) {
 		}
 	}
 	s := d.newStepState(ctx, pl, prog)
+	d.aimGrads(prog, s)
 	d.cur = s
 	defer func() { d.cur = nil }()
 	if pl.sync {

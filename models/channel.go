@@ -149,6 +149,9 @@ func (op chanOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error)
 	if err != nil {
 		return nil, fmt.Errorf("models: %v: %w", op, err)
 	}
+	if op.out != nil && out == op.out.dst {
+		scaleDense(out, op.out.factor())
+	}
 	return out, nil
 }
 

@@ -692,6 +692,9 @@ func (op convGradWOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, e
 	if err := runConv(g, op.sc, convGradW[float64], convGradW[float32], x, dy, out); err != nil {
 		return nil, err
 	}
+	if op.out != nil && out == op.out.dst {
+		scaleDense(out, op.out.factor())
+	}
 	return out, nil
 }
 func (op convGradWOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }

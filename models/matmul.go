@@ -108,11 +108,15 @@ func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 		tb = blas.Trans
 	}
 	lda, ldb := a.Shape()[1], b.Shape()[1]
+	alpha := 1.0
+	if op.out != nil && out == op.out.dst {
+		alpha = op.out.factor()
+	}
 	switch a.Dtype() {
 	case tensor.Float64:
-		tblas.Dgemm(ta, tb, m, n, k, 1, a.Float64s(), lda, b.Float64s(), ldb, 0, out.Float64s(), n)
+		tblas.Dgemm(ta, tb, m, n, k, alpha, a.Float64s(), lda, b.Float64s(), ldb, 0, out.Float64s(), n)
 	case tensor.Float32:
-		tblas.Sgemm(ta, tb, m, n, k, 1, a.Float32s(), lda, b.Float32s(), ldb, 0, out.Float32s(), n)
+		tblas.Sgemm(ta, tb, m, n, k, float32(alpha), a.Float32s(), lda, b.Float32s(), ldb, 0, out.Float32s(), n)
 	default:
 		return nil, checkFloat(a.Dtype())
 	}
