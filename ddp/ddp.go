@@ -53,14 +53,14 @@ type DDP struct {
 	// scratch: per parameter, where its gradient op writes in steps whose
 	// gradients are added into the views (no-sync and the step after);
 	// made on first use.
-	scratch []*tensor.Dense
-	staticUsed     []bool // StaticGraph: the global used map, once known
-	noSync         int
-	launches       uint64      // bucket reductions started so far (the same count on every rank)
-	commActive     atomic.Bool // reductions of the current step are in flight
-	joined         bool        // inside Join: every step exchanges the join flags
-	lastRoot       int         // inside Join: lowest rank of the last non-empty set of active ranks
-	failed         error
+	scratch    []*tensor.Dense
+	staticUsed []bool // StaticGraph: the global used map, once known
+	noSync     int
+	launches   uint64      // bucket reductions started so far (the same count on every rank)
+	commActive atomic.Bool // reductions of the current step are in flight
+	joined     bool        // inside Join: every step exchanges the join flags
+	lastRoot   int         // inside Join: lowest rank of the last non-empty set of active ranks
+	failed     error
 
 	stats statsState
 }

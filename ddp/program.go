@@ -25,7 +25,7 @@ type program struct {
 	grads  int    // number of used parameters
 	hooked []int  // the used parameters, in gradient-node order
 	b      *models.Builder
-	syncBN bool   // the graph holds SyncBatchNorm collectives
+	syncBN bool // the graph holds SyncBatchNorm collectives
 	lru    uint64
 }
 
