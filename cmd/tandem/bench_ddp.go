@@ -11,6 +11,7 @@ package main
 // step without DDP, the baseline of the scaling efficiency.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -19,6 +20,7 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +67,10 @@ type ddpBenchResult struct {
 	CPUSPerStep      float64 `json:"cpu_s_per_step"` // process CPU time (user+system) per timed step
 	LastLoss         float64 `json:"last_loss"`
 	LoadAvg          string  `json:"loadavg,omitempty"`
+	// RoundStepS is the median step time of each round (the world sizes
+	// take turns, round after round, so that a machine whose speed drifts
+	// slows them alike); the fields above come from the median round.
+	RoundStepS []float64 `json:"round_step_s,omitempty"`
 }
 
 // ddpBenchConfig is what the parent and every worker agree on.
@@ -107,6 +113,7 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch worke
 	chunk := fs.Int("chunk-size", 0, "`bytes` per pipelined piece of a collective (0: comm's default)")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of rank 0's timed steps (largest world) to `file`")
 	asJSON := fs.Bool("json", false, "print one JSON object per world size")
+	rounds := fs.Int("rounds", 3, "rounds of every world size, taken in turns; each world reports its median round")
 	worker := fs.Bool("worker", false, "internal: run as one rank (rank and world from the environment)")
 	if err := parseBenchFlags(fs, args); err != nil {
 		return err
@@ -128,25 +135,35 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch worke
 	if *nproc < 1 {
 		return fmt.Errorf("-nproc %d: need at least one rank", *nproc)
 	}
+	if *rounds < 1 {
+		return fmt.Errorf("-rounds %d: need at least one round", *rounds)
+	}
 	worlds := []int{1}
 	if *nproc > 1 {
 		worlds = append(worlds, *nproc)
 	}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "DDP training step, MLP %s, float32, batch %d a rank, one process and one core (GOMAXPROCS=1) a rank, TCP; rank 0's median of %d steps after %d warm-up\n",
-			*sizesFlag, *batch, *steps-*warmup, *warmup)
+		fmt.Fprintf(stdout, "DDP training step, MLP %s, float32, batch %d a rank, one process and one core (GOMAXPROCS=1) a rank, TCP; rank 0's median of %d steps after %d warm-up, median of %d rounds\n",
+			*sizesFlag, *batch, *steps-*warmup, *warmup, *rounds)
 		fmt.Fprintf(stdout, "%6s %5s %12s %12s %12s %10s %8s %12s %12s %8s %8s\n", "world", "ddp", "median step", "cpu/step", "samples/s", "scaling", "overlap", "comm/step", "wait/step", "buckets", "load")
 	}
+	byWorld := make([][]ddpBenchResult, len(worlds))
+	for r := 0; r < *rounds; r++ {
+		for i, n := range worlds {
+			wcfg := cfg
+			if n != worlds[len(worlds)-1] || r != *rounds-1 {
+				wcfg.profile = ""
+			}
+			res, err := ddpBenchWorld(ctx, wcfg, n, launch)
+			if err != nil {
+				return fmt.Errorf("world %d: %w", n, err)
+			}
+			byWorld[i] = append(byWorld[i], res)
+		}
+	}
 	var base float64
-	for _, n := range worlds {
-		wcfg := cfg
-		if n != worlds[len(worlds)-1] {
-			wcfg.profile = ""
-		}
-		res, err := ddpBenchWorld(ctx, wcfg, n, launch)
-		if err != nil {
-			return fmt.Errorf("world %d: %w", n, err)
-		}
+	for i, n := range worlds {
+		res := medianRound(byWorld[i])
 		res.Bench, res.World = "ddp", n
 		if res.MedianStepS > 0 {
 			res.SamplesPerS = float64(cfg.batch*n) / res.MedianStepS
@@ -168,6 +185,19 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch worke
 			secs(res.CommSPerStep), secs(res.WaitSPerStep), res.Buckets, res.LoadAvg)
 	}
 	return nil
+}
+
+// medianRound returns the round with the median step time (the lower
+// middle one for an even count), with every round's step time attached.
+func medianRound(rs []ddpBenchResult) ddpBenchResult {
+	sorted := slices.Clone(rs)
+	slices.SortFunc(sorted, func(a, b ddpBenchResult) int { return cmp.Compare(a.MedianStepS, b.MedianStepS) })
+	m := sorted[(len(sorted)-1)/2]
+	m.RoundStepS = nil
+	for _, r := range rs {
+		m.RoundStepS = append(m.RoundStepS, r.MedianStepS)
+	}
+	return m
 }
 
 // secs formats a step time for the table.

@@ -27,7 +27,7 @@ func TestBenchDDP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	err := benchDDP(ctx, []string{"-nproc", "2", "-sizes", "12,16,4", "-batch", "4", "-steps", "6", "-warmup", "2", "-json"}, &out, launch)
+	err := benchDDP(ctx, []string{"-nproc", "2", "-sizes", "12,16,4", "-batch", "4", "-steps", "6", "-warmup", "2", "-rounds", "2", "-json"}, &out, launch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +42,9 @@ func TestBenchDDP(t *testing.T) {
 		}
 		if r.Bench != "ddp" || r.World != i+1 || r.MedianStepS <= 0 || r.SamplesPerS <= 0 || r.ScalingEfficiency <= 0 {
 			t.Errorf("line %d: %+v", i, r)
+		}
+		if len(r.RoundStepS) != 2 || (r.MedianStepS != r.RoundStepS[0] && r.MedianStepS != r.RoundStepS[1]) || r.MedianStepS > max(r.RoundStepS[0], r.RoundStepS[1]) {
+			t.Errorf("line %d: the median step %v is not the lower middle of the rounds %v", i, r.MedianStepS, r.RoundStepS)
 		}
 		if i == 1 && (!r.DDP || r.Buckets < 1 || r.BytesSentPerStep != (12*16+16+16*4+4)*4 || r.Overlap < 0 || r.Overlap > 1) {
 			t.Errorf("world 2: %+v", r)
