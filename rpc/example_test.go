@@ -119,3 +119,37 @@ func ExampleRemoteError() {
 	// rpc: check on worker "worker1" failed: negative input -1
 	// true
 }
+
+// A loop that sends and receives large tensors of one shape again and
+// again reuses memory on both sides: the function promises to keep nothing
+// of its argument (ReuseArgMemory), and the caller lends last round's
+// result for the next (WithResultInto), so every copy lands in memory that
+// is still in the CPU's caches.
+func ExampleWithResultInto() {
+	reg := rpc.NewRegistry()
+	rpc.Register(reg, "negate", func(ctx context.Context, x *tensor.Dense) (*tensor.Dense, error) {
+		for i, v := range x.Float32s() {
+			x.Float32s()[i] = -v // in place: the reply carries the argument's memory back
+		}
+		return x, nil
+	}, rpc.ReuseArgMemory())
+	agents := startWorkers(2, reg)
+	defer stopWorkers(agents)
+
+	ctx := context.Background()
+	x := tensor.New(tensor.WithShape(1<<20), tensor.WithBacking(make([]float32, 1<<20)))
+	var y *tensor.Dense
+	for step := 0; step < 3; step++ {
+		x.Float32s()[0] = float32(step)
+		var err error
+		y, err = rpc.Sync[*tensor.Dense](ctx, agents[0], "worker1", "negate", x, rpc.WithResultInto(y))
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(y.Float32s()[0])
+	}
+	// Output:
+	// -0
+	// -1
+	// -2
+}
