@@ -30,9 +30,9 @@
 //
 // # Buckets
 //
-// Gradients are reduced in buckets: contiguous buffers of one dtype into which
-// each parameter's gradient is copied as it becomes ready, so that a few large
-// collectives replace many small ones. The initial layout walks the
+// Gradients are reduced in buckets: contiguous buffers of one dtype that
+// hold every parameter's gradient, so that a few large collectives replace
+// many small ones. The initial layout walks the
 // parameters in reverse order (the order in which a feed-forward network's
 // gradients appear) and closes a bucket once it reaches its cap: the first at
 // FirstBucketCapMB (1 MiB by default, or BucketCapMB when smaller), the others
@@ -43,14 +43,18 @@
 // layout.
 //
 // Parameters' Grad tensors are views of the buckets (PyTorch's
-// gradient_as_bucket_view): after a step, Grad points into the reduced
-// bucket and nothing is copied back. A parameter's Grad stays nil until a
+// gradient_as_bucket_view), and the backward pass computes the gradients of
+// Linear, Conv2d, BatchNorm2d and LayerNorm parameters straight into those
+// views (models.Builder.SetGradTarget): no copy into the bucket before the
+// reduction, none back after it. Gradients of other ops, and those of a
+// step that follows NoSync steps, are added into the views from buffers of
+// their own; Stats counts both kinds. A parameter's Grad stays nil until a
 // step in which some rank used it.
 //
 // # Overlap
 //
 // The graph executor calls a hook the moment a parameter's gradient is
-// final; the hook copies the gradient into its bucket and, when the bucket
+// final; the hook marks it ready in its bucket and, when the bucket
 // is complete and every earlier bucket has gone out, hands it to the comm
 // hook, which starts an asynchronous all-reduce while the backward pass goes
 // on. Buckets go out strictly in order, so every rank issues its collectives
@@ -60,9 +64,12 @@
 //
 // # Numerics
 //
-// With no comm hook, each gradient is multiplied by 1/world while it is
-// copied into its bucket, and the buckets are summed across the ranks:
-// PyTorch's built-in reduction, operation for operation. AllReduceHook
+// With no comm hook, each gradient is multiplied by 1/world as it is
+// computed into its bucket (the matrix product's alpha, for Linear) or
+// copied there, and the buckets are summed across the ranks: PyTorch's
+// built-in reduction (bit for bit for power-of-two world sizes; for others
+// the multiply inside the matrix product may round differently from
+// PyTorch's separate one, in the last bit). AllReduceHook
 // divides the bucket by the world size first instead, as PyTorch's Python
 // allreduce_hook does (the two differ in the last bit for world sizes that
 // are not powers of two). The parity test trains a PyTorch fixture on two
