@@ -35,3 +35,11 @@ func BenchmarkSGDMomentum32(b *testing.B) {
 func BenchmarkAdam64(b *testing.B)  { benchStep(b, "adam", tensor.Float64, map[string]any{}) }
 func BenchmarkAdam32(b *testing.B)  { benchStep(b, "adam", tensor.Float32, map[string]any{}) }
 func BenchmarkAdamW64(b *testing.B) { benchStep(b, "adamw", tensor.Float64, map[string]any{}) }
+
+// The two SGD loops most training runs: plain, and momentum alone.
+func BenchmarkSGDPlain32(b *testing.B) {
+	benchStep(b, "sgd", tensor.Float32, map[string]any{"lr": 0.01})
+}
+func BenchmarkSGDMomentumOnly32(b *testing.B) {
+	benchStep(b, "sgd", tensor.Float32, map[string]any{"lr": 0.05, "momentum": 0.9})
+}

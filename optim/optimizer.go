@@ -146,15 +146,38 @@ func zerosLike(v *tensor.Dense) *tensor.Dense {
 // cloneDense returns a deep copy of t.
 func cloneDense(t *tensor.Dense) *tensor.Dense { return t.Clone().(*tensor.Dense) }
 
-// fma returns a*b+c rounded once. For float32 the product of two float32
-// values is exact in float64, so float64 arithmetic gives what a float64 FMA
-// would (the sum rounded to float64, then to float32) without the FMA; it
-// equals a true float32 FMA except in rare double-rounding cases.
+// fma returns a*b+c rounded once, as a hardware fused multiply-add (and
+// PyTorch's vectorized kernels) compute it.
 func fma[T float](a, b, c T) T {
 	if unsafe.Sizeof(a) == 4 {
-		return T(float64(a)*float64(b) + float64(c))
+		return T(fma32(float32(a), float32(b), float32(c)))
 	}
 	return T(math.FMA(float64(a), float64(b), float64(c)))
+}
+
+// fma32 is the float32 fused multiply-add, rounded once. The product of two
+// float32 values is exact in float64; the sum with c is rounded to float64
+// and its error recovered exactly (Knuth's TwoSum). Rounding that float64
+// to float32 would round twice, which goes wrong when the first rounding
+// lands on a float32 halfway point; rounding the float64 to odd instead
+// (an inexact result keeps its last bit set) makes the second rounding
+// exact, float64 having more than two bits to spare below every float32.
+func fma32(a, b, c float32) float32 {
+	p := float64(a) * float64(b)
+	s := p + float64(c)
+	bp := s - p
+	err := (p - (s - bp)) + (float64(c) - bp)
+	if err != 0 && !math.IsInf(s, 0) && !math.IsNaN(err) {
+		if bits := math.Float64bits(s); bits&1 == 0 {
+			if (err > 0) == (s > 0) {
+				bits++ // one ulp away from zero, toward the exact sum
+			} else {
+				bits--
+			}
+			s = math.Float64frombits(bits)
+		}
+	}
+	return float32(s)
 }
 
 // sqrt is the correctly rounded square root in T.

@@ -125,6 +125,13 @@ func sgdKernel[T float](p, g, buf []T, first bool, c sgdConsts) {
 		plainSGD(p, g, c.negLR)
 		return
 	}
+	if p32, ok := any(p).([]float32); ok && !maximize && (buf == nil || !first && !nesterov) {
+		g32 := any(g).([]float32)
+		if buf == nil && sgdPlain32(p32, g32, float32(negLR), float32(wd), hasWD) ||
+			buf != nil && sgdMomentum32(p32, g32, any(buf).([]float32)[:len(p)], float32(mom), float32(damp), float32(negLR), float32(wd), hasWD) {
+			return
+		}
+	}
 	if buf == nil {
 		for i := range p {
 			d := g[i]
@@ -169,11 +176,12 @@ func plainSGD[T float](p, g []T, negLR float64) {
 	switch p := any(p).(type) {
 	case []float32:
 		g := any(g).([]float32)[:len(p)]
-		negLR := float64(float32(negLR)) // torch rounds alpha to the tensor's dtype
+		if sgdPlain32(p, g, float32(negLR), 0, false) { // torch rounds alpha to the tensor's dtype
+			return
+		}
+		negLR := float32(negLR)
 		for i := range p {
-			// The float32 product is exact in float64: one rounding to
-			// float64, then to float32, as fma does.
-			p[i] = float32(negLR*float64(g[i]) + float64(p[i]))
+			p[i] = fma32(negLR, g[i], p[i])
 		}
 	case []float64:
 		g := any(g).([]float64)[:len(p)]

@@ -21,9 +21,9 @@ func TestPlainSGDRounding(t *testing.T) {
 		p64[i], g64[i] = rng.NormFloat64(), rng.NormFloat64()
 	}
 	want32 := make([]float32, len(p32))
-	a := float64(float32(-lr))
+	a := float32(-lr)
 	for i := range p32 {
-		want32[i] = float32(a*float64(g32[i]) + float64(p32[i]))
+		want32[i] = exactFMA32(a, g32[i], p32[i])
 	}
 	want64 := make([]float64, len(p64))
 	for i := range p64 {

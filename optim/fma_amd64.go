@@ -1,0 +1,73 @@
+//go:build !purego
+
+package optim
+
+// The float32 update loops of SGD in AVX with fused multiply-adds, eight or
+// sixteen elements an instruction, where the processor has them: the same
+// single-rounding arithmetic as the portable loops (and as PyTorch's
+// vectorized kernels), at the speed of memory rather than of one scalar
+// conversion after another.
+
+//go:noescape
+func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
+
+//go:noescape
+func xgetbv0() (eax, edx uint32)
+
+//go:noescape
+func axpyFMA32(p, g []float32, a float32)
+
+//go:noescape
+func momentumFMA32(p, g, buf []float32, mom, damp, negLR float32)
+
+//go:noescape
+func axpyWDFMA32(p, g []float32, a, wd float32)
+
+//go:noescape
+func momentumWDFMA32(p, g, buf []float32, mom, damp, negLR, wd float32)
+
+// haveFMA reports AVX and FMA3 in the processor and the YMM state saved by
+// the operating system.
+var haveFMA = func() bool {
+	if max, _, _, _ := cpuid(0, 0); max < 1 {
+		return false
+	}
+	_, _, ecx, _ := cpuid(1, 0)
+	const fma, osxsave, avx = 1 << 12, 1 << 27, 1 << 28
+	if ecx&(fma|osxsave|avx) != fma|osxsave|avx {
+		return false
+	}
+	xcr0, _ := xgetbv0()
+	return xcr0&6 == 6 // XMM and YMM state
+}()
+
+// sgdPlain32 runs SGD's update without momentum: d = g, or fma(wd, p, g)
+// with weight decay; p = fma(negLR, d, p). It reports whether it could (the
+// processor has FMA); len(g) must be at least len(p).
+func sgdPlain32(p, g []float32, negLR, wd float32, hasWD bool) bool {
+	if !haveFMA {
+		return false
+	}
+	if hasWD {
+		axpyWDFMA32(p, g[:len(p)], negLR, wd)
+	} else {
+		axpyFMA32(p, g[:len(p)], negLR)
+	}
+	return true
+}
+
+// sgdMomentum32 runs SGD's update with momentum, past the first step and
+// without Nesterov: d = g, or fma(wd, p, g) with weight decay;
+// b = fma(damp, d, buf·mom); buf = b; p = fma(negLR, b, p). It reports
+// whether it could.
+func sgdMomentum32(p, g, buf []float32, mom, damp, negLR, wd float32, hasWD bool) bool {
+	if !haveFMA {
+		return false
+	}
+	if hasWD {
+		momentumWDFMA32(p, g[:len(p)], buf[:len(p)], mom, damp, negLR, wd)
+	} else {
+		momentumFMA32(p, g[:len(p)], buf[:len(p)], mom, damp, negLR)
+	}
+	return true
+}

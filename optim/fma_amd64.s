@@ -1,0 +1,187 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL leaf+0(FP), AX
+	MOVL sub+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
+	RET
+
+// func xgetbv0() (eax, edx uint32)
+TEXT ·xgetbv0(SB), NOSPLIT, $0-8
+	MOVL $0, CX
+	XGETBV
+	MOVL AX, eax+0(FP)
+	MOVL DX, edx+4(FP)
+	RET
+
+// func axpyFMA32(p, g []float32, a float32)
+// p[i] = fma(a, g[i], p[i]) for i < len(p); len(g) >= len(p).
+TEXT ·axpyFMA32(SB), NOSPLIT, $0-52
+	MOVQ p_base+0(FP), DI
+	MOVQ p_len+8(FP), CX
+	MOVQ g_base+24(FP), SI
+	VBROADCASTSS a+48(FP), Y0
+	XORQ AX, AX
+	MOVQ CX, DX
+	ANDQ $-16, DX
+
+axpy16:
+	CMPQ AX, DX
+	JGE  axpy1
+	VMOVUPS     (DI)(AX*4), Y1
+	VMOVUPS     32(DI)(AX*4), Y2
+	VFMADD231PS (SI)(AX*4), Y0, Y1
+	VFMADD231PS 32(SI)(AX*4), Y0, Y2
+	VMOVUPS     Y1, (DI)(AX*4)
+	VMOVUPS     Y2, 32(DI)(AX*4)
+	ADDQ        $16, AX
+	JMP         axpy16
+
+axpy1:
+	CMPQ AX, CX
+	JGE  axpydone
+	VMOVSS      (DI)(AX*4), X1
+	VFMADD231SS (SI)(AX*4), X0, X1
+	VMOVSS      X1, (DI)(AX*4)
+	INCQ        AX
+	JMP         axpy1
+
+axpydone:
+	VZEROUPPER
+	RET
+
+// func momentumFMA32(p, g, buf []float32, mom, damp, negLR float32)
+// For i < len(p): b = fma(damp, g[i], buf[i]*mom); buf[i] = b;
+// p[i] = fma(negLR, b, p[i]). len(g), len(buf) >= len(p).
+TEXT ·momentumFMA32(SB), NOSPLIT, $0-84
+	MOVQ p_base+0(FP), DI
+	MOVQ p_len+8(FP), CX
+	MOVQ g_base+24(FP), SI
+	MOVQ buf_base+48(FP), BX
+	VBROADCASTSS mom+72(FP), Y0
+	VBROADCASTSS damp+76(FP), Y1
+	VBROADCASTSS negLR+80(FP), Y2
+	XORQ AX, AX
+	MOVQ CX, DX
+	ANDQ $-8, DX
+
+mom8:
+	CMPQ AX, DX
+	JGE  mom1
+	VMULPS      (BX)(AX*4), Y0, Y3
+	VFMADD231PS (SI)(AX*4), Y1, Y3
+	VMOVUPS     Y3, (BX)(AX*4)
+	VMOVUPS     (DI)(AX*4), Y4
+	VFMADD231PS Y3, Y2, Y4
+	VMOVUPS     Y4, (DI)(AX*4)
+	ADDQ        $8, AX
+	JMP         mom8
+
+mom1:
+	CMPQ AX, CX
+	JGE  momdone
+	VMULSS      (BX)(AX*4), X0, X3
+	VFMADD231SS (SI)(AX*4), X1, X3
+	VMOVSS      X3, (BX)(AX*4)
+	VMOVSS      (DI)(AX*4), X4
+	VFMADD231SS X3, X2, X4
+	VMOVSS      X4, (DI)(AX*4)
+	INCQ        AX
+	JMP         mom1
+
+momdone:
+	VZEROUPPER
+	RET
+
+// func axpyWDFMA32(p, g []float32, a, wd float32)
+// p[i] = fma(a, fma(wd, p[i], g[i]), p[i]) for i < len(p); len(g) >= len(p).
+TEXT ·axpyWDFMA32(SB), NOSPLIT, $0-56
+	MOVQ p_base+0(FP), DI
+	MOVQ p_len+8(FP), CX
+	MOVQ g_base+24(FP), SI
+	VBROADCASTSS a+48(FP), Y0
+	VBROADCASTSS wd+52(FP), Y5
+	XORQ AX, AX
+	MOVQ CX, DX
+	ANDQ $-8, DX
+
+axpywd8:
+	CMPQ AX, DX
+	JGE  axpywd1
+	VMOVUPS     (DI)(AX*4), Y1
+	VMOVUPS     (SI)(AX*4), Y3
+	VFMADD231PS Y1, Y5, Y3
+	VFMADD231PS Y3, Y0, Y1
+	VMOVUPS     Y1, (DI)(AX*4)
+	ADDQ        $8, AX
+	JMP         axpywd8
+
+axpywd1:
+	CMPQ AX, CX
+	JGE  axpywddone
+	VMOVSS      (DI)(AX*4), X1
+	VMOVSS      (SI)(AX*4), X3
+	VFMADD231SS X1, X5, X3
+	VFMADD231SS X3, X0, X1
+	VMOVSS      X1, (DI)(AX*4)
+	INCQ        AX
+	JMP         axpywd1
+
+axpywddone:
+	VZEROUPPER
+	RET
+
+// func momentumWDFMA32(p, g, buf []float32, mom, damp, negLR, wd float32)
+// For i < len(p): d = fma(wd, p[i], g[i]); b = fma(damp, d, buf[i]*mom);
+// buf[i] = b; p[i] = fma(negLR, b, p[i]). len(g), len(buf) >= len(p).
+TEXT ·momentumWDFMA32(SB), NOSPLIT, $0-88
+	MOVQ p_base+0(FP), DI
+	MOVQ p_len+8(FP), CX
+	MOVQ g_base+24(FP), SI
+	MOVQ buf_base+48(FP), BX
+	VBROADCASTSS mom+72(FP), Y0
+	VBROADCASTSS damp+76(FP), Y1
+	VBROADCASTSS negLR+80(FP), Y2
+	VBROADCASTSS wd+84(FP), Y5
+	XORQ AX, AX
+	MOVQ CX, DX
+	ANDQ $-8, DX
+
+momwd8:
+	CMPQ AX, DX
+	JGE  momwd1
+	VMOVUPS     (DI)(AX*4), Y4
+	VMOVUPS     (SI)(AX*4), Y6
+	VFMADD231PS Y4, Y5, Y6
+	VMULPS      (BX)(AX*4), Y0, Y3
+	VFMADD231PS Y6, Y1, Y3
+	VMOVUPS     Y3, (BX)(AX*4)
+	VFMADD231PS Y3, Y2, Y4
+	VMOVUPS     Y4, (DI)(AX*4)
+	ADDQ        $8, AX
+	JMP         momwd8
+
+momwd1:
+	CMPQ AX, CX
+	JGE  momwddone
+	VMOVSS      (DI)(AX*4), X4
+	VMOVSS      (SI)(AX*4), X6
+	VFMADD231SS X4, X5, X6
+	VMULSS      (BX)(AX*4), X0, X3
+	VFMADD231SS X6, X1, X3
+	VMOVSS      X3, (BX)(AX*4)
+	VFMADD231SS X3, X2, X4
+	VMOVSS      X4, (DI)(AX*4)
+	INCQ        AX
+	JMP         momwd1
+
+momwddone:
+	VZEROUPPER
+	RET
