@@ -13,7 +13,7 @@ TAGS      ?= $(shell printf '#include <cblas.h>\n' | $${CC:-cc} -E -x c - >/dev/
 TAGFLAG    = $(if $(TAGS),-tags $(TAGS))
 GOTESTFLAGS ?= -count=1 -timeout 9m
 
-.PHONY: all build vet fmt-check test test-race test-plain test-blas fuzz demo demo-collectives bench clean
+.PHONY: all build vet fmt-check test test-race test-plain test-blas test-purego fuzz demo demo-collectives bench clean
 
 all: build
 
@@ -27,7 +27,7 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-test: vet fmt-check test-race test-plain test-blas fuzz
+test: vet fmt-check test-race test-plain test-blas test-purego fuzz
 
 test-race:
 	$(GO) test -race $(GOTESTFLAGS) $$($(GO) list $(RACE_PKGS) 2>/dev/null)
@@ -39,6 +39,10 @@ test-plain:
 test-blas:
 	@if [ -n "$(TAGS)" ]; then $(GO) test $(GOTESTFLAGS) $(TAGFLAG) ./internal/blas ./models ./optim; \
 	else echo "test-blas: libopenblas-dev not installed; pure-Go BLAS only"; fi
+
+# The optimizers' portable loops, which amd64 replaces with vector kernels.
+test-purego:
+	$(GO) test $(GOTESTFLAGS) -tags purego ./optim
 
 # Short fuzz runs of the wire decoders (a few seconds each).
 fuzz:
