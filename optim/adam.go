@@ -158,6 +158,12 @@ func (o *Adam) consts(step int64) adamConsts {
 	}
 }
 
+// adamScalars32 are the float32 scalars of the vector Adam kernel, in the
+// order it loads them.
+type adamScalars32 struct {
+	decay, omb1, b1, omb2, b2, bc2s, eps, negStep float32
+}
+
 // adamKernel updates p, m (exp_avg), v (exp_avg_sq) and, with AMSGrad, vmax
 // in place, one element at a time in torch's operation order.
 func adamKernel[T float](p, g, m, v, vmax []T, c adamConsts) {
@@ -168,6 +174,16 @@ func adamKernel[T float](p, g, m, v, vmax []T, c adamConsts) {
 	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
 	if ams {
 		vmax = vmax[:len(p)]
+	}
+	if p32, ok := any(p).([]float32); ok && !maximize && !l2 && !ams {
+		k := adamScalars32{decay: 1, omb1: float32(omb1), b1: float32(b1), omb2: float32(omb2), b2: float32(b2),
+			bc2s: float32(bc2s), eps: float32(eps), negStep: float32(negStep)}
+		if decoupled {
+			k.decay = float32(decay)
+		}
+		if adam32(p32, any(g).([]float32), any(m).([]float32), any(v).([]float32), &k) {
+			return
+		}
 	}
 	for i := range p {
 		gi, pi := g[i], p[i]

@@ -26,6 +26,19 @@ func axpyWDFMA32(p, g []float32, a, wd float32)
 //go:noescape
 func momentumWDFMA32(p, g, buf []float32, mom, damp, negLR, wd float32)
 
+//go:noescape
+func adamFMA32(p, g, m, v []float32, k *adamScalars32)
+
+// adam32 runs Adam's and AdamW's update (no maximize, AMSGrad or L2
+// weight decay; decay is 1 for Adam) and reports whether it could.
+func adam32(p, g, m, v []float32, k *adamScalars32) bool {
+	if !haveFMA {
+		return false
+	}
+	adamFMA32(p, g[:len(p)], m[:len(p)], v[:len(p)], k)
+	return true
+}
+
 // haveFMA reports AVX and FMA3 in the processor and the YMM state saved by
 // the operating system.
 var haveFMA = func() bool {
