@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/bits"
 	"net"
+	"slices"
 	"unsafe"
 
 	"gorgonia.org/tensor"
@@ -439,7 +440,7 @@ func readFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) strin
 		f.tensors = make([]*tensor.Dense, len(descs))
 		for i, d := range descs {
 			var t *tensor.Dense
-			if i < len(lent) && fits(lent[i], d) {
+			if i < len(lent) && fits(lent[i], d) && !slices.Contains(lent[:i], lent[i]) {
 				t = lent[i]
 			} else {
 				var blk recvBlock

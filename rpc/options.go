@@ -171,8 +171,8 @@ func WithTimeout(d time.Duration) CallOption {
 // WithResultInto lends memory for the result's tensors, the way append
 // reuses a slice's array: the i-th tensor of the reply is received into
 // ts[i] when its dtype and shape match (and ts[i] owns its data whole, not a
-// view), and the decoded result then holds ts[i] itself; a tensor that does
-// not match gets new memory as usual. Use it in loops that call again and
+// view, and is not lent twice), and the decoded result then holds ts[i]
+// itself; a tensor that does not match gets new memory as usual. Use it in loops that call again and
 // again for results of one shape, and assign the result:
 //
 //	y, err = rpc.Sync[*tensor.Dense](ctx, a, "w1", "step", x, rpc.WithResultInto(y))

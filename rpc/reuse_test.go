@@ -39,7 +39,13 @@ func dataAddr(t *tensor.Dense) uintptr { return uintptr(unsafe.Pointer(&t.Float3
 // TestResultInto: a reply is received into the tensor the caller lent, which
 // the result then is; a tensor of another shape is not used.
 func TestResultInto(t *testing.T) {
-	agents := startGroup(t, 2, registerBasics)
+	type pair struct{ A, B *tensor.Dense }
+	agents := startGroup(t, 2, func(rank int, reg *Registry) {
+		registerBasics(rank, reg)
+		must(Register(reg, "twice", func(ctx context.Context, x *tensor.Dense) (pair, error) {
+			return pair{x, x.Clone().(*tensor.Dense)}, nil
+		}))
+	})
 	ctx := context.Background()
 	requireSameHost(t, agents[0])
 	n := cmaThreshold / 4 * 2
@@ -69,6 +75,14 @@ func TestResultInto(t *testing.T) {
 		if v != before[i] {
 			t.Fatalf("the lent tensor of another shape changed at %d", i)
 		}
+	}
+	// One tensor lent twice receives the first of two.
+	pr, err := Sync[pair](ctx, agents[0], "w1", "twice", x, WithResultInto(y, y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr.A != y || pr.B == y || !sameTensor(x, pr.A) || !sameTensor(x, pr.B) {
+		t.Fatal("a tensor lent twice received both results, or they came back wrong")
 	}
 	// A nil tensor in the list is no offer.
 	if got, err = Sync[*tensor.Dense](ctx, agents[0], "w1", "echo", x, WithResultInto(nil)); err != nil || !sameTensor(x, got) {
