@@ -48,6 +48,10 @@ type runConfig struct {
 	prefix     bool          // prefix every output line with the worker's rank
 	grace      time.Duration // SIGTERM to SIGKILL delay when stopping workers
 	argv       []string      // the worker command and its arguments
+
+	maxRestarts int  // restarts of all workers after a failure (single node)
+	restart     int  // this start's number: 0, then 1.. for restarts
+	autoMaster  bool // the master was picked here (a free port), not given
 }
 
 // worldSize is the number of workers on all nodes together.
@@ -68,6 +72,8 @@ func (c runConfig) workerEnv(base []string, local int) []string {
 		{"MASTER_ADDR", c.masterAddr},
 		{"MASTER_PORT", strconv.Itoa(c.masterPort)},
 		{tokenEnv, c.token},
+		{"TANDEM_RESTART_COUNT", strconv.Itoa(c.restart)},
+		{"TANDEM_MAX_RESTARTS", strconv.Itoa(c.maxRestarts)},
 	}
 	env := make([]string, 0, len(base)+len(set))
 	for _, kv := range base {
@@ -107,6 +113,10 @@ type exitError struct {
 	code int
 	msg  string
 	err  error // optional cause, reachable with errors.Is/As
+	// workerFailed: a worker exited with a failure (not a signal to tandem
+	// run, a cancelled context or a start that failed): what -max-restarts
+	// restarts after.
+	workerFailed bool
 }
 
 func (e *exitError) Error() string { return e.msg }
@@ -117,11 +127,15 @@ const runUsage = `usage: tandem run [flags] -- CMD [ARGS...]
 
 Starts -nproc copies of CMD on this node, each in its own process group, with
 RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
-MASTER_PORT and TANDEM_TOKEN set. Every line a worker prints is prefixed with
-its rank ("[3] "), stdout to stdout and stderr to stderr.
+MASTER_PORT, TANDEM_TOKEN, TANDEM_RESTART_COUNT and TANDEM_MAX_RESTARTS set.
+Every line a worker prints is prefixed with its rank ("[3] "), stdout to
+stdout and stderr to stderr.
 
 If a worker fails, the others get SIGTERM, then SIGKILL after -grace, and
 tandem run exits with the failed worker's code (128+N if signal N killed it).
+With -max-restarts N (one node only), it starts all the workers again instead,
+up to N times, with TANDEM_RESTART_COUNT counting the restarts: a job that
+saves checkpoints resumes from its last one (ddp_fashion -resume, say).
 SIGINT or SIGTERM to tandem run is passed on to every worker the same way, and
 tandem run then exits with 128+N. A second signal kills the workers at once.
 
@@ -150,6 +164,7 @@ func parseRunFlags(args []string, getenv func(string) string, out io.Writer) (ru
 	fs.StringVar(&cfg.token, "token", "", "shared `secret` for the job (default $TANDEM_TOKEN, or a random one on a single node); prefer the variable, flags show in ps")
 	noPrefix := fs.Bool("no-prefix", false, "pass worker output through unchanged, without the \"[rank] \" prefix")
 	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "how long stopped workers get between SIGTERM and SIGKILL")
+	fs.IntVar(&cfg.maxRestarts, "max-restarts", 0, "after a worker fails, stop the others and start all again, at most `N` times (one node only)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), runUsage)
 		fs.PrintDefaults()
@@ -174,6 +189,10 @@ func parseRunFlags(args []string, getenv func(string) string, out io.Writer) (ru
 		return cfg, badUsage("-node-rank %d is out of range for -nnodes %d: use 0 to %d", cfg.nodeRank, cfg.nnodes, cfg.nnodes-1)
 	case cfg.grace < 0:
 		return cfg, badUsage("-grace %v: must not be negative", cfg.grace)
+	case cfg.maxRestarts < 0:
+		return cfg, badUsage("-max-restarts %d: must not be negative", cfg.maxRestarts)
+	case cfg.maxRestarts > 0 && cfg.nnodes > 1:
+		return cfg, badUsage("-max-restarts works for single-node jobs only: restarting several nodes together needs a rendezvous of the launchers, which tandem run does not have; restart the job from your scheduler (Slurm --requeue, a Kubernetes Job's backoffLimit) instead")
 	}
 
 	if *master != "" {
@@ -237,7 +256,7 @@ func (c *runConfig) defaultMaster() error {
 	if err != nil {
 		return err
 	}
-	c.masterAddr, c.masterPort = "127.0.0.1", port
+	c.masterAddr, c.masterPort, c.autoMaster = "127.0.0.1", port, true
 	return nil
 }
 
@@ -268,5 +287,30 @@ func runRun(ctx context.Context, args []string) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	return launch(ctx, cfg, os.Stdout, os.Stderr, sigs)
+	return runJob(ctx, cfg, os.Stdout, os.Stderr, sigs)
+}
+
+// runJob launches the workers and, while -max-restarts allows, launches
+// them all again after a worker failed. A signal, a cancelled context or a
+// worker that cannot be started ends the job without a restart.
+func runJob(ctx context.Context, cfg runConfig, stdout, stderr io.Writer, signals <-chan os.Signal) error {
+	for {
+		err := launch(ctx, cfg, stdout, stderr, signals)
+		var ee *exitError
+		if err == nil || cfg.restart >= cfg.maxRestarts || !errors.As(err, &ee) || !ee.workerFailed || ctx.Err() != nil {
+			if err != nil && cfg.restart > 0 && errors.As(err, &ee) {
+				ee.msg += fmt.Sprintf(" (after %s)", plural(cfg.restart, "restart"))
+			}
+			return err
+		}
+		cfg.restart++
+		if cfg.autoMaster {
+			// A fresh port: the last rank 0's may linger in TIME_WAIT.
+			cfg.masterAddr = ""
+			if perr := cfg.defaultMaster(); perr != nil {
+				return errors.Join(err, perr)
+			}
+		}
+		fmt.Fprintf(stderr, "tandem run: %v; restarting all %s (restart %d of %d)\n", err, plural(cfg.nproc, "worker"), cfg.restart, cfg.maxRestarts)
+	}
 }

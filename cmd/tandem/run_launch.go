@@ -177,6 +177,7 @@ func (s *supervisor) supervise(ctx context.Context, signals <-chan os.Signal, st
 		canceled    error     // ctx's cause, when it ended without a signal
 		stoppedN    int       // workers that were running when the stop began
 		hardErr     error
+		signaled    bool // a signal arrived, even while stopping: no restart
 	)
 	if startErr != nil {
 		stoppedN = s.running
@@ -201,6 +202,7 @@ loop:
 				s.stop(syscall.SIGTERM)
 			}
 		case sig := <-signals:
+			signaled = true
 			if s.stopping {
 				s.notef("received %v again; killing the workers now", sig)
 				s.kill(false)
@@ -258,7 +260,7 @@ loop:
 		res = &exitError{code: 1, err: startErr, msg: fmt.Sprintf("%v; stopped the %s already started", startErr, plural(stoppedN, "worker"))}
 	case failed != nil:
 		_, how := failed.outcome()
-		res = &exitError{code: failedCode, err: failed.err, msg: fmt.Sprintf("rank %d (pid %d) %s", failed.w.rank, failed.w.pid, how)}
+		res = &exitError{code: failedCode, err: failed.err, msg: fmt.Sprintf("rank %d (pid %d) %s", failed.w.rank, failed.w.pid, how), workerFailed: !signaled && ctx.Err() == nil}
 		if stoppedN > 0 {
 			res.msg += fmt.Sprintf("; stopped the other %s", plural(stoppedN, "worker"))
 		}

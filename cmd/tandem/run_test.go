@@ -300,6 +300,98 @@ func TestRunFailingWorkerStopsTheOthers(t *testing.T) {
 	requireNoGoroutineLeak(t, before)
 }
 
+// runArgs is launchArgs through runJob, with -max-restarts honoured.
+func runArgs(t *testing.T, ctx context.Context, args ...string) (string, string, error) {
+	t.Helper()
+	return runArgsSignals(t, ctx, nil, args...)
+}
+
+func runArgsSignals(t *testing.T, ctx context.Context, signals <-chan os.Signal, args ...string) (string, string, error) {
+	t.Helper()
+	cfg, err := parseRunFlags(args, noEnv, io.Discard)
+	mustNoErr(t, err)
+	mustNoErr(t, cfg.defaultMaster())
+	var out, errOut syncBuffer
+	err = runJob(ctx, cfg, &out, &errOut, signals)
+	return out.String(), errOut.String(), err
+}
+
+// A signal to tandem run, or its context ending, stops the job for good:
+// no restart, even with restarts left and a worker failing meanwhile.
+func TestRunNoRestartAfterSignalOrCancel(t *testing.T) {
+	dir := t.TempDir()
+	sigs := make(chan os.Signal, 1)
+	go func() {
+		for i := 0; i < 500; i++ { // both workers up, or 10 s
+			_, e0 := os.Stat(filepath.Join(dir, "0"))
+			_, e1 := os.Stat(filepath.Join(dir, "1"))
+			if e0 == nil && e1 == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		sigs <- syscall.SIGTERM
+	}()
+	// Each worker exits 7 on SIGTERM: a failure, but one the signal caused.
+	script := `trap 'exit 7' TERM; ` + markerScript
+	_, errOut, err := runArgsSignals(t, context.Background(), sigs, "-nproc", "2", "-max-restarts", "3", "--", "sh", "-c", script, "sh", dir)
+	mustErr(t, err)
+	checkEqual(t, 128+int(syscall.SIGTERM), exitCodeOf(t, err))
+	checkNotContains(t, errOut, "restarting")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, errOut, err = runArgs(t, ctx, "-nproc", "2", "-max-restarts", "3", "--", "sleep", "30")
+	mustErr(t, err)
+	checkNotContains(t, errOut, "restarting")
+}
+
+// With -max-restarts a failed worker brings a restart of every worker, on a
+// fresh port, with TANDEM_RESTART_COUNT counting; the job then succeeds.
+func TestRunRestartsAfterFailure(t *testing.T) {
+	script := `if [ "$TANDEM_RESTART_COUNT" -lt 2 ] && [ "$RANK" = 1 ]; then exit 3; fi; ` +
+		`echo "rank $RANK restart $TANDEM_RESTART_COUNT of $TANDEM_MAX_RESTARTS port $MASTER_PORT"`
+	out, errOut, err := runArgs(t, context.Background(), "-nproc", "2", "-max-restarts", "3", "--", "sh", "-c", script)
+	mustNoErr(t, err)
+	// Rank 0 may have printed in the failed starts too; rank 1 only in the
+	// last. Both of the last start share a port that no earlier start had.
+	ports := map[string][]string{} // by restart
+	for _, l := range sortedLines(out) {
+		m := regexp.MustCompile(`^\[(\d)\] rank (\d) restart (\d) of 3 port (\d+)$`).FindStringSubmatch(l)
+		if m == nil || m[1] != m[2] || m[2] == "1" && m[3] != "2" {
+			t.Fatalf("unexpected line %q in %q", l, out)
+		}
+		ports[m[3]] = append(ports[m[3]], m[4])
+	}
+	last := ports["2"]
+	if len(last) != 2 || last[0] != last[1] {
+		t.Fatalf("the last start: want both ranks on one port, got %q", out)
+	}
+	for r, ps := range ports {
+		if r != "2" && ps[0] == last[0] {
+			t.Errorf("restart %s used the last start's port %s too", r, ps[0])
+		}
+	}
+	checkMatch(t, `(?m)^tandem run: rank 1 \(pid \d+\) exited with code 3(; stopped the other 1 worker)?; restarting all 2 workers \(restart 1 of 3\)$`, errOut)
+	checkContains(t, errOut, "(restart 2 of 3)")
+	checkNotContains(t, errOut, "(restart 3 of 3)")
+}
+
+// Restarts run out: the job fails with the last failure's code and says how
+// many restarts it made; a job without -max-restarts is not restarted.
+func TestRunRestartsRunOut(t *testing.T) {
+	script := `if [ "$RANK" = 0 ]; then exit 4; fi; sleep 30`
+	_, errOut, err := runArgs(t, context.Background(), "-nproc", "2", "-max-restarts", "2", "-grace", "5s", "--", "sh", "-c", script)
+	mustErr(t, err)
+	checkEqual(t, 4, exitCodeOf(t, err))
+	checkMatch(t, `^rank 0 \(pid \d+\) exited with code 4; stopped the other 1 worker \(after 2 restarts\)$`, err.Error())
+	checkContains(t, errOut, "(restart 2 of 2)")
+
+	_, errOut, err = runArgs(t, context.Background(), "-nproc", "1", "--", "sh", "-c", "exit 5")
+	checkEqual(t, 5, exitCodeOf(t, err))
+	checkNotContains(t, errOut, "restarting")
+}
+
 func TestRunWorkerKilledBySignal(t *testing.T) {
 	dir := t.TempDir()
 	script := `if [ "$RANK" = 0 ]; then ` + waitMarkers(1) + `kill -KILL $$; fi; ` + markerScript
@@ -393,6 +485,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"-grace", "-1s", "true"}, "-grace -1s"},
 		{[]string{"-grace", "soon", "true"}, "invalid value"},
 		{[]string{"-bogus", "true"}, "flag provided but not defined"},
+		{[]string{"-max-restarts", "-1", "true"}, "-max-restarts -1"},
+		{[]string{"-max-restarts", "1", "-nnodes", "2", "-master", "h:1", "-token", "t", "true"}, "single-node jobs only"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, err := parseRunFlags(tc.args, noEnv, io.Discard)
@@ -410,12 +504,12 @@ func TestRunRejectsBadFlags(t *testing.T) {
 }
 
 func TestRunWorkerEnvOverridesInherited(t *testing.T) {
-	cfg := runConfig{nproc: 2, nnodes: 3, nodeRank: 2, masterAddr: "m", masterPort: 7, token: "t"}
-	env := cfg.workerEnv([]string{"PATH=/bin", "RANK=99", "MASTER_PORT=1", "A=b=c"}, 1)
+	cfg := runConfig{nproc: 2, nnodes: 3, nodeRank: 2, masterAddr: "m", masterPort: 7, token: "t", restart: 1, maxRestarts: 4}
+	env := cfg.workerEnv([]string{"PATH=/bin", "RANK=99", "MASTER_PORT=1", "A=b=c", "TANDEM_RESTART_COUNT=9"}, 1)
 	checkEqual(t, []string{
 		"PATH=/bin", "A=b=c",
 		"RANK=5", "WORLD_SIZE=6", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "GROUP_RANK=2",
-		"MASTER_ADDR=m", "MASTER_PORT=7", "TANDEM_TOKEN=t",
+		"MASTER_ADDR=m", "MASTER_PORT=7", "TANDEM_TOKEN=t", "TANDEM_RESTART_COUNT=1", "TANDEM_MAX_RESTARTS=4",
 	}, env)
 }
 
