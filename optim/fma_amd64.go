@@ -2,17 +2,13 @@
 
 package optim
 
+import "github.com/tandemml/tandem/internal/cpufeat"
+
 // The float32 update loops of SGD in AVX with fused multiply-adds, eight or
 // sixteen elements an instruction, where the processor has them: the same
 // single-rounding arithmetic as the portable loops (and as PyTorch's
 // vectorized kernels), at the speed of memory rather than of one scalar
 // conversion after another.
-
-//go:noescape
-func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
-
-//go:noescape
-func xgetbv0() (eax, edx uint32)
 
 //go:noescape
 func axpyFMA32(p, g []float32, a float32)
@@ -39,20 +35,8 @@ func adam32(p, g, m, v []float32, k *adamScalars32) bool {
 	return true
 }
 
-// haveFMA reports AVX and FMA3 in the processor and the YMM state saved by
-// the operating system.
-var haveFMA = func() bool {
-	if max, _, _, _ := cpuid(0, 0); max < 1 {
-		return false
-	}
-	_, _, ecx, _ := cpuid(1, 0)
-	const fma, osxsave, avx = 1 << 12, 1 << 27, 1 << 28
-	if ecx&(fma|osxsave|avx) != fma|osxsave|avx {
-		return false
-	}
-	xcr0, _ := xgetbv0()
-	return xcr0&6 == 6 // XMM and YMM state
-}()
+// haveFMA: the processor has the instructions of the kernels.
+var haveFMA = cpufeat.FMA
 
 // sgdPlain32 runs SGD's update without momentum: d = g, or fma(wd, p, g)
 // with weight decay; p = fma(negLR, d, p). It reports whether it could (the
