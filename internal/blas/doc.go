@@ -1,10 +1,19 @@
 // Package blas is the one place where Tandem's dense matrix products pick
 // their BLAS. By default it is gonum's pure-Go implementation, so everything
-// builds with no C toolchain and no CUDA. Built with the tag `openblas`
+// builds with no C toolchain and no CUDA, except for the float32 matrix
+// product (SGEMM), which on amd64 processors with AVX and FMA runs in this
+// package's assembly kernels: 4x16 tiles of C from packed panels, and for
+// A·Bᵀ (a Linear layer's forward pass) dot products of rows, which need no
+// packing. They run the MLP's training step about six times faster than
+// gonum's Go code does (17.7 ms against 102 ms on one core of the
+// development machine, tandem bench train), faster than PyTorch's step there;
+// float64 products, small products and other processors stay with gonum,
+// and the purego build tag turns the kernels off. Built with the tag `openblas`
 // (Debian's libopenblas-dev, through cgo) the level-2 and level-3 routines
 // that training spends its time in (GEMM, GEMV) go to OpenBLAS, and the same
 // implementation is installed into gorgonia and its tensor package, so
-// gorgonia's own products and convolutions use it too.
+// gorgonia's own products and convolutions use it too (the default
+// implementation is installed there as well).
 //
 //	go build -tags openblas ./...
 //

@@ -2,13 +2,31 @@
 
 package blas
 
+import (
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
 // Name names the BLAS compiled into this binary.
 const Name = "gonum"
 
-var impl Implementation = pure{}
+var impl Implementation = goFast{}
+
+// gorgonia's own products and the tensor package use it too.
+func init() {
+	G.Use(impl)
+	tensor.Use(impl)
+}
 
 // Default returns the BLAS this binary uses.
 func Default() Implementation { return impl }
 
-// Core names the kernel family in use; the pure-Go BLAS has one.
-func Core() string { return "go" }
+// Core names the kernel family in use: "go-fma" where float32 matrix
+// products run in this package's AVX/FMA kernels, "go" where gonum's Go
+// code does everything.
+func Core() string {
+	if fastSgemm {
+		return "go-fma"
+	}
+	return "go"
+}

@@ -1,0 +1,152 @@
+//go:build !purego && !openblas
+
+#include "textflag.h"
+
+// func sgemmTile4x16(k int, a, b, out *float32)
+// out[r*16+j] = sum over p < k of a[p*4+r] * b[p*16+j], for r < 4, j < 16:
+// one 4x16 tile of C from a packed 4-row panel of A (k groups of 4) and a
+// packed 16-column panel of B (k rows of 16), in fused multiply-adds.
+TEXT ·sgemmTile4x16(SB), NOSPLIT, $0-32
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), AX
+	MOVQ b+16(FP), BX
+	MOVQ out+24(FP), DI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	TESTQ CX, CX
+	JEQ   store
+
+loop:
+	VMOVUPS      (BX), Y8
+	VMOVUPS      32(BX), Y9
+	VBROADCASTSS (AX), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y1
+	VBROADCASTSS 4(AX), Y11
+	VFMADD231PS  Y8, Y11, Y2
+	VFMADD231PS  Y9, Y11, Y3
+	VBROADCASTSS 8(AX), Y12
+	VFMADD231PS  Y8, Y12, Y4
+	VFMADD231PS  Y9, Y12, Y5
+	VBROADCASTSS 12(AX), Y13
+	VFMADD231PS  Y8, Y13, Y6
+	VFMADD231PS  Y9, Y13, Y7
+	ADDQ         $16, AX
+	ADDQ         $64, BX
+	DECQ         CX
+	JNE          loop
+
+store:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	VMOVUPS Y4, 128(DI)
+	VMOVUPS Y5, 160(DI)
+	VMOVUPS Y6, 192(DI)
+	VMOVUPS Y7, 224(DI)
+	VZEROUPPER
+	RET
+
+// func sdot2x4(k int, a *float32, lda int, b *float32, ldb int, out *float32)
+// out[r*4+c] = sum over p < k of a[r*lda+p] * b[c*ldb+p], for r < 2, c < 4:
+// eight dot products of two rows of A with four rows of B, eight elements
+// an instruction; k is a multiple of 8 (the caller adds the rest).
+TEXT ·sdot2x4(SB), NOSPLIT, $0-48
+	MOVQ k+0(FP), CX
+	SHRQ $3, CX
+	MOVQ a+8(FP), AX
+	MOVQ lda+16(FP), DX
+	SHLQ $2, DX
+	LEAQ (AX)(DX*1), R8
+	MOVQ b+24(FP), BX
+	MOVQ ldb+32(FP), DX
+	SHLQ $2, DX
+	LEAQ (BX)(DX*1), R9
+	LEAQ (R9)(DX*1), R10
+	LEAQ (R10)(DX*1), R11
+	MOVQ out+40(FP), DI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	TESTQ CX, CX
+	JEQ   dotsum
+
+dotloop:
+	VMOVUPS     (AX), Y8
+	VMOVUPS     (R8), Y9
+	VMOVUPS     (BX), Y10
+	VFMADD231PS Y10, Y8, Y0
+	VFMADD231PS Y10, Y9, Y4
+	VMOVUPS     (R9), Y11
+	VFMADD231PS Y11, Y8, Y1
+	VFMADD231PS Y11, Y9, Y5
+	VMOVUPS     (R10), Y12
+	VFMADD231PS Y12, Y8, Y2
+	VFMADD231PS Y12, Y9, Y6
+	VMOVUPS     (R11), Y13
+	VFMADD231PS Y13, Y8, Y3
+	VFMADD231PS Y13, Y9, Y7
+	ADDQ        $32, AX
+	ADDQ        $32, R8
+	ADDQ        $32, BX
+	ADDQ        $32, R9
+	ADDQ        $32, R10
+	ADDQ        $32, R11
+	DECQ        CX
+	JNE         dotloop
+
+dotsum:
+	VEXTRACTF128 $1, Y0, X8
+	VADDPS       X8, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (DI)
+	VEXTRACTF128 $1, Y1, X8
+	VADDPS       X8, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, 4(DI)
+	VEXTRACTF128 $1, Y2, X8
+	VADDPS       X8, X2, X2
+	VHADDPS      X2, X2, X2
+	VHADDPS      X2, X2, X2
+	VMOVSS       X2, 8(DI)
+	VEXTRACTF128 $1, Y3, X8
+	VADDPS       X8, X3, X3
+	VHADDPS      X3, X3, X3
+	VHADDPS      X3, X3, X3
+	VMOVSS       X3, 12(DI)
+	VEXTRACTF128 $1, Y4, X8
+	VADDPS       X8, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VMOVSS       X4, 16(DI)
+	VEXTRACTF128 $1, Y5, X8
+	VADDPS       X8, X5, X5
+	VHADDPS      X5, X5, X5
+	VHADDPS      X5, X5, X5
+	VMOVSS       X5, 20(DI)
+	VEXTRACTF128 $1, Y6, X8
+	VADDPS       X8, X6, X6
+	VHADDPS      X6, X6, X6
+	VHADDPS      X6, X6, X6
+	VMOVSS       X6, 24(DI)
+	VEXTRACTF128 $1, Y7, X8
+	VADDPS       X8, X7, X7
+	VHADDPS      X7, X7, X7
+	VHADDPS      X7, X7, X7
+	VMOVSS       X7, 28(DI)
+	VZEROUPPER
+	RET

@@ -1,0 +1,9 @@
+//go:build !openblas && (!amd64 || purego)
+
+package blas
+
+// goFast is gonum's BLAS as it is where the tiled product is not built.
+type goFast struct{ pure }
+
+// fastSgemm is false: there are no kernels here.
+const fastSgemm = false
