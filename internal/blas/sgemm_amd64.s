@@ -2,58 +2,6 @@
 
 #include "textflag.h"
 
-// func sgemmTile4x16(k int, a, b, out *float32)
-// out[r*16+j] = sum over p < k of a[p*4+r] * b[p*16+j], for r < 4, j < 16:
-// one 4x16 tile of C from a packed 4-row panel of A (k groups of 4) and a
-// packed 16-column panel of B (k rows of 16), in fused multiply-adds.
-TEXT ·sgemmTile4x16(SB), NOSPLIT, $0-32
-	MOVQ k+0(FP), CX
-	MOVQ a+8(FP), AX
-	MOVQ b+16(FP), BX
-	MOVQ out+24(FP), DI
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	TESTQ CX, CX
-	JEQ   store
-
-loop:
-	VMOVUPS      (BX), Y8
-	VMOVUPS      32(BX), Y9
-	VBROADCASTSS (AX), Y10
-	VFMADD231PS  Y8, Y10, Y0
-	VFMADD231PS  Y9, Y10, Y1
-	VBROADCASTSS 4(AX), Y11
-	VFMADD231PS  Y8, Y11, Y2
-	VFMADD231PS  Y9, Y11, Y3
-	VBROADCASTSS 8(AX), Y12
-	VFMADD231PS  Y8, Y12, Y4
-	VFMADD231PS  Y9, Y12, Y5
-	VBROADCASTSS 12(AX), Y13
-	VFMADD231PS  Y8, Y13, Y6
-	VFMADD231PS  Y9, Y13, Y7
-	ADDQ         $16, AX
-	ADDQ         $64, BX
-	DECQ         CX
-	JNE          loop
-
-store:
-	VMOVUPS Y0, (DI)
-	VMOVUPS Y1, 32(DI)
-	VMOVUPS Y2, 64(DI)
-	VMOVUPS Y3, 96(DI)
-	VMOVUPS Y4, 128(DI)
-	VMOVUPS Y5, 160(DI)
-	VMOVUPS Y6, 192(DI)
-	VMOVUPS Y7, 224(DI)
-	VZEROUPPER
-	RET
-
 // func sdot2x4(k int, a *float32, lda int, b *float32, ldb int, out *float32)
 // out[r*4+c] = sum over p < k of a[r*lda+p] * b[c*ldb+p], for r < 2, c < 4:
 // eight dot products of two rows of A with four rows of B, eight elements
@@ -148,5 +96,104 @@ dotsum:
 	VHADDPS      X7, X7, X7
 	VHADDPS      X7, X7, X7
 	VMOVSS       X7, 28(DI)
+	VZEROUPPER
+	RET
+
+// func sgemmTile6x16(k int, a, b, c *float32, ldc int, alpha float32)
+// c[r*ldc+j] += alpha * sum over p < k of a[p*6+r] * b[p*16+j], for r < 6,
+// j < 16: one 6x16 tile of C from a packed 6-row panel of A (k groups of 6)
+// and a packed 16-column panel of B (k rows of 16). Twelve accumulators;
+// each step loads two vectors of B and broadcasts six elements of A.
+TEXT ·sgemmTile6x16(SB), NOSPLIT, $0-44
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), AX
+	MOVQ b+16(FP), BX
+	MOVQ c+24(FP), DI
+	MOVQ ldc+32(FP), DX
+	SHLQ $2, DX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	TESTQ CX, CX
+	JEQ   t6store
+
+t6loop:
+	VMOVUPS      (BX), Y12
+	VMOVUPS      32(BX), Y13
+	VBROADCASTSS (AX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(AX), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(AX), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 12(AX), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VBROADCASTSS 16(AX), Y14
+	VFMADD231PS  Y12, Y14, Y8
+	VFMADD231PS  Y13, Y14, Y9
+	VBROADCASTSS 20(AX), Y14
+	VFMADD231PS  Y12, Y14, Y10
+	VFMADD231PS  Y13, Y14, Y11
+	ADDQ         $24, AX
+	ADDQ         $64, BX
+	DECQ         CX
+	JNE          t6loop
+
+t6store:
+	VBROADCASTSS alpha+40(FP), Y14
+	VMOVUPS      (DI), Y12
+	VMOVUPS      32(DI), Y13
+	VFMADD231PS  Y0, Y14, Y12
+	VFMADD231PS  Y1, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMOVUPS      (DI), Y12
+	VMOVUPS      32(DI), Y13
+	VFMADD231PS  Y2, Y14, Y12
+	VFMADD231PS  Y3, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMOVUPS      (DI), Y12
+	VMOVUPS      32(DI), Y13
+	VFMADD231PS  Y4, Y14, Y12
+	VFMADD231PS  Y5, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMOVUPS      (DI), Y12
+	VMOVUPS      32(DI), Y13
+	VFMADD231PS  Y6, Y14, Y12
+	VFMADD231PS  Y7, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMOVUPS      (DI), Y12
+	VMOVUPS      32(DI), Y13
+	VFMADD231PS  Y8, Y14, Y12
+	VFMADD231PS  Y9, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMOVUPS      (DI), Y12
+	VMOVUPS      32(DI), Y13
+	VFMADD231PS  Y10, Y14, Y12
+	VFMADD231PS  Y11, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
 	VZEROUPPER
 	RET

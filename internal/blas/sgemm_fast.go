@@ -17,7 +17,7 @@ import (
 type goFast struct{ pure }
 
 //go:noescape
-func sgemmTile4x16(k int, a, b, out *float32)
+func sgemmTile6x16(k int, a, b, c *float32, ldc int, alpha float32)
 
 //go:noescape
 func sdot2x4(k int, a *float32, lda int, b *float32, ldb int, out *float32)
@@ -145,30 +145,30 @@ func getPanel(n int) *[]float32 {
 }
 
 // sgemmTiles adds alpha·op(A)·op(B) to C (row major): A is packed into
-// panels of 4 rows and B into panels of 16 columns (zero-padded at the
-// edges), and each 4x16 tile of C gets alpha times the tile kernel's sums.
+// panels of 6 rows and B into panels of 16 columns (zero-padded at the
+// edges), and the tile kernel adds alpha times each 6x16 tile's sums into
+// C, straight into it away from the edges.
 func sgemmTiles(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	mp := (m + 3) / 4
-	pap := getPanel(mp * 4 * k)
+	mp := (m + 5) / 6
+	pap := getPanel(mp * 6 * k)
 	defer panelPool.Put(pap)
 	pa := *pap
 	for ib := 0; ib < mp; ib++ {
-		panel := pa[ib*4*k : (ib+1)*4*k]
-		for r := 0; r < 4; r++ {
-			i := ib*4 + r
-			if i >= m {
+		panel := pa[ib*6*k : (ib+1)*6*k]
+		for r := 0; r < 6; r++ {
+			i := ib*6 + r
+			switch {
+			case i >= m:
 				for p := 0; p < k; p++ {
-					panel[p*4+r] = 0
+					panel[p*6+r] = 0
 				}
-				continue
-			}
-			if transA {
+			case transA:
 				for p := 0; p < k; p++ {
-					panel[p*4+r] = a[p*lda+i]
+					panel[p*6+r] = a[p*lda+i]
 				}
-			} else {
+			default:
 				for p, v := range a[i*lda : i*lda+k] {
-					panel[p*4+r] = v
+					panel[p*6+r] = v
 				}
 			}
 		}
@@ -199,7 +199,7 @@ func sgemmColumns(lo, hi int, transB bool, m, n, k int, alpha float32, pa, b []f
 	pbp := getPanel(16 * k)
 	defer panelPool.Put(pbp)
 	pb := *pbp
-	var out [64]float32
+	var edge [96]float32
 	for jb := lo; jb < hi; jb++ {
 		j := jb * 16
 		w := min(16, n-j)
@@ -222,19 +222,18 @@ func sgemmColumns(lo, hi int, transB bool, m, n, k int, alpha float32, pa, b []f
 				clear(dst[n:])
 			}
 		}
-		for ib := 0; ib*4 < m; ib++ {
-			sgemmTile4x16(k, &pa[ib*4*k], &pb[0], &out[0])
-			for r := 0; r < min(4, m-ib*4); r++ {
-				crow := c[(ib*4+r)*ldc+j : (ib*4+r)*ldc+j+w]
-				tile := out[r*16 : r*16+w]
-				if alpha == 1 {
-					for jj, v := range tile {
-						crow[jj] += v
-					}
-				} else {
-					for jj, v := range tile {
-						crow[jj] += alpha * v
-					}
+		for i := 0; i < m; i += 6 {
+			panel := &pa[i*k]
+			if i+6 <= m && w == 16 {
+				sgemmTile6x16(k, panel, &pb[0], &c[i*ldc+j], ldc, alpha)
+				continue
+			}
+			clear(edge[:])
+			sgemmTile6x16(k, panel, &pb[0], &edge[0], 16, alpha)
+			for r := 0; r < min(6, m-i); r++ {
+				crow := c[(i+r)*ldc+j : (i+r)*ldc+j+w]
+				for jj, v := range edge[r*16 : r*16+w] {
+					crow[jj] += v
 				}
 			}
 		}
