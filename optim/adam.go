@@ -161,7 +161,7 @@ func (o *Adam) consts(step int64) adamConsts {
 // adamScalars32 are the float32 scalars of the vector Adam kernel, in the
 // order it loads them.
 type adamScalars32 struct {
-	decay, omb1, b1, omb2, b2, bc2s, eps, negStep float32
+	decay, omb1, b1, omb2, b2, bc2s, eps, negStep, wd float32
 }
 
 // adamKernel updates p, m (exp_avg), v (exp_avg_sq) and, with AMSGrad, vmax
@@ -175,13 +175,13 @@ func adamKernel[T float](p, g, m, v, vmax []T, c adamConsts) {
 	if ams {
 		vmax = vmax[:len(p)]
 	}
-	if p32, ok := any(p).([]float32); ok && !maximize && !l2 && !ams {
+	if p32, ok := any(p).([]float32); ok && !maximize && !ams {
 		k := adamScalars32{decay: 1, omb1: float32(omb1), b1: float32(b1), omb2: float32(omb2), b2: float32(b2),
-			bc2s: float32(bc2s), eps: float32(eps), negStep: float32(negStep)}
+			bc2s: float32(bc2s), eps: float32(eps), negStep: float32(negStep), wd: float32(wd)}
 		if decoupled {
 			k.decay = float32(decay)
 		}
-		if adam32(p32, any(g).([]float32), any(m).([]float32), any(v).([]float32), &k) {
+		if adam32(p32, any(g).([]float32), any(m).([]float32), any(v).([]float32), &k, l2) {
 			return
 		}
 	}

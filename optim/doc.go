@@ -42,13 +42,14 @@
 // # Speed
 //
 // On amd64 processors with AVX and FMA3, the float32 updates of SGD (plain,
-// momentum, weight decay) and of Adam and AdamW run in vector kernels, eight
+// momentum, weight decay) and of Adam (with or without L2 weight decay) and
+// AdamW run in vector kernels, eight
 // elements an instruction, with the same operations in the same order as the
 // portable loops and as torch's: on the development machine SGD takes 0.4
 // ms per million parameters, SGD with momentum 0.6 ms and Adam 0.9 ms (go
 // test -bench . ./optim), against 1.8, 8.8 and 13 ms for the portable
-// loops. The other variants (Nesterov, maximize, AMSGrad, Adam's L2 weight
-// decay, the first momentum step), float64, other processors and builds
+// loops. The other variants (Nesterov, maximize, AMSGrad, the first
+// momentum step), float64, other processors and builds
 // with the purego tag run the portable loops; the portable float32 fused
 // multiply-add computes in float64 and rounds to odd before rounding to
 // float32, which rounds once as the hardware does.

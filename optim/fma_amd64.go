@@ -25,13 +25,21 @@ func momentumWDFMA32(p, g, buf []float32, mom, damp, negLR, wd float32)
 //go:noescape
 func adamFMA32(p, g, m, v []float32, k *adamScalars32)
 
-// adam32 runs Adam's and AdamW's update (no maximize, AMSGrad or L2
-// weight decay; decay is 1 for Adam) and reports whether it could.
-func adam32(p, g, m, v []float32, k *adamScalars32) bool {
+//go:noescape
+func adamL2FMA32(p, g, m, v []float32, k *adamScalars32)
+
+// adam32 runs Adam's and AdamW's update (no maximize or AMSGrad; decay is
+// 1 for Adam; l2 adds Adam's L2 weight decay k.wd·p to the gradient first)
+// and reports whether it could.
+func adam32(p, g, m, v []float32, k *adamScalars32, l2 bool) bool {
 	if !haveFMA {
 		return false
 	}
-	adamFMA32(p, g[:len(p)], m[:len(p)], v[:len(p)], k)
+	if l2 {
+		adamL2FMA32(p, g[:len(p)], m[:len(p)], v[:len(p)], k)
+	} else {
+		adamFMA32(p, g[:len(p)], m[:len(p)], v[:len(p)], k)
+	}
 	return true
 }
 

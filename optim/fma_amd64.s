@@ -240,3 +240,78 @@ adam1:
 adamdone:
 	VZEROUPPER
 	RET
+
+// func adamL2FMA32(p, g, m, v []float32, k *adamScalars32)
+// adamFMA32 with Adam's L2 weight decay first: g = fma(wd, p, g); decay is
+// 1 here (L2 and AdamW's decoupled decay do not go together).
+TEXT ·adamL2FMA32(SB), NOSPLIT, $0-104
+	MOVQ p_base+0(FP), DI
+	MOVQ p_len+8(FP), CX
+	MOVQ g_base+24(FP), SI
+	MOVQ m_base+48(FP), R8
+	MOVQ v_base+72(FP), R9
+	MOVQ k+96(FP), R10
+	VBROADCASTSS 0(R10), Y0  // decay
+	VBROADCASTSS 4(R10), Y1  // omb1
+	VBROADCASTSS 8(R10), Y2  // b1
+	VBROADCASTSS 12(R10), Y3 // omb2
+	VBROADCASTSS 16(R10), Y4 // b2
+	VBROADCASTSS 20(R10), Y5 // bc2s
+	VBROADCASTSS 24(R10), Y6 // eps
+	VBROADCASTSS 28(R10), Y7 // negStep
+	VBROADCASTSS 32(R10), Y15 // wd
+	XORQ AX, AX
+	MOVQ CX, DX
+	ANDQ $-8, DX
+
+adaml28:
+	CMPQ AX, DX
+	JGE  adaml21
+	VMOVUPS     (DI)(AX*4), Y8
+	VMULPS      Y0, Y8, Y8
+	VMOVUPS     (SI)(AX*4), Y9
+	VFMADD231PS Y8, Y15, Y9
+	VMULPS      (R8)(AX*4), Y2, Y10
+	VFMADD231PS Y9, Y1, Y10
+	VMOVUPS     Y10, (R8)(AX*4)
+	VMULPS      (R9)(AX*4), Y4, Y11
+	VMULPS      Y9, Y3, Y12
+	VFMADD231PS Y9, Y12, Y11
+	VMOVUPS     Y11, (R9)(AX*4)
+	VSQRTPS     Y11, Y12
+	VDIVPS      Y5, Y12, Y12
+	VADDPS      Y6, Y12, Y12
+	VMULPS      Y10, Y7, Y13
+	VDIVPS      Y12, Y13, Y13
+	VADDPS      Y13, Y8, Y8
+	VMOVUPS     Y8, (DI)(AX*4)
+	ADDQ        $8, AX
+	JMP         adaml28
+
+adaml21:
+	CMPQ AX, CX
+	JGE  adaml2done
+	VMOVSS      (DI)(AX*4), X8
+	VMULSS      X0, X8, X8
+	VMOVSS      (SI)(AX*4), X9
+	VFMADD231SS X8, X15, X9
+	VMULSS      (R8)(AX*4), X2, X10
+	VFMADD231SS X9, X1, X10
+	VMOVSS      X10, (R8)(AX*4)
+	VMULSS      (R9)(AX*4), X4, X11
+	VMULSS      X9, X3, X12
+	VFMADD231SS X9, X12, X11
+	VMOVSS      X11, (R9)(AX*4)
+	VSQRTSS     X11, X11, X12
+	VDIVSS      X5, X12, X12
+	VADDSS      X6, X12, X12
+	VMULSS      X10, X7, X13
+	VDIVSS      X12, X13, X13
+	VADDSS      X13, X8, X8
+	VMOVSS      X8, (DI)(AX*4)
+	INCQ        AX
+	JMP         adaml21
+
+adaml2done:
+	VZEROUPPER
+	RET

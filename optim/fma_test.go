@@ -139,7 +139,8 @@ func TestSGDKernelsRoundOnce(t *testing.T) {
 func TestAdamKernelRoundsAsTorch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	sqrt32 := func(x float32) float32 { return float32(math.Sqrt(float64(x))) }
-	for _, decoupled := range []bool{false, true} {
+	for mode := 0; mode < 3; mode++ { // Adam, AdamW, Adam with L2 decay
+		decoupled, l2 := mode == 1, mode == 2
 		for _, n := range []int{0, 1, 7, 8, 9, 17, 1000, 4099} {
 			p, g, m := randFloats(rng, n), randFloats(rng, n), randFloats(rng, n)
 			v := randFloats(rng, n)
@@ -148,23 +149,29 @@ func TestAdamKernelRoundsAsTorch(t *testing.T) {
 			}
 			c := adamConsts{decay: 1 - 1e-3*0.01, beta1: 0.9, oneMinusBeta1: 1 - 0.9, beta2: 0.999, oneMinusBeta2: 1 - 0.999,
 				negStepSize: -1e-3 / (1 - 0.9*0.9), bc2Sqrt: math.Sqrt(1 - 0.999*0.999), eps: 1e-8, decoupled: decoupled}
+			if l2 {
+				c.weightDecay, c.l2 = 0.01, true
+			}
 			decay, b1, omb1, b2, omb2 := float32(c.decay), float32(c.beta1), float32(c.oneMinusBeta1), float32(c.beta2), float32(c.oneMinusBeta2)
 			negStep, bc2s, eps := float32(c.negStepSize), float32(c.bc2Sqrt), float32(c.eps)
 			wp, wm, wv := make([]float32, n), make([]float32, n), make([]float32, n)
 			for i := range p {
-				pi := p[i]
+				pi, gi := p[i], g[i]
 				if decoupled {
 					pi *= decay
 				}
-				wm[i] = exactFMA32(omb1, g[i], m[i]*b1)
-				wv[i] = exactFMA32(omb2*g[i], g[i], v[i]*b2)
+				if l2 {
+					gi = exactFMA32(float32(c.weightDecay), pi, gi)
+				}
+				wm[i] = exactFMA32(omb1, gi, m[i]*b1)
+				wv[i] = exactFMA32(omb2*gi, gi, v[i]*b2)
 				denom := sqrt32(wv[i])/bc2s + eps
 				wp[i] = pi + negStep*wm[i]/denom
 			}
 			adamKernel(p, g, m, v, nil, c)
 			for i := range p {
 				if !sameBits(p[i], wp[i]) || !sameBits(m[i], wm[i]) || !sameBits(v[i], wv[i]) {
-					t.Fatalf("decoupled %v n=%d [%d]: p %v m %v v %v, want %v %v %v", decoupled, n, i, p[i], m[i], v[i], wp[i], wm[i], wv[i])
+					t.Fatalf("mode %d n=%d [%d]: p %v m %v v %v, want %v %v %v", mode, n, i, p[i], m[i], v[i], wp[i], wm[i], wv[i])
 				}
 			}
 		}
