@@ -38,6 +38,7 @@ func init() {
 type trainBenchResult struct {
 	Bench         string  `json:"bench"`
 	BLAS          string  `json:"blas"`
+	BLASCore      string  `json:"blas_core"` // the kernels: "go-fma", "go", or OpenBLAS's core name
 	Sizes         []int   `json:"sizes"`
 	Batch         int     `json:"batch"`
 	MedianStepS   float64 `json:"median_step_s"`
@@ -66,7 +67,7 @@ func benchTrain(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	res := trainBenchResult{Bench: "train", BLAS: tblas.Name, Sizes: sizes, Batch: batch,
+	res := trainBenchResult{Bench: "train", BLAS: tblas.Name, BLASCore: tblas.Core(), Sizes: sizes, Batch: batch,
 		MedianStepS: med.Seconds(), StepsPerS: 1 / med.Seconds()}
 	if *peer != "" {
 		pm, err := runTorchPeer(ctx, *peer)
@@ -79,8 +80,8 @@ func benchTrain(ctx context.Context, args []string) error {
 	if *asJSON {
 		return writeJSONLine(os.Stdout, res)
 	}
-	fmt.Printf("MLP %v, batch %d, float32, one core, BLAS %s: median %.2f ms/step (%.1f steps/s)\n",
-		sizes, batch, tblas.Name, 1e3*res.MedianStepS, res.StepsPerS)
+	fmt.Printf("MLP %v, batch %d, float32, one core, BLAS %s (%s): median %.2f ms/step (%.1f steps/s)\n",
+		sizes, batch, tblas.Name, res.BLASCore, 1e3*res.MedianStepS, res.StepsPerS)
 	if res.PeerMedianS > 0 {
 		fmt.Printf("PyTorch (same sitting): median %.2f ms/step; Tandem is %.2fx faster\n", 1e3*res.PeerMedianS, res.SpeedupVsPeer)
 	}
