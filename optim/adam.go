@@ -162,6 +162,7 @@ func (o *Adam) consts(step int64) adamConsts {
 // order it loads them.
 type adamScalars32 struct {
 	decay, omb1, b1, omb2, b2, bc2s, eps, negStep, wd float32
+	l2                                                uint32 // 1: Adam's L2 decay
 }
 
 // adamKernel updates p, m (exp_avg), v (exp_avg_sq) and, with AMSGrad, vmax
@@ -181,7 +182,10 @@ func adamKernel[T float](p, g, m, v, vmax []T, c adamConsts) {
 		if decoupled {
 			k.decay = float32(decay)
 		}
-		if adam32(p32, any(g).([]float32), any(m).([]float32), any(v).([]float32), &k, l2) {
+		if l2 {
+			k.l2 = 1
+		}
+		if adam32(p32, any(g).([]float32), any(m).([]float32), any(v).([]float32), &k) {
 			return
 		}
 	}

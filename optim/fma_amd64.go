@@ -4,47 +4,34 @@ package optim
 
 import "github.com/tandemml/tandem/internal/cpufeat"
 
-// The float32 update loops of SGD in AVX with fused multiply-adds, eight or
-// sixteen elements an instruction, where the processor has them: the same
+// The float32 update loops of SGD and Adam in AVX with fused multiply-adds,
+// eight elements an instruction, where the processor has them: the same
 // single-rounding arithmetic as the portable loops (and as PyTorch's
 // vectorized kernels), at the speed of memory rather than of one scalar
 // conversion after another.
 
 //go:noescape
-func axpyFMA32(p, g []float32, a float32)
+func sgdFMA32(p, g []float32, negLR, wd float32, hasWD bool)
 
 //go:noescape
-func momentumFMA32(p, g, buf []float32, mom, damp, negLR float32)
-
-//go:noescape
-func axpyWDFMA32(p, g []float32, a, wd float32)
-
-//go:noescape
-func momentumWDFMA32(p, g, buf []float32, mom, damp, negLR, wd float32)
+func momentumFMA32(p, g, buf []float32, mom, damp, negLR, wd float32, hasWD bool)
 
 //go:noescape
 func adamFMA32(p, g, m, v []float32, k *adamScalars32)
 
-//go:noescape
-func adamL2FMA32(p, g, m, v []float32, k *adamScalars32)
+// haveFMA: the processor has the instructions of the kernels.
+var haveFMA = cpufeat.FMA
 
-// adam32 runs Adam's and AdamW's update (no maximize or AMSGrad; decay is
-// 1 for Adam; l2 adds Adam's L2 weight decay k.wd·p to the gradient first)
-// and reports whether it could.
-func adam32(p, g, m, v []float32, k *adamScalars32, l2 bool) bool {
+// adam32 runs Adam's and AdamW's update (no maximize or AMSGrad; k.decay
+// is 1 for Adam; k.l2 adds Adam's L2 weight decay k.wd·p to the gradient
+// first) and reports whether it could.
+func adam32(p, g, m, v []float32, k *adamScalars32) bool {
 	if !haveFMA {
 		return false
 	}
-	if l2 {
-		adamL2FMA32(p, g[:len(p)], m[:len(p)], v[:len(p)], k)
-	} else {
-		adamFMA32(p, g[:len(p)], m[:len(p)], v[:len(p)], k)
-	}
+	adamFMA32(p, g[:len(p)], m[:len(p)], v[:len(p)], k)
 	return true
 }
-
-// haveFMA: the processor has the instructions of the kernels.
-var haveFMA = cpufeat.FMA
 
 // sgdPlain32 runs SGD's update without momentum: d = g, or fma(wd, p, g)
 // with weight decay; p = fma(negLR, d, p). It reports whether it could (the
@@ -53,11 +40,7 @@ func sgdPlain32(p, g []float32, negLR, wd float32, hasWD bool) bool {
 	if !haveFMA {
 		return false
 	}
-	if hasWD {
-		axpyWDFMA32(p, g[:len(p)], negLR, wd)
-	} else {
-		axpyFMA32(p, g[:len(p)], negLR)
-	}
+	sgdFMA32(p, g[:len(p)], negLR, wd, hasWD)
 	return true
 }
 
@@ -69,10 +52,6 @@ func sgdMomentum32(p, g, buf []float32, mom, damp, negLR, wd float32, hasWD bool
 	if !haveFMA {
 		return false
 	}
-	if hasWD {
-		momentumWDFMA32(p, g[:len(p)], buf[:len(p)], mom, damp, negLR, wd)
-	} else {
-		momentumFMA32(p, g[:len(p)], buf[:len(p)], mom, damp, negLR)
-	}
+	momentumFMA32(p, g[:len(p)], buf[:len(p)], mom, damp, negLR, wd, hasWD)
 	return true
 }
