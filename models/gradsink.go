@@ -121,11 +121,7 @@ func (b *Builder) sink(p *Param) bool {
 	if p.Grad == nil || !p.Grad.Shape().Eq(p.Value.Shape()) || p.Grad.Dtype() != p.Value.Dtype() {
 		p.Grad = newDense(p.Value.Dtype(), p.Value.Shape()...)
 	}
-	if !n.Shape().Eq(p.Grad.Shape()) {
-		return false // the op produces another shape (a flattened view, say)
-	}
-	s.sinkSlot().retarget(p.Grad, 0)
-	return true
+	return b.SetGradTarget(p, p.Grad, 0)
 }
 
 // SetGradTarget points the gradient op of p at dst: each run then computes
