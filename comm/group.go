@@ -12,7 +12,11 @@ import (
 
 // ProcessGroup is a set of ranks that run collectives together: the world
 // (every rank of a transport) or a subgroup of it. All methods are safe for
-// concurrent use. Ranks given to and returned by methods are ranks of this
+// concurrent use, but collectives are matched across ranks by their order of
+// issue: two goroutines issuing collectives on one group must be ordered
+// with each other, or equal-shaped collectives can pair up differently on
+// different ranks and nothing can detect it (builds with -race report it;
+// see order.go). Ranks given to and returned by methods are ranks of this
 // group; WorldRank and GroupRank translate.
 type ProcessGroup struct {
 	world   *world
@@ -35,6 +39,11 @@ type ProcessGroup struct {
 	closed   bool
 	inflight sync.WaitGroup
 	p2pTails map[p2pKey]chan struct{} // tail of each point-to-point stream
+
+	// issued checks, under the race detector, that the goroutines issuing
+	// collectives on the group are ordered (see order.go). It is written
+	// before mu is taken, on purpose.
+	issued issueOrder
 }
 
 // world is what every group on one transport shares.

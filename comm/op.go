@@ -70,6 +70,7 @@ func (pg *ProcessGroup) start(ctx context.Context, op collective) Work {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	pg.issued.note()
 	if err := pg.usable(op.desc); err != nil {
 		return failedWork(op.desc, err)
 	}
