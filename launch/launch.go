@@ -504,6 +504,9 @@ func (r *reader) slurm(j *Job) {
 	if j.LocalWorldSize < 0 {
 		r.int(&j.LocalWorldSize, &j.Sources.LocalWorldSize, "SLURM_NTASKS_PER_NODE")
 	}
+	if j.LocalWorldSize < 0 && j.NumNodes == 1 && j.WorldSize >= 0 {
+		j.LocalWorldSize, j.Sources.LocalWorldSize = j.WorldSize, j.Sources.NumNodes+"=1"
+	}
 	if jobID != "" {
 		j.RunID = jobID + "." + stepID
 	}
