@@ -2,9 +2,12 @@
 // processes: it reads where this process sits in a job (Read, From,
 // FromEnv) from the environment that torchrun, Kubeflow, Kubernetes, Open
 // MPI, MPICH, Slurm or `tandem run` set, and writes that environment for a
-// worker (Job.Environ, Overlay). comm, rpc, `tandem run` and the benchmarks
-// use it, so that every layer reads the same variables by the same rules.
-// It depends on nothing but the standard library and internal/errs.
+// worker (Job.Environ, Overlay), so that every layer reads the same
+// variables by the same rules: comm.EnvFromOS and comm.Init read through it.
+// A launcher of its own (`tandem run` inside a Slurm allocation or a
+// Kubeflow pod) can use Read's NodeRank, NumNodes, LocalWorldSize and
+// master address as its defaults. It depends on nothing but the standard
+// library and internal/errs.
 //
 // # Launchers and their variables
 //
@@ -86,13 +89,16 @@
 //     first host of the step's node list. Open MPI and PMI process managers
 //     do not say which host runs rank 0, so a job over several hosts must
 //     pass MASTER_ADDR (mpirun -x MASTER_ADDR=HOST, mpiexec -genv
-//     MASTER_ADDR HOST); so must an indexed Job's pod template.
+//     MASTER_ADDR HOST); so must an indexed Job's pod template. (Open MPI 4
+//     does name mpirun's own host, in OMPI_MCA_orte_hnp_uri, but rank 0 runs
+//     wherever the mapping puts it, which need not be there; Open MPI 5
+//     does not set the variable.)
 //   - Port: derived from the launcher's job id with DerivePort, the same on
 //     every rank: "slurm:JOBID.STEPID" under Slurm,
 //     "OMPI_MCA_ess_base_jobid:ID" or "PMIX_NAMESPACE:NS" under Open MPI,
 //     "PMI_JOBID:ID" under Slurm's PMI. Ports lie in [20000, 30000), below
 //     Linux's ephemeral range. MPICH's Hydra gives no job id: pass
-//     MASTER_PORT.
+//     MASTER_PORT (mpiexec -genv MASTER_PORT PORT).
 //
 // A world of one needs neither.
 //

@@ -87,13 +87,13 @@ func (l Launcher) String() string {
 	case Torchrun:
 		return "torchrun"
 	case Kubeflow:
-		return "Kubeflow (PyTorchJob or TrainJob)"
+		return "a Kubeflow PyTorchJob or TrainJob"
 	case IndexedJob:
 		return "a Kubernetes indexed Job"
 	case OpenMPI:
 		return "Open MPI"
 	case PMI:
-		return "a PMI process manager (MPICH or Intel MPI mpiexec)"
+		return "an MPI process manager speaking PMI"
 	case Slurm:
 		return "Slurm"
 	}

@@ -120,7 +120,7 @@ func TestCapturedEnvironmentErrors(t *testing.T) {
 		dir  string
 		says []string
 	}{
-		{"mpich-4.0.2-hydra-n3", []string{"detected a PMI process manager", "PMI_RANK=1 of 3", "no rendezvous port", "mpiexec -genv MASTER_PORT"}},
+		{"mpich-4.0.2-hydra-n3", []string{"detected an MPI process manager speaking PMI", "PMI_RANK=1 of 3", "no rendezvous port", "mpiexec -genv MASTER_PORT"}},
 		{"slurm-22.05-batch", []string{"detected Slurm", "batch script", "SLURM_NTASKS=2", "srun PROGRAM"}},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
@@ -276,7 +276,7 @@ func TestErrorsNameLauncherAndFix(t *testing.T) {
 		{"mpirun without job id", map[string]string{
 			"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "3", "OMPI_COMM_WORLD_LOCAL_SIZE": "3",
 		}, []string{"detected Open MPI", "no rendezvous port", "mpirun -x MASTER_PORT=PORT"}},
-		{"PMIx without size", map[string]string{"PMIX_RANK": "2", "PMIX_NAMESPACE": "ns"}, []string{"detected a PMI process manager", "PMIX_RANK gives no world size", "WORLD_SIZE"}},
+		{"PMIx without size", map[string]string{"PMIX_RANK": "2", "PMIX_NAMESPACE": "ns"}, []string{"detected an MPI process manager speaking PMI", "PMIX_RANK gives no world size", "WORLD_SIZE"}},
 		{"srun without node list", map[string]string{
 			"SLURM_JOB_ID": "8", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_LOCALID": "0",
 		}, []string{"detected Slurm (SLURM_PROCID=1 of 2)", "no node list", "scontrol show hostnames"}},
@@ -288,13 +288,13 @@ func TestErrorsNameLauncherAndFix(t *testing.T) {
 		}, []string{"SLURM_STEP_TASKS_PER_NODE", "N(xM)"}},
 		{"PyTorchJob with several processes per pod, started directly", map[string]string{
 			"MASTER_ADDR": "j-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": "8", "RANK": "1", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "4", "PET_NNODES": "2",
-		}, []string{"detected Kubeflow", "PET_NPROC_PER_NODE=4", "tandem run", "nprocPerNode"}},
+		}, []string{"detected a Kubeflow PyTorchJob or TrainJob", "PET_NPROC_PER_NODE=4", "tandem run", "nprocPerNode"}},
 		{"TrainJob with auto processes", map[string]string{
 			"PET_NNODES": "2", "PET_NPROC_PER_NODE": "auto", "PET_NODE_RANK": "0", "PET_MASTER_ADDR": "t-node-0-0.t", "PET_MASTER_PORT": "29500",
-		}, []string{"detected Kubeflow", `PET_NPROC_PER_NODE="auto"`, "tandem run"}},
+		}, []string{"detected a Kubeflow PyTorchJob or TrainJob", `PET_NPROC_PER_NODE="auto"`, "tandem run"}},
 		{"PyTorchJob without a Master replica", map[string]string{
 			"WORLD_SIZE": "2", "RANK": "1", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "1", "PET_NNODES": "2",
-		}, []string{"detected Kubeflow", "Master replica"}},
+		}, []string{"detected a Kubeflow PyTorchJob or TrainJob", "Master replica"}},
 		{"indexed Job without WORLD_SIZE", map[string]string{"JOB_COMPLETION_INDEX": "2"},
 			[]string{"detected a Kubernetes indexed Job", "completions", "WORLD_SIZE"}},
 		{"indexed Job without MASTER_ADDR", map[string]string{"JOB_COMPLETION_INDEX": "2", "WORLD_SIZE": "4", "MASTER_PORT": "29500", "HOSTNAME": "train-2"},
