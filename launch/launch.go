@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net"
@@ -494,6 +495,9 @@ func (r *reader) slurm(j *Job) {
 			continue
 		}
 		n, err := tasksOnNode(v, j.NodeRank)
+		if errors.Is(err, errNodeBeyond) {
+			continue // a list for other nodes than the step's: not this node's count
+		}
 		if err != nil {
 			r.fail("%s=%q: %v", name, v, err)
 			return
@@ -603,8 +607,11 @@ func tasksOnNode(list string, node int) (int, error) {
 		}
 		seen += m
 	}
-	return 0, fmt.Errorf("it lists %d nodes, and this is node %d (SLURM_NODEID)", seen, node)
+	return 0, fmt.Errorf("%w: it lists %d nodes, and this is node %d (SLURM_NODEID)", errNodeBeyond, seen, node)
 }
+
+// errNodeBeyond: a tasks-per-node list shorter than this node's index.
+var errNodeBeyond = errors.New("node beyond the list")
 
 // Resolve checks that the job is complete and consistent, and with
 // needRendezvous fills in MasterAddr when every rank runs on this machine

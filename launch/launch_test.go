@@ -233,6 +233,14 @@ func TestConstructedEnvironments(t *testing.T) {
 		}, pos{Manual, 0, 2, -1, -1, -1, -1, "h", 1, false, 0, -1, "", ""}},
 		{"world of one", map[string]string{"RANK": "0", "WORLD_SIZE": "1"},
 			pos{Manual, 0, 1, -1, -1, -1, -1, "", 0, false, 0, -1, "", ""}},
+		// A step on part of the allocation: SLURM_TASKS_PER_NODE describes
+		// the job's nodes, and does not reach this node's index; the
+		// step's own list is missing. The local size is left unknown
+		// rather than guessed.
+		{"srun step beyond the job's tasks list", map[string]string{
+			"SLURM_JOB_ID": "90", "SLURM_STEP_ID": "2", "SLURM_PROCID": "2", "SLURM_NTASKS": "3", "SLURM_LOCALID": "0",
+			"SLURM_NODEID": "2", "SLURM_NNODES": "3", "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_STEP_NODELIST": "c[1-3]",
+		}, pos{Slurm, 2, 3, 0, -1, 2, 3, "c1", DerivePort("slurm:90.2"), false, 0, -1, "90.2", ""}},
 		{"batch script with one task", map[string]string{"SLURM_JOB_ID": "9", "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_NNODES": "1"},
 			pos{Slurm, 0, 1, -1, -1, -1, -1, "", 0, false, 0, -1, "", ""}},
 	} {
