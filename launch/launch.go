@@ -248,9 +248,14 @@ func (r *reader) has(names ...string) bool {
 }
 
 func (r *reader) fail(format string, a ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: launch: detected %s, but "+format, append([]any{errs.InvalidArgument, r.launcher}, a...)...)
+	if r.err != nil {
+		return
 	}
+	what := "detected " + r.launcher.String() + ", but "
+	if r.launcher == Unknown {
+		what = ""
+	}
+	r.err = fmt.Errorf("%w: launch: %s%s", errs.InvalidArgument, what, fmt.Sprintf(format, a...))
 }
 
 // int stores the first of names that is set into *dst, its name into *src

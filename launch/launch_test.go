@@ -307,6 +307,7 @@ func TestErrorsNameLauncherAndFix(t *testing.T) {
 			[]string{"detected a Kubernetes indexed Job", "completions", "WORLD_SIZE"}},
 		{"indexed Job without MASTER_ADDR", map[string]string{"JOB_COMPLETION_INDEX": "2", "WORLD_SIZE": "4", "MASTER_PORT": "29500", "HOSTNAME": "train-2"},
 			[]string{"detected a Kubernetes indexed Job (JOB_COMPLETION_INDEX=2 of 4)", "MASTER_ADDR", "train-0", "JOBSET-REPLICATEDJOB-0-0.JOBSET"}},
+		{"port alone, not a number", map[string]string{"MASTER_PORT": "http"}, []string{`launch: MASTER_PORT="http" is not a port number`}},
 		{"agent store flag", map[string]string{"TORCHELASTIC_USE_AGENT_STORE": "maybe", "RANK": "0", "WORLD_SIZE": "1"},
 			[]string{"detected torchrun", "TORCHELASTIC_USE_AGENT_STORE=\"maybe\""}},
 	} {
