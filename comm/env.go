@@ -6,10 +6,17 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/tandemml/tandem/launch"
 )
 
 // Env is where this process sits in a job, as launchers describe it through
-// environment variables. EnvFromOS reads it; rpc and other layers reuse it.
+// environment variables: the part of a launch.Job that comm uses, kept as
+// its own type so that code written against earlier versions keeps
+// compiling. EnvFromOS reads it through package launch, which holds the
+// rules (which launcher set which variable, and what is derived when one is
+// missing); use launch.FromEnv for the rest of the job (node rank, restart
+// count, token, torchrun's agent store).
 type Env struct {
 	// Rank is this process's rank, 0 <= Rank < WorldSize.
 	Rank int
@@ -24,50 +31,51 @@ type Env struct {
 	MasterAddr string
 	MasterPort int
 	// Source names the variables that rank and world size came from:
-	// "RANK/WORLD_SIZE" (tandem run, torchrun), "OMPI_COMM_WORLD_*" (mpirun)
-	// or "SLURM_*" (srun).
+	// "RANK/WORLD_SIZE" (tandem run, torchrun, a PyTorchJob, variables set
+	// by hand), "OMPI_COMM_WORLD_*" (Open MPI's mpirun), "PMI_*" (MPICH or
+	// Intel MPI mpiexec), "SLURM_*" (srun), "PET_*" (a Kubeflow TrainJob)
+	// or "JOB_COMPLETION_INDEX" (a Kubernetes indexed Job).
 	Source string
+	// Launcher is what package launch recognised.
+	Launcher launch.Launcher
 }
 
-// Environment variables read by EnvFromOS, in order of preference.
-var (
-	rankVars       = []string{"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}
-	worldVars      = []string{"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}
-	localRankVars  = []string{"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}
-	localWorldVars = []string{"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}
-)
-
-// envHelp says how to get the variables set.
-const envHelp = "start the job with `tandem run -nproc N -- PROGRAM` (or torchrun, mpirun, srun), or set the variables yourself"
-
-// EnvFromOS reads the job's layout from the environment:
+// EnvFromOS reads the job's layout from the environment with
+// launch.FromEnv, which knows the variables of tandem run, torchrun,
+// Kubeflow's PyTorchJob and TrainJob, Kubernetes indexed Jobs and JobSets,
+// Open MPI's mpirun, MPICH's and Intel MPI's mpiexec (PMI) and Slurm's srun.
+// In short:
 //
-//   - RANK and WORLD_SIZE (set by tandem run and torchrun); when absent,
-//     OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE (Open MPI's mpirun),
-//     PMI_RANK and PMI_SIZE (MPICH, Intel MPI), then SLURM_PROCID and
-//     SLURM_NTASKS (srun);
+//   - RANK and WORLD_SIZE (tandem run, torchrun, a PyTorchJob), else the
+//     launcher's own: OMPI_COMM_WORLD_RANK and _SIZE, PMI_RANK and PMI_SIZE,
+//     SLURM_PROCID and SLURM_NTASKS, PET_NODE_RANK and PET_NNODES,
+//     JOB_COMPLETION_INDEX;
 //   - LOCAL_RANK and LOCAL_WORLD_SIZE, with the same fallbacks
-//     (OMPI_COMM_WORLD_LOCAL_*, SLURM_LOCALID; under Slurm on a single node,
-//     SLURM_NTASKS is the local world size too);
+//     (OMPI_COMM_WORLD_LOCAL_*, MPI_LOCALRANKID, SLURM_LOCALID and this
+//     node's entry of SLURM_STEP_TASKS_PER_NODE, ...);
 //   - MASTER_ADDR and MASTER_PORT, the address of rank 0's store.
 //
-// MASTER_ADDR defaults to 127.0.0.1 only when the job is known to run on
-// this machine alone (LOCAL_WORLD_SIZE equals WORLD_SIZE, or a world of
-// one); a job spread over machines must name rank 0's host. MASTER_PORT has
-// no default: a fixed port would collide between jobs, and launchers pick a
-// free one. A world of one needs neither.
+// MASTER_ADDR defaults to 127.0.0.1 when the job is known to run on this
+// machine alone (LOCAL_WORLD_SIZE equals WORLD_SIZE, or one node), and
+// under srun to the first host of SLURM_STEP_NODELIST. MASTER_PORT defaults
+// only where the launcher names the job (Slurm's job id, Open MPI's job id),
+// to launch.DerivePort of that id, the same on every rank; otherwise it must
+// be set. A world of one needs neither.
 //
-// Errors wrap ErrInvalidArgument and name the variable and how to set it.
+// Errors wrap ErrInvalidArgument and name the launcher detected, the
+// variable and how to set it.
 func EnvFromOS() (Env, error) {
 	return envFrom(os.LookupEnv)
 }
 
 // partialEnv is the environment as found: fields a launcher did not set are
-// -1 (or "") so that options can fill them in.
+// -1 (or "") so that Init's options and URL can fill them in before
+// complete. The *Var fields name where a value came from, for messages.
 type partialEnv struct {
 	Env
 	rankVar, worldVar string // which variables supplied rank and world size
-	portVar           string
+	portVar           string // and the master address and port
+	job               launch.Job
 }
 
 func envFrom(lookup func(string) (string, bool)) (Env, error) {
@@ -83,111 +91,72 @@ func envFrom(lookup func(string) (string, bool)) (Env, error) {
 
 // readEnv parses every variable that is set, without requiring any.
 func readEnv(lookup func(string) (string, bool)) (partialEnv, error) {
-	p := partialEnv{Env: Env{Rank: -1, WorldSize: -1, LocalRank: -1, LocalWorldSize: -1}}
-	var err error
-	if p.Rank, p.rankVar, err = firstInt(lookup, rankVars); err != nil {
-		return p, err
+	j, err := launch.Read(lookup)
+	if err != nil {
+		return partialEnv{}, err
 	}
-	if p.WorldSize, p.worldVar, err = firstInt(lookup, worldVars); err != nil {
-		return p, err
-	}
-	if p.LocalRank, _, err = firstInt(lookup, localRankVars); err != nil {
-		return p, err
-	}
-	if p.LocalWorldSize, _, err = firstInt(lookup, localWorldVars); err != nil {
-		return p, err
-	}
-	if p.LocalWorldSize < 0 && p.worldVar == "SLURM_NTASKS" {
-		if nodes, ok := lookup("SLURM_NNODES"); ok && strings.TrimSpace(nodes) == "1" {
-			p.LocalWorldSize = p.WorldSize
-		}
-	}
-	switch {
-	case p.rankVar == "RANK" || p.worldVar == "WORLD_SIZE":
-		p.Source = "RANK/WORLD_SIZE"
-	case strings.HasPrefix(p.rankVar, "OMPI_") || strings.HasPrefix(p.worldVar, "OMPI_"):
-		p.Source = "OMPI_COMM_WORLD_*"
-	case strings.HasPrefix(p.rankVar, "PMI_") || strings.HasPrefix(p.worldVar, "PMI_"):
-		p.Source = "PMI_*"
-	case strings.HasPrefix(p.rankVar, "SLURM_") || strings.HasPrefix(p.worldVar, "SLURM_"):
-		p.Source = "SLURM_*"
-	}
-	if v, ok := lookup("MASTER_ADDR"); ok {
-		p.MasterAddr = strings.TrimSpace(v)
-	}
-	if v, ok := lookup("MASTER_PORT"); ok && strings.TrimSpace(v) != "" {
-		port, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || port < 1 || port > 65535 {
-			return p, fmt.Errorf("%w: MASTER_PORT=%q is not a port number (1..65535)", ErrInvalidArgument, v)
-		}
-		p.MasterPort, p.portVar = port, "MASTER_PORT"
-	}
+	p := partialEnv{job: j, rankVar: j.Sources.Rank, worldVar: j.Sources.WorldSize, portVar: j.Sources.MasterPort}
+	p.Env = envOf(j)
 	return p, nil
-}
-
-// firstInt returns the value of the first variable of names that is set.
-func firstInt(lookup func(string) (string, bool), names []string) (int, string, error) {
-	for _, n := range names {
-		v, ok := lookup(n)
-		if !ok || strings.TrimSpace(v) == "" {
-			continue
-		}
-		x, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || x < 0 {
-			return -1, n, fmt.Errorf("%w: %s=%q is not a non-negative integer", ErrInvalidArgument, n, v)
-		}
-		return x, n, nil
-	}
-	return -1, "", nil
 }
 
 // complete checks that rank and world size are known and consistent and,
 // with needMaster, that the master address is known, filling in its default.
+// Values that Init changed (from its options or URL) replace the launcher's.
 func (p *partialEnv) complete(needMaster bool) error {
-	if p.WorldSize < 0 {
-		return fmt.Errorf("%w: the world size is not set: set WORLD_SIZE (or pass comm.WithWorldSize); %s", ErrInvalidArgument, envHelp)
+	j := p.job
+	if j.Rank != p.Rank || j.Sources.Rank != p.rankVar {
+		j.Rank, j.Sources.Rank = p.Rank, p.rankVar
 	}
-	if p.WorldSize < 1 {
-		return fmt.Errorf("%w: world size %d (from %s): must be at least 1", ErrInvalidArgument, p.WorldSize, orOption(p.worldVar, "WithWorldSize"))
+	if j.WorldSize != p.WorldSize || j.Sources.WorldSize != p.worldVar {
+		j.WorldSize, j.Sources.WorldSize = p.WorldSize, p.worldVar
 	}
-	if p.Rank < 0 {
-		return fmt.Errorf("%w: this process's rank is not set: set RANK (or pass comm.WithRank); %s", ErrInvalidArgument, envHelp)
+	if j.MasterAddr != p.MasterAddr {
+		j.MasterAddr, j.Sources.MasterAddr = p.MasterAddr, p.portVar
 	}
-	if p.Rank >= p.WorldSize {
-		return fmt.Errorf("%w: rank %d (from %s) is out of range for world size %d (from %s): ranks run from 0 to %d",
-			ErrInvalidArgument, p.Rank, orOption(p.rankVar, "WithRank"), p.WorldSize, orOption(p.worldVar, "WithWorldSize"), p.WorldSize-1)
+	if j.MasterPort != p.MasterPort {
+		j.MasterPort, j.Sources.MasterPort = p.MasterPort, p.portVar
 	}
-	if p.LocalWorldSize >= 0 && p.LocalRank >= p.LocalWorldSize {
-		return fmt.Errorf("%w: LOCAL_RANK %d is out of range for LOCAL_WORLD_SIZE %d", ErrInvalidArgument, p.LocalRank, p.LocalWorldSize)
-	}
-	if !needMaster {
-		return nil
-	}
-	if p.WorldSize == 1 {
-		if p.MasterAddr == "" && p.MasterPort != 0 {
-			p.MasterAddr = "127.0.0.1"
+	if err := j.Resolve(needMaster); err != nil {
+		if j.Rank < 0 || j.WorldSize < 0 {
+			return fmt.Errorf("%w (a program can also pass comm.WithRank and comm.WithWorldSize)", err)
 		}
-		return nil
+		return err
 	}
-	if p.MasterAddr == "" {
-		if p.LocalWorldSize != p.WorldSize {
-			return fmt.Errorf("%w: MASTER_ADDR is not set: set it to the host name or address of rank 0's machine (it defaults to 127.0.0.1 only when LOCAL_WORLD_SIZE equals WORLD_SIZE); %s",
-				ErrInvalidArgument, envHelp)
-		}
-		p.MasterAddr = "127.0.0.1"
-	}
-	if p.MasterPort == 0 {
-		return fmt.Errorf("%w: MASTER_PORT is not set: set it to a free TCP port on rank 0's machine (the same on every rank); %s",
-			ErrInvalidArgument, envHelp)
-	}
+	p.job = j
+	src := p.Source // the environment's, whatever the options replaced
+	p.Env = envOf(j)
+	p.Source = src
 	return nil
 }
 
-func orOption(v, opt string) string {
-	if v == "" {
-		return "comm." + opt
+// envOf is the part of j that Env holds.
+func envOf(j launch.Job) Env {
+	return Env{
+		Rank: j.Rank, WorldSize: j.WorldSize,
+		LocalRank: j.LocalRank, LocalWorldSize: j.LocalWorldSize,
+		MasterAddr: j.MasterAddr, MasterPort: j.MasterPort,
+		Source: sourceOf(j), Launcher: j.Launcher,
 	}
-	return v
+}
+
+// sourceOf names the family of variables the rank came from (Env.Source).
+func sourceOf(j launch.Job) string {
+	switch src := j.Sources.Rank; {
+	case src == "JOB_COMPLETION_INDEX":
+		return "JOB_COMPLETION_INDEX"
+	case src == "RANK" || j.Sources.WorldSize == "WORLD_SIZE":
+		return "RANK/WORLD_SIZE"
+	case strings.HasPrefix(src, "OMPI_"):
+		return "OMPI_COMM_WORLD_*"
+	case strings.HasPrefix(src, "PMI"):
+		return "PMI_*"
+	case j.Launcher == launch.Slurm:
+		return "SLURM_*"
+	case strings.HasPrefix(src, "PET_"):
+		return "PET_*"
+	}
+	return ""
 }
 
 // MasterHostPort returns MasterAddr:MasterPort, bracketing IPv6 addresses.
