@@ -50,8 +50,9 @@ func rawConn(t *testing.T, a *Agent, token []byte) (net.Conn, *bufio.Reader, byt
 	}
 	io.CopyN(io.Discard, br, int64(binary.LittleEndian.Uint16(h[1:])))
 	if h[0] == statusOK {
-		io.CopyN(io.Discard, br, cmaHelloLen+1)
+		io.CopyN(io.Discard, br, cmaHelloLen)
 		nc.Write([]byte{0})
+		br.ReadByte()
 	}
 	return nc, br, h[0]
 }
