@@ -28,7 +28,13 @@ import (
 // rawConn dials agent a and, with token non-nil, completes the hello.
 func rawConn(t *testing.T, a *Agent, token []byte) (net.Conn, *bufio.Reader, byte) {
 	t.Helper()
-	nc, err := net.Dial("tcp", a.ln.Addr().String())
+	return rawConnTo(t, a.ln.Addr().String(), token)
+}
+
+// rawConnTo is rawConn for the agent listening at addr.
+func rawConnTo(t *testing.T, addr string, token []byte) (net.Conn, *bufio.Reader, byte) {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
