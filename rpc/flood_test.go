@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/admit"
 )
 
 // floodedEnv makes the test binary, re-executed, run worker 1 of
@@ -254,3 +255,66 @@ func TestHandshakeFlood(t *testing.T) {
 }
 
 func mb(n int64) float64 { return float64(n) / (1 << 20) }
+
+// TestHandshakeGate: a worker serves at most admit.MaxPendingPerHost
+// connections in their handshake from one host; the next is closed at once,
+// an idle one is closed when the handshake limit passes, and a connection
+// with the token gets through once the slots are free.
+func TestHandshakeGate(t *testing.T) {
+	agents := startGroup(t, 1, registerBasics)
+	a := agents[0]
+	addr := a.ln.Addr().String()
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	start := time.Now()
+	for range admit.MaxPendingPerHost {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for a.gate.Pending() < admit.MaxPendingPerHost && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if p := a.gate.Pending(); p != admit.MaxPendingPerHost {
+		t.Fatalf("%d connections in their handshake, want %d", p, admit.MaxPendingPerHost)
+	}
+	refused := a.Metrics().ConnectionsRefused
+	over, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	over.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if n, err := over.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("a connection over the limit: read %d, %v; want it closed at once", n, err)
+	}
+	if got := a.Metrics().ConnectionsRefused; got != refused+1 {
+		t.Fatalf("refused connections: %d, want %d", got, refused+1)
+	}
+	// The idle ones are closed when the handshake limit passes.
+	for _, c := range idle {
+		c.SetReadDeadline(time.Now().Add(admit.HandshakeTimeout + 5*time.Second))
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("an idle connection: %v; want it closed after %v", err, admit.HandshakeTimeout)
+		}
+	}
+	if d := time.Since(start); d < admit.HandshakeTimeout-500*time.Millisecond {
+		t.Fatalf("idle connections closed after %v, before the handshake limit of %v", d, admit.HandshakeTimeout)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for a.gate.Pending() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	nc, _, status := rawConnTo(t, addr, a.token)
+	defer nc.Close()
+	if status != statusOK {
+		t.Fatalf("a connection with the token after the idle ones: status %d", status)
+	}
+}

@@ -270,6 +270,11 @@ func TestMutualTLS(t *testing.T) {
 	if y, err := Sync[*tensor.Dense](ctx, agents[0], "w1", "echo", x); err != nil || !sameTensor(x, y) {
 		t.Fatalf("TLS call: %v", err)
 	}
+	// Same-host copies work over TLS as well: the proofs are tied to the
+	// TCP connection under it.
+	if c, want := agents[0].peers[1].cur.Load(), cmaSupported && bootID != ([16]byte{}); c.sendByRef != want || c.recvByRef != want {
+		t.Fatalf("same-host copies over TLS: send %v recv %v, want %v", c.sendByRef, c.recvByRef, want)
+	}
 	// A client without a certificate is refused at the handshake.
 	nc, err := tls.Dial("tcp", agents[1].ln.Addr().String(), &tls.Config{RootCAs: cfg.RootCAs, MinVersion: tls.VersionTLS13})
 	if err == nil {
