@@ -204,7 +204,7 @@ func prover(addr string) error {
 
 // proveFrom runs a prover process with attr and returns what Accept made
 // of its proof.
-func proveFrom(t *testing.T, bin string, attr *syscall.SysProcAttr) (Cred, error, int) {
+func proveFrom(t *testing.T, bin string, attr *syscall.SysProcAttr) (Cred, int, error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -236,7 +236,7 @@ func proveFrom(t *testing.T, bin string, attr *syscall.SysProcAttr) (Cred, error
 		t.Fatal(err)
 	}
 	cred, err := c.Accept(ctxFor(t, 10*time.Second), conn)
-	return cred, err, cmd.Process.Pid
+	return cred, cmd.Process.Pid, err
 }
 
 // publicBinary returns a copy of the test binary that any user may run.
@@ -264,7 +264,7 @@ func publicBinary(t *testing.T) string {
 // its proof.
 func TestProofFromAnotherProcess(t *testing.T) {
 	linuxOnly(t)
-	cred, err, pid := proveFrom(t, os.Args[0], nil)
+	cred, pid, err := proveFrom(t, os.Args[0], nil)
 	if err != nil || cred.PID != pid || cred.UID != os.Geteuid() {
 		t.Fatalf("prover process %d: %+v %v", pid, cred, err)
 	}
@@ -274,7 +274,7 @@ func TestProofFromAnotherProcess(t *testing.T) {
 	}
 	bin := publicBinary(t)
 	t.Run("other user", func(t *testing.T) {
-		cred, err, _ := proveFrom(t, bin, &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}})
+		cred, _, err := proveFrom(t, bin, &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}})
 		if !errors.Is(err, errs.Unauthorized) || cred.UID != 65534 {
 			t.Fatalf("prover running as nobody: %+v %v, want refused", cred, err)
 		}
@@ -282,7 +282,7 @@ func TestProofFromAnotherProcess(t *testing.T) {
 	t.Run("nested PID namespace", func(t *testing.T) {
 		// This process sees a process of a namespace nested in its own,
 		// under the id it has here.
-		cred, err, pid := proveFrom(t, bin, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID})
+		cred, pid, err := proveFrom(t, bin, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID})
 		if err != nil || cred.PID != pid {
 			t.Fatalf("prover in a nested PID namespace, pid %d here: %+v %v", pid, cred, err)
 		}
