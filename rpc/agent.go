@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/admit"
 )
 
 // WorkerInfo names one worker of the group: its unique name and its id (its
@@ -43,6 +44,8 @@ type Agent struct {
 	ownSt   store.Store // the TCP store the agent made, closed at shutdown
 	token   []byte
 	ln      net.Listener
+	gate    *admit.Gate   // connections in their handshake (handshake.go)
+	warn    *admit.Warner // warnings about refused connections
 
 	baseCtx    context.Context
 	cancelBase context.CancelFunc
@@ -113,6 +116,8 @@ func Init(ctx context.Context, name string, rank, worldSize int, opts ...Option)
 		reg:      o.registry,
 		servers:  map[*conn]struct{}{},
 		shutdown: make(chan struct{}),
+		gate:     admit.NewGate(0, 0),
+		warn:     admit.NewWarner(o.logger, 0),
 	}
 	a.baseCtx, a.cancelBase = context.WithCancel(context.Background())
 	cics, sics := append([]ClientInterceptor(nil), o.clientIC...), append([]ServerInterceptor(nil), o.serverIC...)

@@ -64,9 +64,12 @@
 // has copied the argument, and the call keeps the tensors reachable until
 // then (if the call times out or its context ends first, the callee may
 // still be reading them). Each connection checks at its handshake that
-// this works (same kernel boot, and the peer's memory readable: same user,
-// ptrace rules, no seccomp filter forbidding it) and otherwise sends
-// everything inline; WithSameHostCopy(false) turns it off.
+// this works (same kernel boot, and the peer's memory readable: ptrace
+// rules, no seccomp filter forbidding it) and otherwise sends everything
+// inline; WithSameHostCopy(false) turns it off. The process read is the
+// one the kernel names as the peer (each side proves which process it is
+// through an abstract Unix socket, see internal/peercred), never one the
+// peer names, and only if it runs as the same user.
 //
 // Memory for large received tensors (256 KiB and up) is recycled: fresh
 // memory costs a page fault per 4 KiB page on first touch, and every few
@@ -120,7 +123,12 @@
 //
 // Every connection presents a shared token (WithToken, TANDEM_TOKEN, or one
 // the workers create through the store when neither is set); a wrong token
-// is refused at the handshake. A frame over the size limit
+// is refused at the handshake. Until a connection has presented the token
+// it gets a small read buffer and five seconds, and at most 256 such
+// connections (64 from one host) are served at once; more are closed as
+// soon as they are accepted, and the warnings about them are
+// rate-limited, so a flood of idle connections costs little memory and
+// few log lines. A frame over the size limit
 // (WithMaxMessageSize) or malformed closes that connection only; the agent
 // keeps serving the others.
 //

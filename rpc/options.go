@@ -8,6 +8,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/admit"
 )
 
 // Defaults.
@@ -51,7 +52,7 @@ func newOptions(opts []Option) options {
 		timeout:        DefaultTimeout,
 		maxMessage:     DefaultMaxMessageSize,
 		socketBuffer:   4 << 20,
-		handshakeLimit: 10 * time.Second,
+		handshakeLimit: admit.HandshakeTimeout,
 		sameHostCopy:   true,
 	}
 	for _, f := range opts {

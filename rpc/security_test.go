@@ -28,7 +28,13 @@ import (
 // rawConn dials agent a and, with token non-nil, completes the hello.
 func rawConn(t *testing.T, a *Agent, token []byte) (net.Conn, *bufio.Reader, byte) {
 	t.Helper()
-	nc, err := net.Dial("tcp", a.ln.Addr().String())
+	return rawConnTo(t, a.ln.Addr().String(), token)
+}
+
+// rawConnTo is rawConn for the agent listening at addr.
+func rawConnTo(t *testing.T, addr string, token []byte) (net.Conn, *bufio.Reader, byte) {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,8 +56,9 @@ func rawConn(t *testing.T, a *Agent, token []byte) (net.Conn, *bufio.Reader, byt
 	}
 	io.CopyN(io.Discard, br, int64(binary.LittleEndian.Uint16(h[1:])))
 	if h[0] == statusOK {
-		io.CopyN(io.Discard, br, cmaHelloLen+1)
+		io.CopyN(io.Discard, br, cmaHelloLen)
 		nc.Write([]byte{0})
+		br.ReadByte()
 	}
 	return nc, br, h[0]
 }
@@ -262,6 +269,11 @@ func TestMutualTLS(t *testing.T) {
 	x := dense([]int{1000}, make([]float32, 1000))
 	if y, err := Sync[*tensor.Dense](ctx, agents[0], "w1", "echo", x); err != nil || !sameTensor(x, y) {
 		t.Fatalf("TLS call: %v", err)
+	}
+	// Same-host copies work over TLS as well: the proofs are tied to the
+	// TCP connection under it.
+	if c, want := agents[0].peers[1].cur.Load(), cmaSupported && bootID != ([16]byte{}); c.sendByRef != want || c.recvByRef != want {
+		t.Fatalf("same-host copies over TLS: send %v recv %v, want %v", c.sendByRef, c.recvByRef, want)
 	}
 	// A client without a certificate is refused at the handshake.
 	nc, err := tls.Dial("tcp", agents[1].ln.Addr().String(), &tls.Config{RootCAs: cfg.RootCAs, MinVersion: tls.VersionTLS13})

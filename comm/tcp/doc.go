@@ -58,10 +58,13 @@
 // halves the processor time of moving bulk data between local ranks, the
 // cost that bounds collectives when several ranks share a few cores. Right
 // after the handshake, both sides of every connection probe whether this
-// works (each reads a random token from the other's memory), so the path
-// is used exactly where the kernel allows it (same machine, same PID
-// namespace, ptrace access permitted); elsewhere messages travel through
-// the socket. Note that Yama (kernel.yama.ptrace_scope of 1 or more, the
+// works: each proves to the other, through an abstract Unix socket, which
+// process it is, so that the process read is the one the kernel names
+// (SO_PEERCRED) and never one the peer names, and only if it runs as the
+// same user; then each reads a random token from the other's memory. The
+// path is used exactly where the kernel allows it (same machine, network
+// and PID namespace, same user, ptrace access permitted); elsewhere
+// messages travel through the socket. Note that Yama (kernel.yama.ptrace_scope of 1 or more, the
 // default on Ubuntu) forbids such reads between sibling processes, so ranks
 // started side by side by one launcher fall back to the socket there unless
 // the administrator sets the scope to 0. WithSingleCopy(false) turns the

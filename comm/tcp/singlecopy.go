@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"runtime"
 	"slices"
 	"time"
 	"unsafe"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/peercred"
 )
 
 // Single-copy transfers between processes on one machine.
@@ -30,13 +30,21 @@ import (
 // halves the processor time of moving bulk data between local ranks.
 //
 // Whether a pair of ranks can do this is probed when the connection is set
-// up: each side publishes its process id and the address of a random token
-// in its memory; the other side reads the token with process_vm_readv and
-// says whether it saw it. This finds out, without guessing, whether the two
-// processes share a machine and a PID namespace and whether the kernel
-// allows the read (ptrace access rules, seccomp). When it does not, messages
-// travel through the socket as before. WithSingleCopy(false) turns the
-// mechanism off.
+// up, and which process is read is the kernel's word, never the peer's: a
+// peer that could name a process would have this rank copy any memory it
+// may read (another user's process, say, if the rank runs as root) into a
+// receive buffer. Each side publishes the address of a random token in its
+// memory and a challenge (internal/peercred: an abstract Unix socket's
+// name and a nonce); each proves itself by connecting to the other's
+// socket with the nonce, and learns from the kernel (SO_PEERCRED) which
+// process connected to its own: only a process of this rank's user, at the
+// other end of this TCP connection, passes. It then reads the peer's token
+// at that process id with process_vm_readv and says whether it saw it.
+// This finds out, without guessing, whether the two processes share a
+// machine, a network and a PID namespace and a user, and whether the kernel
+// allows the read (ptrace access rules, seccomp). When it does not,
+// messages travel through the socket as before. WithSingleCopy(false)
+// turns the mechanism off.
 //
 // The receiver copies in the goroutine of the Recv that takes the message
 // (the reader goroutine only matches frames to receives and queues the
@@ -80,16 +88,25 @@ type remoteRef struct {
 
 // sameHost is what the probe found out about one connection.
 type sameHost struct {
-	pid   int  // the peer's process id when this rank reads the peer's messages from its memory; 0 when not
+	pid   int  // the peer's process id, as the kernel gave it, when this rank reads the peer's messages from its memory; 0 when not
 	offer bool // the peer reads this rank's large messages from its memory
 }
 
 // probeSize is the size of a probe record:
 //
-//	magic "TNDS" | 1 when single copies are enabled | 3 zero bytes | pid u64 | token address u64 | token [16]
-const probeSize = 40
+//	magic "TNDS" | 1 when single copies are enabled | 3 zero bytes | token address u64 | token [16] | challenge [peercred.OfferSize]
+//
+// After the records each side sends one byte, 1 when it has proved itself
+// to the other's challenge, and then its verdict, 1 when it has read the
+// other's token at the process id the kernel gave. (Version 2 of the
+// handshake carried the peer's own pid here instead of a challenge.)
+const probeSize = 32 + peercred.OfferSize
 
 var probeMagic = [4]byte{'T', 'N', 'D', 'S'}
+
+// proofWait bounds the wait for a proof the peer says it has made (the
+// kernel has queued it by then, so the wait is normally none).
+const proofWait = 2 * time.Second
 
 // probeSameHost runs the probe on every connection at once.
 func (b Backend) probeSameHost(ctx context.Context, rank int, conns []*net.TCPConn) ([]sameHost, error) {
@@ -122,8 +139,11 @@ func (b Backend) probeSameHost(ctx context.Context, rank int, conns []*net.TCPCo
 	return hosts, nil
 }
 
-// probe runs both sides' probe on one connection: both write their record,
-// read the other's, try to read the other's token and report the outcome.
+// probe runs both sides' probe on one connection: both write their
+// record, prove themselves to the other's challenge, take the other's
+// proof, try to read the other's token at the process the kernel named and
+// report the outcome. Neither side waits for the other's proof before
+// making its own, and each makes it before the byte that announces it.
 func (b Backend) probe(ctx context.Context, c *net.TCPConn) (sameHost, error) {
 	defer guard(ctx, c)()
 	token := new([16]byte)
@@ -133,14 +153,20 @@ func (b Backend) probe(ctx context.Context, c *net.TCPConn) (sameHost, error) {
 	if _, err := rand.Read(token[:]); err != nil {
 		return sameHost{}, err
 	}
+	var ch *peercred.Challenge
+	if b.singleCopy() {
+		if ch, _ = peercred.NewChallenge(); ch != nil {
+			defer ch.Close()
+		}
+	}
 	var rec [probeSize]byte
 	copy(rec[0:4], probeMagic[:])
-	if b.singleCopy() {
+	if ch != nil {
 		rec[4] = 1
+		copy(rec[32:], ch.Offer())
 	}
-	binary.LittleEndian.PutUint64(rec[8:], uint64(os.Getpid()))
-	binary.LittleEndian.PutUint64(rec[16:], uint64(uintptr(unsafe.Pointer(token))))
-	copy(rec[24:], token[:])
+	binary.LittleEndian.PutUint64(rec[8:], uint64(uintptr(unsafe.Pointer(token))))
+	copy(rec[16:32], token[:])
 	if _, err := c.Write(rec[:]); err != nil {
 		return sameHost{}, err
 	}
@@ -151,12 +177,27 @@ func (b Backend) probe(ctx context.Context, c *net.TCPConn) (sameHost, error) {
 	if [4]byte(peer[0:4]) != probeMagic {
 		return sameHost{}, fmt.Errorf("bad probe record %q: %w", peer[0:4], transport.ErrMismatch)
 	}
-	pid := int(binary.LittleEndian.Uint64(peer[8:]))
+	both := ch != nil && peer[4] == 1
+	var proved [1]byte
+	if both && peercred.Prove(ctx, peer[32:], c) == nil {
+		proved[0] = 1
+	}
+	if _, err := c.Write(proved[:]); err != nil {
+		return sameHost{}, err
+	}
+	var theirProof [1]byte
+	if _, err := io.ReadFull(c, theirProof[:]); err != nil {
+		return sameHost{}, err
+	}
 	var verdict [1]byte
-	if b.singleCopy() && peer[4] == 1 && pid > 0 {
+	var pid int
+	if both && theirProof[0] == 1 {
+		pctx, cancel := context.WithTimeout(ctx, proofWait)
+		cred, err := ch.Accept(pctx, c)
+		cancel()
 		var got [16]byte
-		if processVMRead(pid, got[:], binary.LittleEndian.Uint64(peer[16:])) == nil && [16]byte(peer[24:40]) == got {
-			verdict[0] = 1
+		if err == nil && processVMRead(cred.PID, got[:], binary.LittleEndian.Uint64(peer[8:])) == nil && [16]byte(peer[16:32]) == got {
+			verdict[0], pid = 1, cred.PID
 		}
 	}
 	if _, err := c.Write(verdict[:]); err != nil {
@@ -166,12 +207,7 @@ func (b Backend) probe(ctx context.Context, c *net.TCPConn) (sameHost, error) {
 	if _, err := io.ReadFull(c, theirs[:]); err != nil {
 		return sameHost{}, err
 	}
-	var h sameHost
-	if verdict[0] == 1 {
-		h.pid = pid
-	}
-	h.offer = theirs[0] == 1 && b.singleCopy()
-	return h, nil
+	return sameHost{pid: pid, offer: theirs[0] == 1 && proved[0] == 1}, nil
 }
 
 // sendRef sends buf by reference and waits until the peer has copied it.

@@ -3,8 +3,13 @@ package tcp
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -15,6 +20,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/peercred"
 )
 
 // singleCopyHere reports whether this machine lets a process read its own
@@ -336,5 +342,180 @@ func TestSingleCopyBetweenProcesses(t *testing.T) {
 	}
 	if err := tr.Send(ctx, 1, 3, []byte{1}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// victimEnv makes a re-executed test binary act as the victim of
+// TestSingleCopyTrustsOnlyTheKernel: it holds 16 token bytes and a 48-byte
+// secret right after them, prints its pid, their address and both in hex,
+// and waits for its stdin to close.
+const victimEnv = "TANDEM_TCP_TEST_VICTIM"
+
+// TestHelperSingleCopyVictim is not a test: it is the victim process of
+// TestSingleCopyTrustsOnlyTheKernel.
+func TestHelperSingleCopyVictim(t *testing.T) {
+	if os.Getenv(victimEnv) == "" {
+		t.Skip("victim process for TestSingleCopyTrustsOnlyTheKernel")
+	}
+	buf := make([]byte, 64)
+	rand.Read(buf)
+	fmt.Printf("%d %d %x %x\n", os.Getpid(), uintptr(unsafe.Pointer(&buf[0])), buf[:16], buf[16:])
+	io.Copy(io.Discard, os.Stdin)
+	runtime.KeepAlive(buf)
+	os.Exit(0)
+}
+
+// tcpVictim is what the victim process printed.
+type tcpVictim struct {
+	pid    int
+	addr   uint64
+	token  []byte
+	secret []byte
+}
+
+func startTCPVictim(t *testing.T) tcpVictim {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSingleCopyVictim$")
+	cmd.Env = append(os.Environ(), victimEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		cmd.Wait()
+	})
+	var v tcpVictim
+	var tok, sec string
+	if _, err := fmt.Fscanf(stdout, "%d %d %s %s\n", &v.pid, &v.addr, &tok, &sec); err != nil {
+		t.Fatalf("victim: %v", err)
+	}
+	v.token, _ = hex.DecodeString(tok)
+	v.secret, _ = hex.DecodeString(sec)
+	if v.pid != cmd.Process.Pid || len(v.token) != 16 || len(v.secret) != 48 {
+		t.Fatalf("victim printed pid %d token %q secret %q", v.pid, tok, sec)
+	}
+	return v
+}
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (a, b *net.TCPConn) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan *net.TCPConn, 1)
+	go func() {
+		c, _ := ln.AcceptTCP()
+		done <- c
+	}()
+	a, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = <-done
+	if b == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// hostileProbe is the probe of a rank that offers single copies with the
+// victim's token address and bytes as if they were its own. With prove it
+// proves itself to the honest rank's challenge (as the process it is: it
+// can be no other); without, it claims a proof it never made.
+func hostileProbe(c net.Conn, v tcpVictim, prove bool) error {
+	var rec [probeSize]byte
+	copy(rec[0:4], probeMagic[:])
+	rec[4] = 1
+	binary.LittleEndian.PutUint64(rec[8:], v.addr)
+	copy(rec[16:32], v.token)
+	rand.Read(rec[32:])
+	if _, err := c.Write(rec[:]); err != nil {
+		return err
+	}
+	var theirs [probeSize]byte
+	if _, err := io.ReadFull(c, theirs[:]); err != nil {
+		return err
+	}
+	if prove {
+		if err := peercred.Prove(context.Background(), theirs[32:], c); err != nil {
+			return err
+		}
+	}
+	var b [1]byte
+	if _, err := c.Write([]byte{1}); err != nil { // "proved"
+		return err
+	}
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return err
+	}
+	if _, err := c.Write([]byte{0}); err != nil { // verdict
+		return err
+	}
+	_, err := io.ReadFull(c, b[:])
+	return err
+}
+
+// TestSingleCopyTrustsOnlyTheKernel: a rank that names another process's
+// memory as its own (a victim's, which this process may read) gets no
+// single copy of it: the honest rank reads only the process the kernel
+// names as its peer, and a reference frame pointing at the victim's secret
+// fails the link instead of delivering the secret.
+func TestSingleCopyTrustsOnlyTheKernel(t *testing.T) {
+	singleCopyHere(t)
+	v := startTCPVictim(t)
+	probe := make([]byte, 16)
+	if err := processVMRead(v.pid, probe, v.addr); err != nil || !bytes.Equal(probe, v.token) {
+		t.Skipf("this process may not read the victim's memory here (%v): nothing to protect", err)
+	}
+	for _, prove := range []bool{true, false} {
+		t.Run(map[bool]string{true: "proving as itself", false: "claiming a proof it never made"}[prove], func(t *testing.T) {
+			honest, hostile := tcpPair(t)
+			ctx := ctxTimeout(t, 20*time.Second)
+			errc := make(chan error, 1)
+			go func() { errc <- hostileProbe(hostile, v, prove) }()
+			host, err := loopback.probe(ctx, honest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if host.pid != 0 {
+				t.Fatalf("the honest rank agreed to read pid %d (victim %d, this process %d)", host.pid, v.pid, os.Getpid())
+			}
+			// The hostile rank sends a reference to the secret anyway.
+			tr := newTransport(0, 2, DefaultMaxMessage)
+			tr.start([]*net.TCPConn{nil, honest}, []sameHost{{}, host})
+			defer tr.Close()
+			var frame [headerSize + refBodySize]byte
+			hdr := (*[headerSize]byte)(frame[:headerSize])
+			putHeader(hdr, frameRef, 7, uint64(len(v.secret)))
+			binary.LittleEndian.PutUint64(frame[headerSize:], v.addr+16)
+			binary.LittleEndian.PutUint64(frame[headerSize+8:], 1)
+			if _, err := hostile.Write(frame[:]); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, len(v.secret))
+			err = tr.Recv(ctx, 1, 7, got)
+			if bytes.Equal(got, v.secret) {
+				t.Fatalf("the honest rank copied the victim's secret out: %x", got)
+			}
+			if !errors.Is(err, transport.ErrPeerLost) {
+				t.Fatalf("a reference never agreed to: %v, want ErrPeerLost", err)
+			}
+			t.Logf("refused: %v", err)
+		})
 	}
 }

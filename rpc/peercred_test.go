@@ -1,0 +1,346 @@
+package rpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/tandemml/tandem/internal/peercred"
+	"gorgonia.org/tensor"
+)
+
+// The attack of issue 12: a token holder asks a worker for same-host
+// copies naming another process's memory (a victim's), then has the
+// worker's echo function copy a secret out of it. Version 1 of the
+// handshake took the process id from the hello; version 2 takes it only
+// from the kernel, and only for a process of the worker's user that is at
+// the other end of the TCP connection.
+
+// victimEnv makes the test binary, re-executed, act as the victim: it holds
+// 16 probe bytes and a 48-byte secret right after them, prints its pid, the
+// address and both as hex, and waits for its stdin to close.
+const victimEnv = "TANDEM_RPC_TEST_VICTIM"
+
+// attackerEnv makes the test binary, re-executed, run stealSecret against
+// the worker and victim its value names, and print what came back.
+const attackerEnv = "TANDEM_RPC_TEST_ATTACKER"
+
+// TestHelperVictim is the victim process of the same-host copy attack
+// tests; it does nothing in a normal test run.
+func TestHelperVictim(t *testing.T) {
+	if os.Getenv(victimEnv) == "" {
+		t.Skip("runs only as the victim process of TestSameHostCopyTrustsOnlyTheKernel")
+	}
+	buf := make([]byte, 64)
+	rand.Read(buf)
+	fmt.Printf("%d %d %x %x\n", os.Getpid(), uintptr(unsafe.Pointer(&buf[0])), buf[:16], buf[16:])
+	io.Copy(io.Discard, os.Stdin)
+	runtime.KeepAlive(buf)
+	os.Exit(0)
+}
+
+// TestHelperAttacker is the attacker process of the same-host copy attack
+// tests; it does nothing in a normal test run.
+func TestHelperAttacker(t *testing.T) {
+	arg := os.Getenv(attackerEnv)
+	if arg == "" {
+		t.Skip("runs only as the attacker process of TestSameHostCopyTrustsOnlyTheKernel")
+	}
+	f := strings.Fields(arg)
+	v, err := parseVictim(strings.Join(f[2:], " "))
+	if err != nil {
+		fmt.Println("bad victim:", err)
+		os.Exit(2)
+	}
+	got, err := stealSecret(f[0], []byte(f[1]), v, true, nil)
+	if err != nil {
+		fmt.Println("refused:", err)
+	} else {
+		fmt.Printf("got %x\n", got)
+	}
+	os.Exit(0)
+}
+
+// victim is what the victim process printed.
+type victim struct {
+	pid    int
+	addr   uint64
+	probe  [16]byte
+	secret []byte
+	line   string
+	cmd    *exec.Cmd
+	stdin  io.Closer
+}
+
+func parseVictim(line string) (victim, error) {
+	f := strings.Fields(line)
+	if len(f) != 4 {
+		return victim{}, fmt.Errorf("victim line %q", line)
+	}
+	v := victim{line: strings.Join(f, " ")}
+	var err error
+	if v.pid, err = strconv.Atoi(f[0]); err != nil {
+		return v, err
+	}
+	if v.addr, err = strconv.ParseUint(f[1], 10, 64); err != nil {
+		return v, err
+	}
+	p, err := hex.DecodeString(f[2])
+	if err != nil || len(p) != 16 {
+		return v, fmt.Errorf("probe %q", f[2])
+	}
+	copy(v.probe[:], p)
+	if v.secret, err = hex.DecodeString(f[3]); err != nil {
+		return v, err
+	}
+	return v, nil
+}
+
+func startVictim(t *testing.T) victim {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperVictim$")
+	cmd.Env = append(os.Environ(), victimEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("victim: %v", err)
+	}
+	v, err := parseVictim(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.pid != cmd.Process.Pid {
+		t.Fatalf("victim says pid %d, is %d", v.pid, cmd.Process.Pid)
+	}
+	v.cmd, v.stdin = cmd, stdin
+	return v
+}
+
+// stealSecret speaks the handshake by hand, offering same-host copies with
+// the victim's probe address and bytes as if they were its own, then sends
+// an echo call whose tensor is "by reference" at the victim's secret. With
+// prove it proves itself to the worker's challenge (as the process it is:
+// it can be no other); without, it claims a proof it never made. It returns
+// the tensor the worker echoed, or why it got none.
+// before, when not nil, runs just before the call goes out.
+func stealSecret(addr string, token []byte, v victim, prove bool, before func()) ([]byte, error) {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(nc)
+	hello := append([]byte(helloMagic), helloVersion, 0, 0, 0, 0, 0, 0)
+	binary.LittleEndian.PutUint16(hello[len(helloMagic)+5:], uint16(len(token)))
+	hello = append(hello, token...)
+	mine := cmaHello{flags: cmaEnabled, boot: bootID, addr: v.addr, probe: v.probe}
+	rand.Read(mine.challenge[:])
+	hello = mine.append(hello)
+	if _, err := nc.Write(hello); err != nil {
+		return nil, err
+	}
+	var h [3]byte
+	if _, err := io.ReadFull(br, h[:]); err != nil {
+		return nil, err
+	}
+	io.CopyN(io.Discard, br, int64(binary.LittleEndian.Uint16(h[1:])))
+	if h[0] != statusOK {
+		return nil, fmt.Errorf("hello refused: status %d", h[0])
+	}
+	theirs, err := readCMAHello(br)
+	if err != nil {
+		return nil, err
+	}
+	if prove {
+		if err := peercred.Prove(context.Background(), theirs.challenge[:], nc); err != nil {
+			return nil, fmt.Errorf("proving: %v", err)
+		}
+	}
+	if _, err := nc.Write([]byte{cmaSentProof}); err != nil {
+		return nil, err
+	}
+	verdict, err := br.ReadByte()
+	if err != nil {
+		return nil, err
+	}
+	if before != nil {
+		before()
+	}
+	if _, err := nc.Write(refEchoRequest(v.addr+16, len(v.secret))); err != nil {
+		return nil, err
+	}
+	var hdr [frameHeaderLen]byte
+	f, err := readFrame(br, hdr[:], 1<<20, func(b []byte) string { return string(b) }, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("worker's verdict on reading this process: %d; no reply: %w", verdict, err)
+	}
+	if f.kind != kindResponse || len(f.tensors) != 1 {
+		return nil, fmt.Errorf("reply of kind %d with %d tensors", f.kind, len(f.tensors))
+	}
+	return f.tensors[0].Header.Raw, nil
+}
+
+// refEchoRequest is an echo call whose one uint8 tensor of n bytes is "by
+// reference" at addr.
+func refEchoRequest(addr uint64, n int) []byte {
+	enc := Encoder{}
+	typ, err := enc.encodeTop(dense([]int{n}, make([]uint8, n)))
+	if err != nil {
+		panic(err)
+	}
+	head := appendString(nil, "echo")
+	head = appendString(head, typ)
+	head = binary.AppendUvarint(head, 0) // no timeout
+	head = binary.AppendUvarint(head, 0) // no metadata
+	head = binary.AppendUvarint(head, uint64(len(enc.buf)))
+	head = append(head, enc.buf...)
+	code, _ := dtypeCode(tensor.Uint8)
+	head = binary.AppendUvarint(head, 1)
+	head = append(head, code)
+	head = binary.AppendUvarint(head, 1)
+	head = binary.AppendUvarint(head, uint64(n))
+	head = binary.AppendUvarint(head, addr)
+	frame := make([]byte, frameHeaderLen, frameHeaderLen+len(head))
+	binary.LittleEndian.PutUint32(frame[0:4], uint32(len(head)))
+	frame[12], frame[14], frame[15] = kindRequest, frameVersion, flagByRef|flagNoAck
+	binary.LittleEndian.PutUint64(frame[16:24], 1)
+	return append(frame, head...)
+}
+
+// serverReadsByRef reports whether any of a's incoming connections reads
+// tensors from its peer's memory.
+func serverReadsByRef(a *Agent) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for c := range a.servers {
+		if c.recvByRef {
+			return true
+		}
+	}
+	return false
+}
+
+// TestSameHostCopyTrustsOnlyTheKernel reproduces the attack: the worker
+// could read the victim (the kernel allows it: same user here, or root),
+// and the attacker names the victim's memory, yet the worker reads only
+// the process the kernel names as its peer, so the secret never comes
+// back. The attacker runs in this process and, where the test runs as
+// root, in a process of user nobody, as in the report.
+func TestSameHostCopyTrustsOnlyTheKernel(t *testing.T) {
+	if !cmaSupported || bootID == ([16]byte{}) {
+		t.Skip("same-host copies are not available here")
+	}
+	v := startVictim(t)
+	var probe [16]byte
+	if err := cmaRead(v.pid, probe[:], v.addr); err != nil || probe != v.probe {
+		t.Skipf("this process may not read the victim's memory here (%v): nothing to protect", err)
+	}
+	agents := startGroup(t, 1, registerBasics)
+	w := agents[0]
+	addr := w.ln.Addr().String()
+	attack := func(t *testing.T, prove bool) {
+		var readsByRef bool
+		got, err := stealSecret(addr, w.token, v, prove, func() { readsByRef = serverReadsByRef(w) })
+		if bytes.Equal(got, v.secret) {
+			t.Fatalf("the worker copied the victim's secret out: %x", got)
+		}
+		if err == nil {
+			t.Fatalf("the worker read something by reference for the attacker: %x", got)
+		}
+		if readsByRef {
+			t.Fatal("the worker agreed to read the attacker's \"memory\"")
+		}
+		if !strings.Contains(err.Error(), "verdict on reading this process: 0") {
+			t.Fatalf("attack: %v", err)
+		}
+		t.Logf("refused: %v", err)
+	}
+	t.Run("proving as itself", func(t *testing.T) { attack(t, true) })
+	t.Run("claiming a proof it never made", func(t *testing.T) { attack(t, false) })
+	t.Run("as nobody", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to run the attacker as another user")
+		}
+		bin := publicTestBinary(t)
+		cmd := exec.Command(bin, "-test.run=^TestHelperAttacker$")
+		cmd.Env = append(os.Environ(), attackerEnv+"="+addr+" "+string(w.token)+" "+v.line)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("attacker: %v\n%s", err, out)
+		}
+		s := string(out)
+		if strings.Contains(s, hex.EncodeToString(v.secret)) {
+			t.Fatalf("the worker copied the victim's secret out for nobody: %s", s)
+		}
+		if !strings.Contains(s, "refused:") || !strings.Contains(s, "verdict on reading this process: 0") {
+			t.Fatalf("attacker as nobody: %s", s)
+		}
+		t.Logf("%s", strings.TrimSpace(s))
+	})
+	// The worker still serves honest callers, by same-host copies.
+	two := startGroup(t, 2, registerBasics)
+	x := dense([]int{cmaThreshold}, make([]uint8, cmaThreshold))
+	if y, err := Sync[*tensor.Dense](context.Background(), two[0], "w1", "echo", x); err != nil || !sameTensor(x, y) {
+		t.Fatalf("honest echo: %v", err)
+	}
+	if c := two[0].peers[1].cur.Load(); !c.sendByRef || !c.recvByRef || c.peerPID != os.Getpid() {
+		t.Fatalf("honest workers: send %v recv %v pid %d", c.sendByRef, c.recvByRef, c.peerPID)
+	}
+}
+
+// publicTestBinary returns a copy of the test binary that any user may run.
+func publicTestBinary(t *testing.T) string {
+	t.Helper()
+	if st, err := os.Stat(os.TempDir()); err != nil || st.Mode().Perm()&0o001 == 0 {
+		t.Skipf("%s is not open to other users: no place for a binary they may run", os.TempDir())
+	}
+	dir, err := os.MkdirTemp("", "rpc-attacker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "rpc.test")
+	if err := os.WriteFile(bin, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
