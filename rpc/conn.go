@@ -25,11 +25,10 @@ type conn struct {
 	peer   WorkerInfo
 	client bool
 	br     *bufio.Reader
-	rd     io.Reader // br, counting reads (rx) for the liveness check
+	rd     io.Reader // br, noting when bytes arrive for the liveness check
 
-	// liveness (watch): reads that returned bytes, when the last of them
-	// returned and when a write last completed (unix ns).
-	rx        atomic.Uint64
+	// liveness (watch): when a read last returned bytes and when a write
+	// last completed (unix ns).
 	readAt    atomic.Int64
 	wroteAt   atomic.Int64
 	watchOnce sync.Once
@@ -82,7 +81,7 @@ type conn struct {
 func newConn(a *Agent, nc net.Conn, peer WorkerInfo, client bool, br *bufio.Reader, peerPID int, sendByRef, recvByRef bool) *conn {
 	c := &conn{a: a, nc: nc, peer: peer, client: client, br: br, peerPID: peerPID, sendByRef: sendByRef, recvByRef: recvByRef,
 		acks: map[uint64]chan struct{}{}, done: make(chan struct{})}
-	c.rd = &countingReader{r: br, n: &c.rx, at: &c.readAt}
+	c.rd = &lifeReader{r: br, at: &c.readAt}
 	now := time.Now().UnixNano()
 	c.readAt.Store(now)
 	c.wroteAt.Store(now)
@@ -308,19 +307,17 @@ func (c *conn) readFrames() (handler func()) {
 	}
 }
 
-// countingReader counts the reads that return bytes and notes when the
-// last one returned: the liveness watch takes any progress as a sign of
-// life, including a long frame still arriving.
-type countingReader struct {
+// lifeReader notes when a read last returned bytes: the liveness watch
+// takes any progress as a sign of life, a long frame still arriving
+// included, not only whole frames.
+type lifeReader struct {
 	r  io.Reader
-	n  *atomic.Uint64
 	at *atomic.Int64
 }
 
-func (r *countingReader) Read(p []byte) (int, error) {
+func (r *lifeReader) Read(p []byte) (int, error) {
 	n, err := r.r.Read(p)
 	if n > 0 {
-		r.n.Add(1)
 		r.at.Store(time.Now().UnixNano())
 	}
 	return n, err
@@ -336,9 +333,9 @@ func (e *unresponsiveError) Error() string { return e.msg }
 // most of an interval, and fails the connection when nothing has arrived
 // for the timeout. Time the read loop spends dispatching a frame (running
 // callbacks or an async handler) counts as life: bytes may be waiting
-// unread. A tick that comes late by more than an interval means this
-// process itself did not run (stopped, starved), and the silence is not the
-// peer's: the count starts again.
+// unread. A tick that comes more than two intervals after the one before
+// means this process itself did not run (stopped, starved), and the silence
+// is not the peer's: the count starts again.
 func (c *conn) watch() {
 	defer c.a.wg.Done()
 	lc := c.a.opts.live

@@ -56,12 +56,12 @@ func TestIdleConnectionStaysAlive(t *testing.T) {
 		}
 	}
 	c0, c1 := agents[0].peers[1].cur.Load(), agents[1].peers[0].cur.Load()
-	rx0, rx1 := c0.rx.Load(), c1.rx.Load()
+	rx0, rx1 := c0.readAt.Load(), c1.readAt.Load()
 	time.Sleep(5 * timeout)
 	if c0.dead.Load() || c1.dead.Load() || agents[0].peers[1].cur.Load() != c0 || agents[1].peers[0].cur.Load() != c1 {
 		t.Fatal("an idle connection was dropped")
 	}
-	if c0.rx.Load() == rx0 || c1.rx.Load() == rx1 {
+	if c0.readAt.Load() == rx0 || c1.readAt.Load() == rx1 {
 		t.Fatal("no heartbeat arrived on an idle connection")
 	}
 	// Traffic, large tensors by reference included, while heartbeats flow.

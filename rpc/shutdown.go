@@ -169,18 +169,31 @@ func (a *Agent) gather(ctx context.Context, prefix string, world int, what strin
 		<-done
 	}()
 	for {
+		began := time.Now()
 		sctx, cancel := context.WithTimeout(wctx, a.opts.timeout)
 		vals, err := a.st.MultiGet(sctx, keys)
 		cancel()
 		if err == nil {
 			return vals, nil
 		}
+		waitOn := errors.Is(err, ErrTimeout) && !errors.Is(err, ErrPeerLost) // the slice ended, the store reachable
+		early := time.Since(began) < a.opts.timeout/2
+		if early && waitOn && ctx.Err() == nil && wctx.Err() == nil {
+			// A store that gives up well before the slice's deadline (a
+			// shorter limit of its own): wait a little before asking again.
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-wctx.Done():
+			}
+		}
 		if ctx.Err() == nil && wctx.Err() != nil {
 			return nil, context.Cause(wctx) // a worker was lost
 		}
-		if ctx.Err() == nil && errors.Is(err, ErrTimeout) {
-			if missing := a.missing(keys, st, false); len(missing) > 0 {
-				a.opts.logger.Info("rpc: graceful shutdown still waiting", "worker", a.self.Name, "for", strings.Join(missing, ", "))
+		if ctx.Err() == nil && waitOn {
+			if !early {
+				if missing := a.missing(keys, st, false); len(missing) > 0 {
+					a.opts.logger.Info("rpc: graceful shutdown still waiting", "worker", a.self.Name, "for", strings.Join(missing, ", "))
+				}
 			}
 			continue
 		}
