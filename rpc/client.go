@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/liveness"
 )
 
 // Sync calls fn on worker to with arg and waits for its result, which must
@@ -199,7 +201,7 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 	p := &pendingCall{a: a, fn: call.Function, resType: call.ResultType, fut: fut, start: start, into: call.into}
 	var c *conn
 	for attempt := 0; ; attempt++ {
-		c, err = a.connTo(ctx, call.To.ID, timeout)
+		c, err = a.connect(ctx, call.To, timeout)
 		if err != nil {
 			fut.Complete(nil, fmt.Errorf("rpc: call %q: %w", call.Function, err))
 			return fut
@@ -288,6 +290,27 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 		runtime.KeepAlive(enc.tensors)
 	}
 	return fut
+}
+
+// connect returns the connection to worker w, dialling it within timeout,
+// and with the liveness check on, within twice its timeout: a worker that
+// accepts the connection (its kernel does) but does not answer the
+// handshake is frozen, and is reported as unresponsive (ErrPeerLost).
+func (a *Agent) connect(ctx context.Context, w WorkerInfo, timeout time.Duration) (*conn, error) {
+	lc := a.opts.live
+	if lc.Timeout <= 0 || 2*lc.Timeout >= timeout {
+		return a.connTo(ctx, w.ID, timeout)
+	}
+	bound := 2 * lc.Timeout
+	start := time.Now()
+	errSilent := errors.New("no answer")
+	dctx, cancel := context.WithTimeoutCause(ctx, bound, errSilent)
+	defer cancel()
+	c, err := a.connTo(dctx, w.ID, timeout)
+	if err != nil && ctx.Err() == nil && context.Cause(dctx) == errSilent {
+		return nil, fmt.Errorf("%w: rpc: connecting to worker %s: the worker is %s", ErrPeerLost, w, liveness.Unresponsive(start))
+	}
+	return c, err
 }
 
 // cancelRemote tells the callee to cancel the handler of call id.

@@ -3,6 +3,7 @@ package rpc
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/liveness"
 )
 
 // conn is one TCP (or TLS) connection. A client conn carries this agent's
@@ -22,6 +25,13 @@ type conn struct {
 	peer   WorkerInfo
 	client bool
 	br     *bufio.Reader
+	rd     io.Reader // br, noting when bytes arrive for the liveness check
+
+	// liveness (watch): when a read last returned bytes and when a write
+	// last completed (unix ns).
+	readAt    atomic.Int64
+	wroteAt   atomic.Int64
+	watchOnce sync.Once
 
 	// writing: one goroutine flushes at a time; frames queued meanwhile go
 	// out together in its next writev, and their senders wait for that.
@@ -71,6 +81,19 @@ type conn struct {
 func newConn(a *Agent, nc net.Conn, peer WorkerInfo, client bool, br *bufio.Reader, peerPID int, sendByRef, recvByRef bool) *conn {
 	c := &conn{a: a, nc: nc, peer: peer, client: client, br: br, peerPID: peerPID, sendByRef: sendByRef, recvByRef: recvByRef,
 		acks: map[uint64]chan struct{}{}, done: make(chan struct{})}
+	c.rd = &lifeReader{r: br, at: &c.readAt}
+	now := time.Now().UnixNano()
+	c.readAt.Store(now)
+	c.wroteAt.Store(now)
+	if lc := a.opts.live; lc.Timeout > 0 {
+		// A write left unacknowledged for the liveness timeout fails, where
+		// TCP would retransmit for many minutes.
+		raw := nc
+		if tc, ok := nc.(*tls.Conn); ok {
+			raw = tc.NetConn()
+		}
+		liveness.SetUserTimeout(raw, lc.Timeout)
+	}
 	c.fetch = c.fetcher()
 	if client {
 		c.into = c.lent
@@ -134,6 +157,7 @@ func (c *conn) flushLocked() error {
 			c.werr = err
 			break
 		}
+		c.wroteAt.Store(time.Now().UnixNano())
 		c.doneGen = g
 		c.wcond.Broadcast()
 	}
@@ -207,6 +231,10 @@ func (c *conn) lostError(p *pendingCall, reason error) error {
 	if errors.Is(reason, errAgentClosed) {
 		return fmt.Errorf("%w: rpc: call %q to worker %s: this agent shut down", ErrClosed, p.fn, c.peer)
 	}
+	var ue *unresponsiveError
+	if errors.As(reason, &ue) {
+		return fmt.Errorf("%w: rpc: call %q to worker %s: the worker is %v", ErrPeerLost, p.fn, c.peer, reason)
+	}
 	return fmt.Errorf("%w: rpc: call %q to worker %s: connection lost: %v", ErrPeerLost, p.fn, c.peer, reason)
 }
 
@@ -223,8 +251,13 @@ func peerGone(err error) error {
 
 // readLoop reads frames until the connection fails, holding one count of
 // a.wg. On a server connection, a call to a sync function hands the reading
-// to a new goroutine (with the count) and runs the function here.
+// to a new goroutine (with the count) and runs the function here. The first
+// read loop of a connection starts its liveness watch.
 func (c *conn) readLoop() {
+	c.watchOnce.Do(func() {
+		c.a.wg.Add(1) // the read loop's own count keeps a.wg above zero here
+		go c.watch()
+	})
 	handler := c.readFrames()
 	c.a.wg.Done()
 	if handler != nil {
@@ -235,7 +268,7 @@ func (c *conn) readLoop() {
 func (c *conn) readFrames() (handler func()) {
 	hdr := make([]byte, frameHeaderLen)
 	for {
-		f, err := readFrame(c.br, hdr, c.a.opts.maxMessage, c.intern, c.fetch, c.into)
+		f, err := readFrame(c.rd, hdr, c.a.opts.maxMessage, c.intern, c.fetch, c.into)
 		if err != nil {
 			var pe *protocolError
 			if errors.As(err, &pe) {
@@ -250,9 +283,12 @@ func (c *conn) readFrames() (handler func()) {
 			head, _, _ := appendHead(make([]byte, 0, frameHeaderLen+8), &frame{kind: kindReadDone, id: f.id})
 			c.post(head)
 		}
-		if f.kind == kindReadDone {
+		switch f.kind {
+		case kindReadDone:
 			c.ackArrived(f.id)
 			continue
+		case kindHeartbeat:
+			continue // its bytes were the point
 		}
 		if c.client {
 			c.dispatching.Add(1)
@@ -269,6 +305,85 @@ func (c *conn) readFrames() (handler func()) {
 			return h
 		}
 	}
+}
+
+// lifeReader notes when a read last returned bytes: the liveness watch
+// takes any progress as a sign of life, a long frame still arriving
+// included, not only whole frames.
+type lifeReader struct {
+	r  io.Reader
+	at *atomic.Int64
+}
+
+func (r *lifeReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.at.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// unresponsiveError is why a connection to a silent worker was failed.
+type unresponsiveError struct{ msg string }
+
+func (e *unresponsiveError) Error() string { return e.msg }
+
+// watch keeps the connection's liveness until it closes, holding one count
+// of a.wg: twice an interval it sends a heartbeat if nothing was written for
+// most of an interval, and fails the connection when nothing has arrived
+// for the timeout. Time the read loop spends dispatching a frame (running
+// callbacks or an async handler) counts as life: bytes may be waiting
+// unread. A tick that comes more than two intervals after the one before
+// means this process itself did not run (stopped, starved), and the silence
+// is not the peer's: the count starts again.
+func (c *conn) watch() {
+	defer c.a.wg.Done()
+	lc := c.a.opts.live
+	t := time.NewTicker(lc.Interval / 2) // a silent peer is noticed within timeout + interval/2
+	defer t.Stop()
+	// excused: a time from which silence counts, later than the last read
+	// when this process was not running or the read loop was busy.
+	var excused time.Time
+	prev := time.Now()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		if now.Sub(prev) > 2*lc.Interval || c.dispatching.Load() > 0 {
+			excused = now
+		}
+		prev = now
+		if now.Sub(time.Unix(0, c.wroteAt.Load())) >= lc.Interval*3/4 {
+			c.heartbeat()
+		}
+		heard := time.Unix(0, c.readAt.Load())
+		if heard.Before(excused) {
+			heard = excused
+		}
+		if lc.Timeout > 0 && now.Sub(heard) >= lc.Timeout {
+			err := &unresponsiveError{liveness.Unresponsive(heard)}
+			c.a.opts.logger.Warn("rpc: closing the connection to an unresponsive worker", "worker", c.a.self.Name, "peer", c.peer.String(), "err", err)
+			c.close(err)
+			return
+		}
+	}
+}
+
+// heartbeat queues a heartbeat frame unless a write is in progress (which
+// carries bytes anyway, or is stuck behind a peer that does not read, where
+// one more frame would not help).
+func (c *conn) heartbeat() {
+	c.wmu.Lock()
+	busy := c.flushing || c.werr != nil
+	c.wmu.Unlock()
+	if busy {
+		return
+	}
+	head, _, _ := appendHead(make([]byte, 0, frameHeaderLen+8), &frame{kind: kindHeartbeat})
+	c.post(head)
 }
 
 // intern returns b as a string, reusing the strings of names seen before

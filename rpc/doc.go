@@ -40,8 +40,8 @@
 // come back clear and wrapped: ErrUnknownFunction (naming the registered
 // ones), ErrWrongType (naming expected and received types), ErrRemote (the
 // function's error message; ErrPanic with the trimmed stack when it
-// panicked: the callee keeps serving), ErrPeerLost (the worker died or is
-// unreachable), ErrTimeout, ErrClosed.
+// panicked: the callee keeps serving), ErrPeerLost (the worker died, is
+// unresponsive, or is unreachable), ErrTimeout, ErrClosed.
 //
 // # Transport
 //
@@ -121,6 +121,23 @@
 // page faults it saved); refilling a free list before it is empty; free
 // lists larger than 64 MiB.
 //
+// # Liveness
+//
+// Every connection proves its peer alive. Each side sends a small
+// heartbeat frame whenever it has written nothing for the liveness interval
+// (a third of the liveness timeout, at most a second), and any bytes
+// received count as life. A worker that sends nothing for the liveness
+// timeout (5 s by default, WithLivenessTimeout; negative turns the check
+// off) is unresponsive: it was stopped, is frozen or swapped out, or the
+// link to it is cut; its kernel may well still acknowledge every byte, so
+// TCP alone cannot tell. Its connections are failed: the calls waiting on
+// it end with ErrPeerLost and a message saying that it is unresponsive and
+// since when (not when the call's own timeout ends, 60 s by default), and
+// the handlers serving it see their context cancelled. The same timeout is
+// set as TCP_USER_TIMEOUT on Linux, so that a write left unacknowledged
+// fails as well, and connecting to a worker, handshake included, is bounded
+// by twice it. Every worker of a group should use the same setting.
+//
 // Every connection presents a shared token (WithToken, TANDEM_TOKEN, or one
 // the workers create through the store when neither is set); a wrong token
 // is refused at the handshake. Until a connection has presented the token
@@ -146,5 +163,12 @@
 // # Ending
 //
 // Shutdown(ctx, true) waits until all outstanding work on all workers is
-// done, then closes; Shutdown(ctx, false) closes at once.
+// done, then closes; Shutdown(ctx, false) closes at once. A graceful
+// shutdown is bounded by its context alone (a parameter server that calls
+// it at once waits there for as long as its trainers train), and it
+// watches the workers it waits for: one that dies, exits without shutting
+// down or stops answering, or the loss of the store's host, ends it within
+// seconds with ErrPeerLost naming the worker. When the context's deadline
+// passes first, the error names the workers still missing and says which
+// of them are alive.
 package rpc

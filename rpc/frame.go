@@ -20,7 +20,8 @@ import (
 //	fixed header, 24 bytes:
 //	  [0:4]   head length (u32): bytes of the head that follows
 //	  [4:12]  data length (u64): bytes of raw tensor data after the head
-//	  [12]    kind: 1 request, 2 response, 3 error, 4 cancel
+//	  [12]    kind: 1 request, 2 response, 3 error, 4 cancel, 5 read-done,
+//	          6 heartbeat
 //	  [13]    code: error frames carry an error code, others 0
 //	  [14]    version: 1
 //	  [15]    flags: bit 0 "tensors by reference" (same-host copies); bit 1
@@ -42,6 +43,12 @@ import (
 //	  receiver copies each tensor from the sender's memory and answers with
 //	  a read-done frame (kind 5, same id, empty), unless flag bit 1 is set.
 //
+// A heartbeat frame (kind 6, id 0, empty head fields, no data) goes both
+// ways on a connection that has written nothing for the liveness interval;
+// the receiver drops it, having counted its bytes as a sign of life (see
+// WithLivenessTimeout). It came with the liveness check; frames before it
+// end at kind 5, and both ends of a connection run the same build.
+//
 // A frame whose head does not parse exactly, whose sizes disagree, or whose
 // length passes the connection's limit is malformed: the connection that
 // carried it is closed, nothing else.
@@ -49,11 +56,12 @@ const (
 	frameHeaderLen = 24
 	frameVersion   = 1
 
-	kindRequest  = 1
-	kindResponse = 2
-	kindError    = 3
-	kindCancel   = 4
-	kindReadDone = 5
+	kindRequest   = 1
+	kindResponse  = 2
+	kindError     = 3
+	kindCancel    = 4
+	kindReadDone  = 5
+	kindHeartbeat = 6
 
 	flagByRef = 1
 	flagNoAck = 2
@@ -277,7 +285,7 @@ func parseHeader(h []byte, maxSize int64) (f frame, headLen uint32, dataLen uint
 	if f.flags&^(flagByRef|flagNoAck) != 0 || (f.flags&flagNoAck != 0 && (f.flags&flagByRef == 0 || f.kind != kindRequest)) {
 		return f, 0, 0, malformed("frame flags %#x on a frame of kind %d", f.flags, f.kind)
 	}
-	if f.kind < kindRequest || f.kind > kindReadDone {
+	if f.kind < kindRequest || f.kind > kindHeartbeat {
 		return f, 0, 0, malformed("frame kind %d", f.kind)
 	}
 	if f.flags&flagByRef != 0 && (dataLen != 0 || (f.kind != kindRequest && f.kind != kindResponse)) {
@@ -388,7 +396,7 @@ func parseHead(f *frame, head []byte, dataLen uint64, maxSize int64, intern func
 		if f.fn == "" {
 			return nil, malformed("request without a function name")
 		}
-	case kindCancel, kindReadDone:
+	case kindCancel, kindReadDone, kindHeartbeat:
 		if len(descs) != 0 || len(f.payload) != 0 {
 			return nil, malformed("frame of kind %d with a body", f.kind)
 		}

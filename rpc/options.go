@@ -9,14 +9,19 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/liveness"
 )
 
 // Defaults.
 const (
 	// DefaultTimeout bounds a call whose context has no earlier deadline and
-	// that sets no WithTimeout, and the agent's rendezvous and graceful
-	// shutdown when their context has no deadline.
+	// that sets no WithTimeout, and the agent's rendezvous when its context
+	// has no deadline. Graceful shutdown is not bounded by it: see Shutdown.
 	DefaultTimeout = 60 * time.Second
+	// DefaultLivenessTimeout is how long a connection may go without a byte
+	// from its worker before the worker counts as unresponsive (see
+	// WithLivenessTimeout).
+	DefaultLivenessTimeout = liveness.Timeout
 	// DefaultMaxMessageSize bounds one frame (head and tensor data).
 	DefaultMaxMessageSize = 1 << 30
 	// TokenEnv names the variable that supplies the shared token when
@@ -44,6 +49,7 @@ type options struct {
 	socketBuffer   int
 	handshakeLimit time.Duration
 	sameHostCopy   bool
+	live           liveness.Config
 }
 
 func newOptions(opts []Option) options {
@@ -63,6 +69,7 @@ func newOptions(opts []Option) options {
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
+	o.live = o.live.Resolve()
 	if o.registry == nil {
 		o.registry = NewRegistry()
 	}
@@ -114,6 +121,24 @@ func WithDefaultTimeout(d time.Duration) Option {
 			o.timeout = d
 		}
 	}
+}
+
+// WithLivenessTimeout sets how long a connection may go without a byte from
+// its worker before the worker counts as unresponsive (DefaultLivenessTimeout,
+// 5 s, when d is 0). Every connection proves its peer alive: each side sends
+// a heartbeat frame whenever it has written nothing for a third of d (at
+// most every second), and any bytes received count as life. A worker silent
+// for d (stopped, frozen, swapped out, or behind a cut link) has its
+// connections failed: the calls waiting on it fail with ErrPeerLost and a
+// message saying it is unresponsive and since when, and its handlers here
+// see their context cancelled. The same d is set as TCP_USER_TIMEOUT (Linux),
+// so that a write left unacknowledged for d fails too, and it bounds
+// connecting to a worker (handshake included) to 2×d. A negative d turns the
+// check off (heartbeats are still sent). Give every worker of a group the
+// same setting: a worker with a shorter d than a peer's heartbeat interval
+// would take that peer for dead.
+func WithLivenessTimeout(d time.Duration) Option {
+	return func(o *options) { o.live = liveness.Config{Timeout: d} }
 }
 
 // WithMaxMessageSize bounds the size of one frame (argument or result with

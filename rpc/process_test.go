@@ -40,13 +40,19 @@ func helperWorker() int {
 		fmt.Fprintln(os.Stderr, "init:", err)
 		return 1
 	}
+	if os.Getenv("TEST_MODE") == "serve" {
+		// Serve, never shutting down, until the test kills this process
+		// (or, should the test die first, for a while).
+		time.Sleep(2 * time.Minute)
+		return 0
+	}
 	d, _ := time.ParseDuration(os.Getenv("TEST_SHUTDOWN"))
 	sctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	// Serve until the whole group shuts down (or, with a dead worker, until
-	// the timeout says which one is missing).
+	// the watch finds it lost).
 	err = a.Shutdown(sctx, true)
-	if err != nil && !(errors.Is(err, ErrTimeout) && strings.Contains(err.Error(), "worker2")) {
+	if err != nil && !(errors.Is(err, ErrPeerLost) && strings.Contains(err.Error(), "worker2")) {
 		fmt.Fprintln(os.Stderr, "shutdown:", err)
 		return 1
 	}
@@ -158,12 +164,17 @@ func TestMultiProcess(t *testing.T) {
 		t.Fatalf("worker1 after worker2 died: %v %v", v, err)
 	}
 
-	// Graceful shutdown with a dead worker: fails in time, naming it.
-	sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
+	// Graceful shutdown with a dead worker: fails at once, naming it, well
+	// before the context's deadline.
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
 	defer scancel()
+	start = time.Now()
 	err = a.Shutdown(sctx, true)
-	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "worker2") {
+	if !errors.Is(err, ErrPeerLost) || !strings.Contains(err.Error(), "worker2") {
 		t.Fatalf("graceful shutdown with a dead worker: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("graceful shutdown with a dead worker took %v", d)
 	}
 	if err := children[1].cmd.Wait(); err != nil {
 		t.Fatalf("worker1 exited with %v:\n%s", err, children[1].out.String())

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -22,9 +23,20 @@ import (
 // it reported, a call in flight keeps its caller busy until the reply, and
 // any work between two reports would have changed a number.
 // Handlers keep serving while this runs, so calls they make are waited for.
-// Every worker must call Shutdown(graceful); one that died makes the others
-// fail with ErrTimeout (the context's deadline, DefaultTimeout without one)
-// naming it, after which they close anyway.
+//
+// Every worker must call Shutdown(graceful), and a worker that calls it
+// early (a parameter server with nothing else to do) waits for the others
+// as long as they work: the context's deadline is the only bound, and
+// without one there is none (the agent's DefaultTimeout is not applied).
+// Meanwhile the agent watches the workers it waits for through its
+// connections to them (see WithLivenessTimeout): one that died, exited
+// without shutting down, or stopped answering fails the shutdown within a
+// few seconds with ErrPeerLost naming it, and so does the loss of the store
+// (with a store the agent made from MASTER_ADDR, served by worker 0). When
+// the context's deadline passes first, the error wraps ErrTimeout and names
+// the workers still missing, saying which of them are alive and connected
+// (still working, or not calling Shutdown). In every case the agent closes
+// anyway.
 //
 // Immediate (graceful false): the agent closes its listener and connections
 // at once; its calls in flight fail with ErrClosed, its running handlers see
@@ -43,11 +55,6 @@ func (a *Agent) Shutdown(ctx context.Context, graceful bool) error {
 	a.state = stateDraining
 	close(a.shutdown)
 	a.mu.Unlock()
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, a.opts.timeout)
-		defer cancel()
-	}
 	var errs []error
 	a.hooksMu.Lock()
 	hooks := append([]ShutdownHook(nil), a.hooks...)
@@ -86,9 +93,9 @@ func (a *Agent) drain(ctx context.Context) error {
 		s, r := a.m.sent.Load(), a.m.received.Load()
 		prefix := "shutdown/" + strconv.Itoa(round) + "/"
 		if err := a.st.Set(ctx, a.key(prefix+strconv.Itoa(a.self.ID)), []byte(fmt.Sprintf("%d %d", s, r))); err != nil {
-			return fmt.Errorf("rpc: graceful shutdown of %s: %w", a.self, err)
+			return fmt.Errorf("rpc: graceful shutdown of %s: %w", a.self, a.storeLost(err))
 		}
-		vals, err := a.getAll(ctx, prefix, world)
+		vals, err := a.gather(ctx, prefix, world, fmt.Sprintf("its count of round %d", round))
 		if err != nil {
 			return fmt.Errorf("rpc: graceful shutdown of %s, round %d: %w", a.self, round, err)
 		}
@@ -122,36 +129,193 @@ func (a *Agent) drain(ctx context.Context) error {
 		}
 	}
 	if a.ownSt != nil && a.self.ID == 0 {
-		if _, err := a.getAll(ctx, "shutdown/exit/", world); err != nil {
+		if _, err := a.gather(ctx, "shutdown/exit/", world, "that it is leaving"); err != nil {
 			return fmt.Errorf("rpc: graceful shutdown of %s, waiting for every worker to leave: %w", a.self, err)
 		}
 	}
 	return nil
 }
 
-// getAll reads key prefix+rank for every rank, naming the missing ranks if
-// they do not all appear in time.
-func (a *Agent) getAll(ctx context.Context, prefix string, world int) ([][]byte, error) {
+// storeLost adds to a store error that says the store is lost which worker
+// served it, when the agent made the store itself (worker 0 serves it).
+func (a *Agent) storeLost(err error) error {
+	if errors.Is(err, ErrPeerLost) && a.ownSt != nil && a.self.ID != 0 && len(a.workers) > 0 {
+		return fmt.Errorf("the store, served by worker %s, is lost: %w", a.workers[0], err)
+	}
+	return err
+}
+
+// gather reads key prefix+id of every worker, waiting as long as ctx allows
+// (without a deadline, as long as the workers it waits for are alive).
+// It waits in slices of the agent's DefaultTimeout, so that no store
+// timeout cuts the wait short, and watches the workers whose keys are
+// missing (watchPeers): a lost one ends the wait at once, naming it. what
+// says what the keys hold, for the messages.
+func (a *Agent) gather(ctx context.Context, prefix string, world int, what string) ([][]byte, error) {
 	keys := make([]string, world)
 	for i := range keys {
 		keys[i] = a.key(prefix + strconv.Itoa(i))
 	}
-	vals, err := a.st.MultiGet(ctx, keys)
-	if err == nil {
-		return vals, nil
+	wctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	st := &peerStates{alive: make([]bool, world)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.watchPeers(wctx, fail, keys, what, st)
+	}()
+	defer func() {
+		fail(nil)
+		<-done
+	}()
+	for {
+		began := time.Now()
+		sctx, cancel := context.WithTimeout(wctx, a.opts.timeout)
+		vals, err := a.st.MultiGet(sctx, keys)
+		cancel()
+		if err == nil {
+			return vals, nil
+		}
+		waitOn := errors.Is(err, ErrTimeout) && !errors.Is(err, ErrPeerLost) // the slice ended, the store reachable
+		early := time.Since(began) < a.opts.timeout/2
+		if early && waitOn && ctx.Err() == nil && wctx.Err() == nil {
+			// A store that gives up well before the slice's deadline (a
+			// shorter limit of its own): wait a little before asking again.
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-wctx.Done():
+			}
+		}
+		if ctx.Err() == nil && wctx.Err() != nil {
+			return nil, context.Cause(wctx) // a worker was lost
+		}
+		if ctx.Err() == nil && waitOn {
+			if !early {
+				if missing := a.missing(keys, st, false); len(missing) > 0 {
+					a.opts.logger.Info("rpc: graceful shutdown still waiting", "worker", a.self.Name, "for", strings.Join(missing, ", "))
+				}
+			}
+			continue
+		}
+		err = a.storeLost(err)
+		if missing := a.missing(keys, st, true); len(missing) > 0 {
+			return nil, fmt.Errorf("waiting for %s: %w", strings.Join(missing, ", "), err)
+		}
+		return nil, err
 	}
-	var missing []string
+}
+
+// peerStates records which workers the watch found alive.
+type peerStates struct {
+	mu    sync.Mutex
+	alive []bool
+}
+
+func (p *peerStates) set(id int, alive bool) {
+	p.mu.Lock()
+	p.alive[id] = alive
+	p.mu.Unlock()
+}
+
+func (p *peerStates) get(id int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.alive[id]
+}
+
+// missing names the workers whose keys are absent, with what the watch
+// knows of them (explain), asking the store briefly.
+func (a *Agent) missing(keys []string, st *peerStates, explain bool) []string {
+	var out []string
 	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	for i, k := range keys {
-		if ok, cerr := a.st.Check(cctx, []string{k}); cerr == nil && !ok {
-			missing = append(missing, a.workers[i].String())
+		if ok, err := a.st.Check(cctx, []string{k}); err != nil || ok {
+			continue
+		}
+		name := a.workers[i].String()
+		switch {
+		case !explain:
+		case i == a.self.ID:
+			name += " (this worker)"
+		case st.get(i):
+			name += " (alive and connected: still working, or not calling Shutdown)"
+		default:
+			name += " (not calling Shutdown, or unreachable)"
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// watchPeers watches, until ctx ends, the workers whose keys are not there
+// yet, through this agent's connections to them: it starts after one
+// liveness interval (most groups are done by then), connects to a worker it
+// has no connection to (once), and from then on relies on the connection's
+// own liveness check. A worker whose connection is lost, and whose key is
+// still absent (a worker that published it and left is not lost to us),
+// fails the wait through fail with an error wrapping ErrPeerLost.
+func (a *Agent) watchPeers(ctx context.Context, fail context.CancelCauseFunc, keys []string, what string, st *peerStates) {
+	every := a.opts.live.Interval
+	t := time.NewTicker(every)
+	defer t.Stop()
+	present := make([]bool, len(keys))
+	present[a.self.ID] = true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for id := range keys {
+			if present[id] || ctx.Err() != nil {
+				continue
+			}
+			lost := a.probe(ctx, id)
+			if ctx.Err() != nil {
+				return
+			}
+			st.set(id, lost == nil)
+			if lost == nil {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			ok, err := a.st.Check(cctx, []string{keys[id]})
+			cancel()
+			if err == nil && ok {
+				present[id] = true
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			who := a.workers[id].String()
+			if id == 0 && a.ownSt != nil {
+				who += ", which served the store,"
+			}
+			fail(fmt.Errorf("%w: worker %s is lost without having published %s: %v", ErrPeerLost, who, what, lost))
+			return
 		}
 	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("waiting for %s (dead, or not calling Shutdown): %w", strings.Join(missing, ", "), err)
+}
+
+// probe reports why worker id counts as lost, or nil if this agent has a
+// live connection to it (dialling one if there is none).
+func (a *Agent) probe(ctx context.Context, id int) error {
+	if c := a.peers[id].cur.Load(); c != nil {
+		if !c.dead.Load() {
+			return nil
+		}
+		c.pmu.Lock()
+		reason := c.deadErr
+		c.pmu.Unlock()
+		if errors.Is(reason, errAgentClosed) {
+			return nil // this agent is closing, not the peer
+		}
+		return reason
 	}
-	return nil, err
+	_, err := a.connect(ctx, a.workers[id], a.opts.timeout)
+	return err
 }
 
 // waitQuiet waits until this worker has no call, request or held work in

@@ -11,7 +11,10 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/tandemml/tandem/internal/liveness"
 )
 
 // replyGrace is how long a client waits past a blocking request's own
@@ -23,10 +26,14 @@ const replyGrace = 2 * time.Second
 // connection, shared by every goroutine that uses it: requests carry ids, so
 // many may be in flight at once.
 //
+// Blocking calls (Get, MultiGet, Wait) and reconnects are bounded by the
+// caller's context: a context deadline governs however far off it is, and
+// the store's timeout (WithTimeout) applies only to a context without one.
+// Wait's own timeout argument bounds it as well.
+//
 // If the connection breaks, the client dials again (with backoff, for as
-// long as the request's context and the store's timeout allow) and sends
-// every request that was in flight once more, under the same request id and
-// client session:
+// long as the request's deadline allows) and sends every request that was
+// in flight once more, under the same request id and client session:
 //
 //   - Reads (Get, MultiGet, Wait, Check, NumKeys) are simply repeated; a
 //     blocked Get or Wait resumes with what is left of its timeout.
@@ -43,7 +50,14 @@ const replyGrace = 2 * time.Second
 // were answered (many hundreds of goroutines writing through one client while
 // its connection breaks); such a write may apply twice. When the server stays
 // unreachable, requests fail with an error wrapping ErrTimeout and
-// ErrPeerLost.
+// ErrPeerLost at their deadline. A server that is gone, its address refusing
+// connections (the process serving the store exited), is noticed sooner:
+// once a client that was connected has seen nothing but refused connections
+// for GoneAfter, its requests fail with ErrPeerLost, naming the address and
+// since when it refuses.
+//
+// A brief drop (a reset connection, a server that is slow to accept) is
+// not refused and is reconnected as before.
 type TCPStore struct {
 	cfg     config
 	addr    string
@@ -60,12 +74,27 @@ type TCPStore struct {
 	done      chan struct{}
 	nextID    atomic.Uint64
 	wg        sync.WaitGroup
+
+	// goneAfter: how long a client that was connected redials an address
+	// that refuses connections before it takes the server for gone.
+	goneAfter time.Duration
+	// refusedSince: when the dials began to be refused (zero while they are
+	// not); guarded by mu.
+	refusedSince time.Time
 }
+
+// GoneAfter is how long a TCP store client that was connected keeps
+// redialling a server address that refuses connections (nothing listens
+// there any more: the serving process exited or closed the store) before
+// its calls fail with ErrPeerLost, whatever their deadline. Refusals before
+// the first connection do not count: the server may not be up yet.
+const GoneAfter = liveness.Timeout
 
 var _ Store = (*TCPStore)(nil)
 
 // Dial connects to the TCP store server at addr (host:port), retrying while
-// the server is not up yet, for as long as ctx and the store's timeout allow.
+// the server is not up yet, until ctx's deadline (the store's timeout when
+// ctx has none).
 // Options: WithToken (default from TANDEM_TOKEN), WithTimeout, WithMaxFrame,
 // WithMaxValue, WithLogger. A server that refuses the token yields an error
 // wrapping ErrUnauthorized.
@@ -81,14 +110,18 @@ func dial(ctx context.Context, addr string, cfg config) (*TCPStore, error) {
 	var sid [8]byte
 	rand.Read(sid[:])
 	s := &TCPStore{
-		cfg:     cfg,
-		addr:    addr,
-		session: binary.LittleEndian.Uint64(sid[:]),
-		dialing: make(chan struct{}, 1),
-		done:    make(chan struct{}),
+		cfg:       cfg,
+		addr:      addr,
+		session:   binary.LittleEndian.Uint64(sid[:]),
+		dialing:   make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		goneAfter: GoneAfter,
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
+		defer cancel()
+	}
 	if _, err := s.conn(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -308,6 +341,7 @@ func (s *TCPStore) conn(ctx context.Context) (*clientConn, error) {
 	}
 	s.cur = cc
 	s.connected = true
+	s.refusedSince = time.Time{}
 	s.wg.Add(1)
 	s.mu.Unlock()
 	go func() {
@@ -332,12 +366,16 @@ func (s *TCPStore) dialError(ctx context.Context, last error) error {
 }
 
 // redial connects and says hello, retrying with backoff until ctx ends; it
-// gives up at once if the server refuses the token or protocol.
+// gives up at once if the server refuses the token or protocol, and after
+// GoneAfter of refused connections once the client had been connected.
 func (s *TCPStore) redial(ctx context.Context) (*clientConn, error) {
 	backoff := 5 * time.Millisecond
 	var d net.Dialer
 	for {
 		c, err := d.DialContext(ctx, "tcp", s.addr)
+		if gone := s.noteRefused(err); gone != nil {
+			return nil, gone
+		}
 		if err == nil {
 			var cc *clientConn
 			cc, err = s.hello(ctx, c)
@@ -361,6 +399,30 @@ func (s *TCPStore) redial(ctx context.Context) (*clientConn, error) {
 		}
 		backoff = min(backoff*2, 500*time.Millisecond)
 	}
+}
+
+// noteRefused keeps track of refused dials (err is a dial's outcome) and
+// returns an error wrapping ErrPeerLost once a client that was connected has
+// seen only refusals for goneAfter.
+func (s *TCPStore) noteRefused(err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+		s.refusedSince = time.Time{}
+		return nil
+	}
+	if !s.connected {
+		return nil // the server may not be up yet
+	}
+	now := time.Now()
+	if s.refusedSince.IsZero() {
+		s.refusedSince = now
+	}
+	if now.Sub(s.refusedSince) < s.goneAfter {
+		return nil
+	}
+	return fmt.Errorf("%w: store: the server at %s is gone: connections refused since %s (%v); the process that served the store exited or closed it",
+		ErrPeerLost, s.addr, s.refusedSince.Format("15:04:05.000"), now.Sub(s.refusedSince).Round(100*time.Millisecond))
 }
 
 func (s *TCPStore) hello(ctx context.Context, c net.Conn) (*clientConn, error) {
@@ -442,11 +504,11 @@ func (s *TCPStore) do(ctx context.Context, rq *request) (message, error) {
 	if err := ctx.Err(); err != nil {
 		return message{}, ctxError(ctx, rq.op)
 	}
+	dl, ctxBound := deadline(ctx, rq.wait, s.cfg.timeout)
 	timeout := rq.wait
 	if timeout <= 0 {
 		timeout = s.cfg.timeout
 	}
-	dl, ctxBound := deadline(ctx, timeout, s.cfg.timeout)
 	timedOut := func() error {
 		if rq.blocking {
 			return waitError(ctx, rq.op, rq.m.keys, timeout, ctxBound)

@@ -7,15 +7,22 @@ import (
 	"time"
 )
 
-// deadline returns when a blocking call that starts now must give up: after
-// timeout (the store's default when timeout is not positive), or at the
-// context's deadline if that comes first (then ctxBound is true).
+// deadline returns when a blocking call that starts now must give up. The
+// caller's context governs: with no timeout of the call's own (timeout not
+// positive), a context deadline is the bound however far off it is, and the
+// store's default def applies only to a context without one. A positive
+// timeout (Wait's argument) bounds the call as well, whichever ends first.
+// ctxBound reports that the context's deadline is the bound.
 func deadline(ctx context.Context, timeout, def time.Duration) (d time.Time, ctxBound bool) {
+	cd, hasDeadline := ctx.Deadline()
 	if timeout <= 0 {
+		if hasDeadline {
+			return cd, true
+		}
 		timeout = def
 	}
 	d = time.Now().Add(timeout)
-	if cd, ok := ctx.Deadline(); ok && !cd.After(d) {
+	if hasDeadline && !cd.After(d) {
 		return cd, true
 	}
 	return d, false

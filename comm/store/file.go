@@ -395,10 +395,10 @@ func (s *File) Close() error {
 
 // poll looks for keys until they all exist, backing off between looks.
 func (s *File) poll(ctx context.Context, op string, keys []string, timeout time.Duration) ([][]byte, error) {
+	dl, ctxBound := deadline(ctx, timeout, s.cfg.timeout)
 	if timeout <= 0 {
 		timeout = s.cfg.timeout
 	}
-	dl, ctxBound := deadline(ctx, timeout, s.cfg.timeout)
 	timer := time.NewTimer(time.Until(dl))
 	defer timer.Stop()
 	pause := time.Millisecond

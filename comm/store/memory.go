@@ -148,10 +148,10 @@ func (m *Memory) block(ctx context.Context, op string, keys []string, timeout ti
 	if err := m.enter(ctx, op); err != nil {
 		return nil, err
 	}
+	dl, ctxBound := deadline(ctx, timeout, m.timeout)
 	if timeout <= 0 {
 		timeout = m.timeout
 	}
-	dl, ctxBound := deadline(ctx, timeout, m.timeout)
 	var timer *time.Timer
 	for {
 		ready := make(chan struct{})

@@ -203,7 +203,9 @@ func runTrainer(ctx context.Context, a *rpc.Agent, cfg config) (float64, error) 
 
 // runWorker is one worker's whole life: rank 0 serves the model, the others
 // train; every worker ends with a graceful shutdown, which waits for the
-// whole group.
+// whole group: the server calls it at once and waits there, under ctx, for
+// as long as the trainers train (a trainer that dies ends it within
+// seconds, naming the trainer).
 func runWorker(ctx context.Context, a *rpc.Agent, cfg config) (float64, error) {
 	var loss float64
 	var err error
@@ -255,9 +257,13 @@ func main() {
 	flag.IntVar(&cfg.steps, "steps", 100, "steps per trainer")
 	flag.IntVar(&cfg.batch, "batch", 16, "rows per step")
 	flag.Float64Var(&cfg.lr, "lr", 0.05, "learning rate")
+	limit := flag.Duration("timeout", 0, "bound on the whole run (0: none; each call has the RPC default timeout)")
 	flag.Parse()
 	cfg.verbose = true
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	if *limit > 0 {
+		ctx, cancel = context.WithTimeout(context.Background(), *limit)
+	}
 	defer cancel()
 	start := time.Now()
 	var losses []float64
