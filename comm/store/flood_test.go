@@ -38,6 +38,7 @@ func TestHelperFloodServer(t *testing.T) {
 		os.Exit(1)
 	}
 	fmt.Printf("ADDR %s\n", srv.Addr())
+	defer floodtest.ServeFreeOSMemory()()
 	go func() {
 		io.Copy(io.Discard, os.Stdin)
 		srv.Close()
@@ -49,22 +50,15 @@ func TestHelperFloodServer(t *testing.T) {
 	os.Exit(0)
 }
 
-// Bounds of a flood test: how much a server's resident memory may grow
-// while thousands of idle connections hit it, and how far above its baseline
-// it may stay once they are gone. Without the handshake cap and the small
-// hello buffer, two waves of 6000 connections grow it by some 400 MiB.
-const (
-	floodPeakGrowth = 64 << 20
-	floodAfter      = 32 << 20
-	floodWarnLines  = 8
-)
+// floodWarnLines bounds the warning lines a flood may write.
+const floodWarnLines = 8
 
 // TestTCPServerFlood opens thousands of idle connections to a standalone
 // store server in another process, twice, and checks that its memory stays bounded
 // and comes back, that it writes a few warning lines, not one per
 // connection, and that legitimate clients are served throughout.
 func TestTCPServerFlood(t *testing.T) {
-	n := floodtest.Conns(6000)
+	n := floodtest.Conns(4000)
 	limit, err := floodtest.RaiseFileLimit(n + 512)
 	noErr(t, err)
 	if limit < n+512 {
@@ -99,7 +93,8 @@ func TestTCPServerFlood(t *testing.T) {
 			t.Errorf("flood server did not stop when its stdin closed")
 		}
 	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
 	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ADDR ")
 	if err != nil || !ok {
 		t.Fatalf("flood server did not print its address (%q, %v):\n%s", line, err, logs)
@@ -110,8 +105,7 @@ func TestTCPServerFlood(t *testing.T) {
 	for i := range 100 {
 		noErr(t, c.Set(ctx, fmt.Sprint("warm/", i), []byte("up")))
 	}
-	time.Sleep(200 * time.Millisecond)
-	base, err := floodtest.RSS(pid)
+	base, baseHeld, err := floodtest.RSSAfterFree(pid, out)
 	noErr(t, err)
 
 	// Two waves, as from a client that reconnects: the second reuses what
@@ -157,26 +151,31 @@ func TestTCPServerFlood(t *testing.T) {
 	peak, err := floodtest.PeakRSS(pid)
 	noErr(t, err)
 	f.Close()
-	time.Sleep(2 * time.Second)
-	after, err := floodtest.RSS(pid)
+	time.Sleep(time.Second)
+	after, afterHeld, err := floodtest.RSSAfterFree(pid, out)
 	noErr(t, err)
 	noErr(t, c.Set(ctx, "after", []byte("flood")))
 
 	warns := floodtest.CountLines(logs.String(), "level=WARN")
-	t.Logf("RSS: baseline %.1f MiB, peak %.1f MiB, %.1f MiB 2 s after the flood; %d warning lines",
-		mib(base), mib(peak), mib(after), warns)
-	if peak-base > floodPeakGrowth {
-		t.Errorf("RSS grew by %.1f MiB under %d idle connections; want at most %.0f MiB", mib(peak-base), f.Reached(), mib(floodPeakGrowth))
+	t.Logf("RSS: baseline %.1f MiB, peak %.1f MiB, %.1f MiB after the flood; Go heap and stacks in use %.1f MiB before, %.1f MiB after "+
+		"(both once the child freed its unused memory); %d warning lines",
+		floodtest.MiB(base), floodtest.MiB(peak), floodtest.MiB(after), floodtest.MiB(baseHeld), floodtest.MiB(afterHeld), warns)
+	if peak-base > floodtest.PeakGrowth {
+		t.Errorf("RSS grew by %.1f MiB under %d idle connections; want at most %.0f MiB",
+			floodtest.MiB(peak-base), f.Reached(), floodtest.MiB(floodtest.PeakGrowth))
 	}
-	if after-base > floodAfter {
-		t.Errorf("RSS stayed %.1f MiB above its baseline after the flood; want at most %.0f MiB", mib(after-base), mib(floodAfter))
+	if after-base > floodtest.AfterGrowth() {
+		t.Errorf("RSS stayed %.1f MiB above its baseline after the flood; want at most %.0f MiB",
+			floodtest.MiB(after-base), floodtest.MiB(floodtest.AfterGrowth()))
+	}
+	if afterHeld-baseHeld > floodtest.HeldGrowth {
+		t.Errorf("the server holds %.1f MiB more live memory after the flood than before; want at most %.0f MiB",
+			floodtest.MiB(afterHeld-baseHeld), floodtest.MiB(floodtest.HeldGrowth))
 	}
 	if warns > floodWarnLines || warns == 0 {
 		t.Errorf("the server wrote %d warning lines about %d connections; want between 1 and %d:\n%s", warns, f.Reached(), floodWarnLines, logs)
 	}
 }
-
-func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 // TestTCPClientWaitsOutHandshakeCap fills a server's handshake slots with
 // idle connections from the client's own host: a client dialling meanwhile

@@ -9,11 +9,12 @@
 // legitimate clients are still served, closes the flood and reads the RSS
 // again:
 //
-//	base, _ := floodtest.RSS(pid)
+//	base, baseHeld, _ := floodtest.RSSAfterFree(pid, childStdout)
 //	f := floodtest.Open(ctx, addr, 6000, floodtest.FloodHost)
 //	// ... legitimate clients ...
 //	peak, _ := floodtest.PeakRSS(pid)
 //	f.Close()
+//	after, afterHeld, _ := floodtest.RSSAfterFree(pid, childStdout)
 package floodtest
 
 import (
@@ -23,6 +24,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,6 +92,90 @@ func statusBytes(pid int, field string) (int64, error) {
 	}
 	return 0, fmt.Errorf("floodtest: process %d's status has no %s line", pid, field)
 }
+
+// Freed starts the line a child prints on stdout when it has returned its
+// free memory to the operating system; see ServeFreeOSMemory.
+const Freed = "FREED"
+
+// ServeFreeOSMemory makes this process, on each SIGUSR1, collect garbage and
+// return the memory it no longer uses to the operating system
+// (debug.FreeOSMemory), then print Freed and the bytes the Go runtime still
+// holds for live objects and goroutine stacks on stdout. It is a measuring
+// aid for a child under test: the runtime gives freed memory back lazily, so
+// the RSS read after a flood says what the server still holds only once this
+// has run. It returns a function that stops it.
+func ServeFreeOSMemory() (stop func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-sig:
+				debug.FreeOSMemory()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				fmt.Println(Freed, ms.HeapInuse+ms.StackInuse)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sig)
+		close(done)
+	}
+}
+
+// RSSAfterFree asks the child pid (running ServeFreeOSMemory) to return its
+// free memory, waits for its Freed line on stdout, and returns its RSS and
+// the bytes its Go runtime holds for live objects and stacks.
+func RSSAfterFree(pid int, stdout *bufio.Reader) (rss, held int64, err error) {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := p.Signal(syscall.SIGUSR1); err != nil {
+		return 0, 0, fmt.Errorf("floodtest: signalling process %d: %w", pid, err)
+	}
+	for {
+		line, err := stdout.ReadString('\n')
+		if err != nil {
+			return 0, 0, fmt.Errorf("floodtest: process %d did not say it freed its memory: %w", pid, err)
+		}
+		if rest, ok := strings.CutPrefix(line, Freed+" "); ok {
+			held, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+			if err != nil {
+				return 0, 0, fmt.Errorf("floodtest: process %d: bad line %q", pid, line)
+			}
+			rss, err := RSS(pid)
+			return rss, held, err
+		}
+	}
+}
+
+// Bounds of the flood tests: how much a server's RSS may grow while
+// thousands of idle connections hit it (without the caps and small hello
+// buffers, a few thousand connections grow it by hundreds of MiB), how far
+// above its baseline it may stay once they are gone and it has returned its
+// free memory, and how much more the Go runtime may then hold for live
+// objects and stacks than before the flood (what a leak would show in).
+const (
+	PeakGrowth = 64 << 20
+	HeldGrowth = 4 << 20
+)
+
+// AfterGrowth is the RSS bound after a flood: 16 MiB, 48 MiB under the race
+// detector, whose runtime keeps memory of its own.
+func AfterGrowth() int64 {
+	if Race {
+		return 48 << 20
+	}
+	return 16 << 20
+}
+
+// MiB converts bytes to mebibytes for messages.
+func MiB(b int64) float64 { return float64(b) / (1 << 20) }
 
 // Flood is a set of idle connections to one server.
 type Flood struct {
