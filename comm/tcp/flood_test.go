@@ -101,17 +101,20 @@ func (b *lockedBuffer) String() string {
 // back, it must write a few warning lines, not one per connection, and the
 // group must still form and work.
 func TestRank0Flood(t *testing.T) {
+	// The store's flood and the listener's are held at once: the store gets
+	// n connections, the listener as many as the open-file limit leaves.
 	n := floodtest.Conns(4000)
 	limit, err := floodtest.RaiseFileLimit(2*n + 512)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if limit < 2*n+512 {
-		n = (limit - 512) / 2
-		t.Logf("open-file limit %d: flooding with %d connections per port", limit, n)
-	}
-	if n < 1000 {
+	if limit < 2512 {
 		t.Fatalf("open-file limit %d is too low for a flood test (need at least 2512)", limit)
+	}
+	n = min(n, limit-1512)
+	meshN := min(n, limit-512-n)
+	if meshN < n {
+		t.Logf("open-file limit %d: flooding the store with %d connections, the listener with %d", limit, n, meshN)
 	}
 	ctx := ctxTimeout(t, time.Minute)
 
@@ -168,7 +171,7 @@ func TestRank0Flood(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	report := func(what string, f *floodtest.Flood) {
+	report := func(what string, f *floodtest.Flood, n int) {
 		t.Logf("%s: %d idle connections from %s reached rank 0 in %v (%d reset before the dial returned; %d attempts failed, first error: %v)",
 			what, f.Reached(), floodtest.FloodHost, f.Took.Round(time.Millisecond), f.Reset, f.Failed, f.Err)
 		if f.Reached() < n*9/10 {
@@ -177,16 +180,16 @@ func TestRank0Flood(t *testing.T) {
 	}
 	// The store in two waves (a client that reconnects), then the listener.
 	f := floodtest.Open(ctx, storeAddr, n, floodtest.FloodHost)
-	report("store, wave 1", f)
+	report("store, wave 1", f, n)
 	time.Sleep(300 * time.Millisecond)
 	f.Close()
 	time.Sleep(500 * time.Millisecond)
 	fs := floodtest.Open(ctx, storeAddr, n, floodtest.FloodHost)
 	defer fs.Close()
-	report("store, wave 2", fs)
-	fm := floodtest.Open(ctx, meshAddr, n, floodtest.FloodHost)
+	report("store, wave 2", fs, n)
+	fm := floodtest.Open(ctx, meshAddr, meshN, floodtest.FloodHost)
 	defer fm.Close()
-	report("listener", fm)
+	report("listener", fm, meshN)
 
 	// The group forms and works during the flood.
 	start := time.Now()
