@@ -243,9 +243,14 @@ feed:
 // those it had reset.
 func (f *Flood) Reached() int { return f.Opened + f.Reset }
 
-// Close closes every connection of the flood.
+// Close closes every connection of the flood, with a reset, so that no
+// socket stays in TIME_WAIT holding a local port that a later flood from the
+// same address needs.
 func (f *Flood) Close() {
 	for _, c := range f.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
 		c.Close()
 	}
 	f.conns = nil
