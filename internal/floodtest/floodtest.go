@@ -198,7 +198,7 @@ type Flood struct {
 // attempt has ended (each is bounded by a few seconds) or ctx ends.
 func Open(ctx context.Context, addr string, n int, from string) *Flood {
 	const workers = 32
-	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Control: bindNoPort}
 	f := &Flood{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
