@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -262,5 +263,38 @@ func TestRank0Flood(t *testing.T) {
 	}
 	if warns > warnLines {
 		t.Errorf("rank 0 wrote %d warning lines about the flood; want at most %d:\n%s", warns, warnLines, logs)
+	}
+}
+
+// TestSetupFloodErrorStaysShort floods the listener of a rank whose peer
+// never comes with idle and junk connections: the set-up timeout error
+// lists a few of the refused connections, counts the rest and the ones
+// turned away over the handshake cap, and stays short.
+func TestSetupFloodErrorStaysShort(t *testing.T) {
+	st := newStore(t)
+	failed := make(chan error, 1)
+	go func() {
+		_, err := loopback.ConnectTCP(context.Background(), transport.Config{Rank: 0, Size: 2, Store: st, Token: floodToken, Timeout: 4 * time.Second})
+		failed <- err
+	}()
+	ctx := ctxTimeout(t, 20*time.Second)
+	v, err := st.Get(ctx, addrKey(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.Split(string(v), ",")[0]
+	idle := floodtest.Open(ctx, addr, 2*admit.MaxPendingPerHost, floodtest.FloodHost)
+	defer idle.Close()
+	junk := floodtest.Open(ctx, addr, 50, "127.0.0.3")
+	defer junk.Close()
+	junk.Each(func(c net.Conn) { c.Write(bytes.Repeat([]byte("junk"), helloSize/4)) })
+
+	err = <-failed
+	if !errors.Is(err, transport.ErrTimeout) {
+		t.Fatalf("set-up under a flood: %v, want ErrTimeout", err)
+	}
+	mustContain(t, err, "no connection from ranks [1]", "bad hello", "more", "turned away because too many were in their handshake")
+	if len(err.Error()) > 4096 {
+		t.Errorf("the set-up error takes %d bytes:\n%v", len(err.Error()), err)
 	}
 }

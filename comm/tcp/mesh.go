@@ -108,7 +108,7 @@ func (b Backend) mesh(ctx, parent context.Context, cfg transport.Config, timeout
 	conns := make([]*net.TCPConn, cfg.Size)
 	need := cfg.Size - 1
 	var notes []string
-	var moreNotes int
+	var moreNotes, moreToken int
 	var fail error
 	for need > 0 && fail == nil {
 		select {
@@ -122,6 +122,9 @@ func (b Backend) mesh(ctx, parent context.Context, cfg transport.Config, timeout
 					notes = append(notes, l.note)
 				} else {
 					moreNotes++
+					if strings.Contains(l.note, "token") {
+						moreToken++
+					}
 				}
 			default:
 				conns[l.rank] = l.conn
@@ -129,7 +132,11 @@ func (b Backend) mesh(ctx, parent context.Context, cfg transport.Config, timeout
 			}
 		case <-ctx.Done():
 			if moreNotes > 0 {
-				notes = append(notes, fmt.Sprintf("and %d more", moreNotes))
+				more := fmt.Sprintf("and %d more", moreNotes)
+				if moreToken > 0 {
+					more += fmt.Sprintf(", %d of them with a token that does not match", moreToken)
+				}
+				notes = append(notes, more)
 			}
 			fail = m.timeoutError(ctx, parent, conns, notes, timeout)
 		}
@@ -221,8 +228,9 @@ func (m *meshState) timeoutError(ctx, parent context.Context, conns []*net.TCPCo
 		}
 	}
 	if n := m.busy.Load(); n > 0 {
-		msg += fmt.Sprintf("; %d connections were turned away because %d were already saying hello (a flood of connections to the listener?)",
-			n, admit.MaxPending)
+		msg += fmt.Sprintf("; %d connections were turned away because too many were in their handshake already "+
+			"(at most %d in all and %d from one host: a flood of connections to the listener?)",
+			n, admit.MaxPending, admit.MaxPendingPerHost)
 	}
 	if unauthorized {
 		return fmt.Errorf("%w: %s: %w (%w)", transport.ErrTimeout, msg, cause, transport.ErrUnauthorized)

@@ -239,6 +239,13 @@ feed:
 	return f
 }
 
+// Each calls fn on every connection of the flood still open.
+func (f *Flood) Each(fn func(net.Conn)) {
+	for _, c := range f.conns {
+		fn(c)
+	}
+}
+
 // Reached is how many connections reached the server: those still open and
 // those it had reset.
 func (f *Flood) Reached() int { return f.Opened + f.Reset }
