@@ -47,14 +47,14 @@ const (
 // in rank 0.
 //
 // A connection costs the server little until its client has said hello with
-// the right token: a 512-byte read buffer and one goroutine, for at most
-// admit.HandshakeTimeout. At most WithMaxPending connections may be in that
-// state at once (in all, and from one remote host); the server closes any
-// other new connection at once, and a client turned away that way dials
-// again. Warnings about connections that never authenticated (junk, wrong
-// tokens, timeouts, connections over the cap) are rate-limited, each kind to
-// one line per admit.WarnEvery that counts the ones it left out, so that a
-// flood of connections does not flood the log.
+// the right token: a 512-byte read buffer and one goroutine, for at most 5
+// seconds. At most WithMaxPending connections may be in that state at once
+// (in all, and from one remote host); the server closes any other new
+// connection at once, and a client turned away that way dials again.
+// Warnings about connections that never authenticated (junk, wrong tokens,
+// timeouts, connections over the cap) are rate-limited, each kind to one line
+// per 10 seconds that counts the ones it left out, so that a flood of
+// connections does not flood the log.
 type Server struct {
 	cfg  config
 	log  *slog.Logger
@@ -142,7 +142,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			refuseBusy(c)
 			s.warn.busy.Warn("store server: refusing connection: too many connections are saying hello; "+
 				"the client will dial again (raise WithMaxPending if legitimate clients are turned away)",
-				"remote", c.RemoteAddr().String())
+				"remote", c.RemoteAddr())
 			continue
 		}
 		s.startConn(c, admitted)
