@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,22 +17,30 @@ import (
 	"github.com/tandemml/tandem/comm/store"
 )
 
-func TestStoreCommandServesUntilInterrupted(t *testing.T) {
-	cmd, out, errOut := tandemProcess(t, "store", "-addr", "127.0.0.1:0", "-token", "s3cret")
+// storeProcess starts `tandem store` with args and environment entries env
+// (TANDEM_TOKEN is cleared unless env sets it) and returns it with the
+// address it printed, once it listens.
+func storeProcess(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, addr string, out, errOut *syncBuffer) {
+	t.Helper()
+	cmd, out, errOut = tandemProcess(t, append([]string{"store"}, args...)...)
+	cmd.Env = append(append(cmd.Env, store.TokenEnv+"="), env...)
 	mustNoErr(t, cmd.Start())
-	defer cmd.Process.Kill()
-	re := regexp.MustCompile(`listening on (\S+) \(token required\)`)
-	var addr string
-	for deadline := time.Now().Add(20 * time.Second); addr == ""; {
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	re := regexp.MustCompile(`listening on (\S+) \(`)
+	for deadline := time.Now().Add(20 * time.Second); ; {
 		if m := re.FindStringSubmatch(out.String()); m != nil {
-			addr = m[1]
-			break
+			return cmd, m[1], out, errOut
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no address line; stdout %q stderr %q", out, errOut)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+func TestStoreCommandServesUntilInterrupted(t *testing.T) {
+	cmd, addr, out, errOut := storeProcess(t, nil, "-addr", "127.0.0.1:0", "-token", "s3cret")
+	checkContains(t, out.String(), "(token required)")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s, err := store.Dial(ctx, addr, store.WithToken("s3cret"))
@@ -50,11 +59,90 @@ func TestStoreCommandServesUntilInterrupted(t *testing.T) {
 	checkContains(t, errOut.String(), "wrong token")
 }
 
+func TestStoreCommandRefusesToStartWithoutToken(t *testing.T) {
+	for _, args := range [][]string{{"-addr", "127.0.0.1:0"}, {"-addr", "127.0.0.1:0", "-token", ""}} {
+		cmd, out, errOut := tandemProcess(t, append([]string{"store"}, args...)...)
+		cmd.Env = append(cmd.Env, store.TokenEnv+"=")
+		mustNoErr(t, cmd.Start())
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case err := <-exited:
+			mustTrue(t, err != nil, "tandem store %q without a token exited 0", args)
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			t.Fatalf("tandem store %q without a token is still running; stdout %q", args, out)
+		}
+		checkEqual(t, "", out.String())
+		for _, hint := range []string{"tandem store: no token", "-token", store.TokenEnv, "-insecure"} {
+			checkContains(t, errOut.String(), hint)
+		}
+	}
+}
+
+func TestStoreCommandTokenFromEnvironment(t *testing.T) {
+	_, addr, out, _ := storeProcess(t, []string{store.TokenEnv + "=from-env"}, "-addr", "127.0.0.1:0")
+	checkContains(t, out.String(), "(token required)")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := store.Dial(ctx, addr, store.WithToken("from-env"))
+	mustNoErr(t, err)
+	mustNoErr(t, s.Close())
+	_, err = store.Dial(ctx, addr, store.WithToken(""))
+	mustTrue(t, errors.Is(err, store.ErrUnauthorized), "no token against $%s: %v", store.TokenEnv, err)
+}
+
+func TestStoreCommandInsecure(t *testing.T) {
+	_, addr, out, _ := storeProcess(t, nil, "-addr", "127.0.0.1:0", "-insecure")
+	checkContains(t, out.String(), "(no token required: -insecure)")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := store.Dial(ctx, addr, store.WithToken(""))
+	mustNoErr(t, err)
+	mustNoErr(t, s.Set(ctx, "k", []byte("v")))
+	mustNoErr(t, s.Close())
+}
+
+// TestStoreCommandListensOnLoopbackByDefault starts `tandem store` without
+// -addr: it listens on 127.0.0.1:29500, or, when something else holds that
+// port, fails saying so; either way not on every interface.
+func TestStoreCommandListensOnLoopbackByDefault(t *testing.T) {
+	f, err := parseStoreFlags([]string{"-insecure"})
+	mustNoErr(t, err)
+	checkEqual(t, "127.0.0.1:29500", f.addr)
+
+	cmd, out, errOut := tandemProcess(t, "store", "-token", "t")
+	mustNoErr(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-exited
+	}()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if strings.Contains(out.String(), "listening on ") {
+			checkContains(t, out.String(), "listening on 127.0.0.1:29500 (token required)")
+			return
+		}
+		select {
+		case <-exited:
+			// The port was taken: the error names the address it tried.
+			checkContains(t, errOut.String(), `listen on "127.0.0.1:29500"`)
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tandem store neither listened nor failed; stdout %q stderr %q", out, errOut)
+		}
+	}
+}
+
 func TestStoreCommandRejectsBadAddress(t *testing.T) {
-	cmd, _, errOut := tandemProcess(t, "store", "-addr", "not-an-address")
+	cmd, _, errOut := tandemProcess(t, "store", "-addr", "not-an-address", "-insecure")
 	err := cmd.Run()
 	mustTrue(t, err != nil, "tandem store with a bad address succeeded")
-	checkContains(t, errOut.String(), "tandem store: ")
+	checkContains(t, errOut.String(), "tandem store: store server: listen on")
 }
 
 func TestBenchStoreJSON(t *testing.T) {

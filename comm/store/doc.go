@@ -49,7 +49,12 @@
 // waiting request) and answers them when the keys appear or their timeout
 // ends. A peer that sends a malformed, truncated or oversized frame
 // (WithMaxFrame, WithMaxValue; 64 MiB by default) is disconnected with a
-// logged reason while everyone else is served on. A client whose connection
+// logged reason while everyone else is served on. Until its hello is
+// checked, a connection gets a 512-byte buffer and 5 seconds; at most 256
+// connections (64 from one remote host, WithMaxPending) may be in that state
+// at once, others are closed at once and their clients dial again, and the
+// warnings about such connections are rate-limited, so that a flood of
+// connections neither grows the server's memory nor floods its log. A client whose connection
 // breaks reconnects and sends its in-flight requests again; writes are
 // applied at most once thanks to a per-client session the server remembers
 // (see TCPStore for the exact guarantees).

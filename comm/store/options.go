@@ -30,6 +30,8 @@ type config struct {
 	maxValue int
 	logger   *slog.Logger
 	poll     time.Duration
+
+	maxPending, maxPendingPerHost int
 }
 
 func newConfig(opts []Option) config {
@@ -94,6 +96,21 @@ func WithMaxValue(n int) Option {
 		if n > 0 {
 			c.maxValue = n
 		}
+	}
+}
+
+// WithMaxPending bounds how many connections a TCP store server lets be in
+// their handshake (connected, not yet authenticated by their hello) at once:
+// total in all, perHost from one remote host. The server closes a new
+// connection over either bound at once, and a client turned away that way
+// dials again after a pause; so a flood of idle or junk connections costs the
+// server at most this many small handshakes, and clients on other hosts get
+// through. Zero or less keeps the default: 256 in all, 64 per host. Raise
+// perHost when more clients than that start at the same instant on one
+// machine and their set-up time matters.
+func WithMaxPending(total, perHost int) Option {
+	return func(c *config) {
+		c.maxPending, c.maxPendingPerHost = total, perHost
 	}
 }
 

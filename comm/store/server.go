@@ -10,11 +10,20 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/tandemml/tandem/internal/admit"
 )
 
 // handshakeTimeout bounds how long a new connection may take to say hello.
-const handshakeTimeout = 10 * time.Second
+const handshakeTimeout = admit.HandshakeTimeout
+
+// maxHello bounds the hello frame (magic, token, session id and version).
+const maxHello = 64 << 10
+
+// connBuffer is the read and write buffer of an authenticated connection.
+const connBuffer = 64 << 10
 
 // outHighWater is how many bytes of replies may queue for a slow client
 // before the server stops reading its requests.
@@ -36,11 +45,23 @@ const (
 // Create one with NewServer, run it with Serve, stop it with Close (or by
 // ending Serve's context). Clients connect with Dial; NewTCP embeds a server
 // in rank 0.
+//
+// A connection costs the server little until its client has said hello with
+// the right token: a 512-byte read buffer and one goroutine, for at most 5
+// seconds. At most WithMaxPending connections may be in that state at once
+// (in all, and from one remote host); the server closes any other new
+// connection at once, and a client turned away that way dials again.
+// Warnings about connections that never authenticated (junk, wrong tokens,
+// timeouts, connections over the cap) are rate-limited, each kind to one line
+// per 10 seconds that counts the ones it left out, so that a flood of
+// connections does not flood the log.
 type Server struct {
-	cfg config
-	log *slog.Logger
-	ln  net.Listener
-	t   *table
+	cfg  config
+	log  *slog.Logger
+	ln   net.Listener
+	t    *table
+	gate *admit.Gate
+	warn warnings
 
 	mu       sync.Mutex
 	conns    map[*serverConn]struct{}
@@ -59,7 +80,7 @@ type Server struct {
 // and returns a server that answers clients once Serve runs. Options:
 // WithToken (clients must present it; default from TANDEM_TOKEN),
 // WithTimeout (the default bound of blocking requests that name none),
-// WithMaxFrame, WithMaxValue, WithLogger.
+// WithMaxFrame, WithMaxValue, WithMaxPending, WithLogger.
 func NewServer(addr string, opts ...Option) (*Server, error) {
 	cfg := newConfig(opts)
 	ln, err := net.Listen("tcp", addr)
@@ -71,6 +92,8 @@ func NewServer(addr string, opts ...Option) (*Server, error) {
 		log:      cfg.logger,
 		ln:       ln,
 		t:        newTable(),
+		gate:     admit.NewGate(cfg.maxPending, cfg.maxPendingPerHost),
+		warn:     newWarnings(cfg.logger),
 		conns:    map[*serverConn]struct{}{},
 		sessions: map[uint64]*session{},
 		done:     make(chan struct{}),
@@ -104,7 +127,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			default:
 			}
 			// Out of file descriptors or a similar passing trouble: wait and retry.
-			s.log.Warn("store server: accept failed; retrying", "addr", s.Addr(), "err", err, "retry_in", backoff)
+			s.warn.accept.Warn("store server: accept failed; retrying", "addr", s.Addr(), "err", err, "retry_in", backoff)
 			select {
 			case <-s.done:
 				return s.Close()
@@ -114,11 +137,40 @@ func (s *Server) Serve(ctx context.Context) error {
 			continue
 		}
 		backoff = time.Millisecond
-		s.startConn(c)
+		admitted, ok := s.gate.Admit(c.RemoteAddr())
+		if !ok {
+			refuseBusy(c)
+			s.warn.busy.Warn("store server: refusing connection: too many connections are saying hello; "+
+				"the client will dial again (raise WithMaxPending if legitimate clients are turned away)",
+				"remote", c.RemoteAddr())
+			continue
+		}
+		s.startConn(c, admitted)
 	}
 }
 
-func (s *Server) startConn(c net.Conn) {
+// refuseBusy closes a connection over the handshake cap at once, with a reset
+// so that the server keeps no socket in TIME_WAIT for it.
+func refuseBusy(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
+
+// warnings are the rate-limited warnings about connections that have not
+// authenticated, one Warner per kind so that one kind cannot hide another.
+type warnings struct {
+	accept, busy, hello, version, wrongToken, missingToken *admit.Warner
+}
+
+func newWarnings(log *slog.Logger) warnings {
+	w := func() *admit.Warner { return admit.NewWarner(log, 0) }
+	return warnings{accept: w(), busy: w(), hello: w(), version: w(), wrongToken: w(), missingToken: w()}
+}
+
+// startConn serves c; admitted frees c's handshake slot in the gate.
+func (s *Server) startConn(c net.Conn, admitted func()) {
 	sc := &serverConn{
 		s:          s,
 		c:          c,
@@ -132,6 +184,7 @@ func (s *Server) startConn(c net.Conn) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		admitted()
 		c.Close()
 		return
 	}
@@ -140,7 +193,7 @@ func (s *Server) startConn(c net.Conn) {
 	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
-		sc.readLoop()
+		sc.readLoop(admitted)
 	}()
 }
 
@@ -304,15 +357,23 @@ func (sc *serverConn) drop(reason string, err error) {
 	sc.close()
 }
 
-func (sc *serverConn) readLoop() {
+// readLoop says hello, then reads and runs requests until the connection
+// ends. admitted is called once the handshake is over, either way.
+func (sc *serverConn) readLoop(admitted func()) {
 	defer close(sc.readerDone)
 	defer sc.close()
-	br := bufio.NewReaderSize(sc.c, 64<<10)
+	// Until the client has proved it holds the token, the connection gets a
+	// small buffer; the full one wraps it afterwards, keeping whatever the
+	// client sent behind its hello.
+	small := bufio.NewReaderSize(sc.c, admit.HelloBuffer)
 	sc.c.SetReadDeadline(time.Now().Add(handshakeTimeout))
-	if !sc.handshake(br) {
+	ok := sc.handshake(small)
+	admitted()
+	if !ok {
 		return
 	}
 	sc.c.SetReadDeadline(time.Time{})
+	br := bufio.NewReaderSize(small, connBuffer)
 	sc.s.wg.Add(1)
 	go func() {
 		defer sc.s.wg.Done()
@@ -352,20 +413,27 @@ func (sc *serverConn) readLoop() {
 // handshake reads the client's hello and checks its token; it answers and
 // reports whether the connection may go on.
 func (sc *serverConn) handshake(br *bufio.Reader) bool {
-	p, err := readFrame(br, min(sc.s.cfg.maxFrame, 64<<10))
-	if err != nil {
-		if !errors.Is(err, io.EOF) {
-			sc.drop("no valid hello", err)
-		}
+	noHello := func(err error) bool {
+		sc.s.warn.hello.Warn("store server: dropping connection", "remote", sc.remote, "reason", "no valid hello", "err", err)
+		sc.close()
 		return false
+	}
+	// The hello's buffer grows only as its bytes arrive, so that a client
+	// announcing a large hello and sending nothing holds no memory.
+	p, err := readFrameChunked(br, min(sc.s.cfg.maxFrame, maxHello), admit.HelloBuffer)
+	if err != nil {
+		if errors.Is(err, io.EOF) || isReset(err) {
+			sc.close()
+			return false
+		}
+		return noHello(err)
 	}
 	m, err := decodeMessage(p)
 	if err != nil || m.op != opHello || len(m.keys) != 2 || m.keys[0] != protoMagic {
-		sc.drop("no valid hello", fmt.Errorf("%w: first frame is not a store hello (%v)", errMalformed, err))
-		return false
+		return noHello(fmt.Errorf("%w: first frame is not a store hello (%v)", errMalformed, err))
 	}
-	refuse := func(code byte, reason string) bool {
-		sc.s.log.Warn("store server: refusing connection", "remote", sc.remote, "reason", reason)
+	refuse := func(w *admit.Warner, code byte, reason string) bool {
+		w.Warn("store server: refusing connection", "remote", sc.remote, "reason", reason)
 		reply := message{op: opReply, code: code, id: m.id, vals: [][]byte{[]byte("store server: " + reason)}}
 		sc.c.SetWriteDeadline(time.Now().Add(time.Second))
 		sc.c.Write(appendFrame(nil, &reply))
@@ -373,14 +441,14 @@ func (sc *serverConn) handshake(br *bufio.Reader) bool {
 		return false
 	}
 	if m.num != protoVersion {
-		return refuse(codeInvalid, fmt.Sprintf("client speaks store protocol %d, server speaks %d", m.num, protoVersion))
+		return refuse(sc.s.warn.version, codeInvalid, fmt.Sprintf("client speaks store protocol %d, server speaks %d", m.num, protoVersion))
 	}
 	if tok := sc.s.cfg.token; tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(m.keys[1])) != 1 {
-		reason := "wrong token"
+		w, reason := sc.s.warn.wrongToken, "wrong token"
 		if m.keys[1] == "" {
-			reason = "missing token"
+			w, reason = sc.s.warn.missingToken, "missing token"
 		}
-		return refuse(codeUnauthorized, reason+"; the client must use the server's token (WithToken or "+TokenEnv+")")
+		return refuse(w, codeUnauthorized, reason+"; the client must use the server's token (WithToken or "+TokenEnv+")")
 	}
 	if !sc.s.attach(sc, m.id) {
 		return false
@@ -388,7 +456,8 @@ func (sc *serverConn) handshake(br *bufio.Reader) bool {
 	sc.c.SetWriteDeadline(time.Now().Add(handshakeTimeout))
 	ok := message{op: opReply, code: codeOK, id: m.id}
 	if _, err := sc.c.Write(appendFrame(nil, &ok)); err != nil {
-		sc.drop("cannot answer hello", err)
+		sc.s.warn.hello.Warn("store server: dropping connection", "remote", sc.remote, "reason", "cannot answer hello", "err", err)
+		sc.close()
 		return false
 	}
 	sc.c.SetWriteDeadline(time.Time{})
@@ -396,7 +465,7 @@ func (sc *serverConn) handshake(br *bufio.Reader) bool {
 }
 
 func (sc *serverConn) writeLoop() {
-	bw := bufio.NewWriterSize(sc.c, 64<<10)
+	bw := bufio.NewWriterSize(sc.c, connBuffer)
 	for {
 		select {
 		case <-sc.wake:
@@ -488,6 +557,12 @@ func (sc *serverConn) close() {
 		pw.finish()
 	}
 	sc.s.forget(sc)
+}
+
+// isReset reports whether err says that the peer reset the connection,
+// which a client that gave up on its hello does: not worth a warning.
+func isReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET)
 }
 
 // errReply turns an error into a reply with the matching status code.

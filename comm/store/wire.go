@@ -87,6 +87,12 @@ var errMalformed = errors.New("malformed store frame")
 // longer than maxFrame (ErrTooLarge) before allocating them. A frame cut short
 // yields io.ErrUnexpectedEOF; a clean end of stream before a frame, io.EOF.
 func readFrame(r io.Reader, maxFrame int) ([]byte, error) {
+	return readFrameChunked(r, maxFrame, frameChunk)
+}
+
+// readFrameChunked is readFrame allocating at most chunk bytes (then as many
+// as have arrived) ahead of the bytes read.
+func readFrameChunked(r io.Reader, maxFrame, chunk int) ([]byte, error) {
 	var hdr [frameHeader]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
@@ -100,9 +106,9 @@ func readFrame(r io.Reader, maxFrame int) ([]byte, error) {
 	}
 	// Grow the buffer as bytes arrive, so that a peer announcing a large frame
 	// holds only as much memory as it actually sent.
-	p := make([]byte, 0, min(int(n), frameChunk))
+	p := make([]byte, 0, min(int(n), chunk))
 	for len(p) < int(n) {
-		want := min(int(n)-len(p), max(len(p), frameChunk))
+		want := min(int(n)-len(p), max(len(p), chunk))
 		p = slices.Grow(p, want)
 		got, err := io.ReadFull(r, p[len(p):len(p)+want])
 		p = p[:len(p)+got]

@@ -28,6 +28,11 @@
 // the shared token (the token itself never crosses the wire); the acceptor
 // answers with its own authenticated reply. A wrong token is refused with
 // ErrUnauthorized, a different world size with ErrMismatch naming both sizes.
+// The listener lives only until every higher rank has connected. While it
+// lives, at most 256 connections (64 from one remote host) may be in their
+// handshake at once, each for at most 5 seconds; others are closed at once
+// and a rank among them dials again, so a flood of connections to the port
+// costs the rank a bounded amount of memory.
 //
 // # Wire format and data path
 //

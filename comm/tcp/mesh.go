@@ -11,9 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/admit"
 )
 
 // Store keys; every key this backend writes is under "tcp/".
@@ -35,12 +38,21 @@ type link struct {
 	note string // a refused connection, reported if the mesh times out
 }
 
+// maxNotes bounds the refused connections a set-up timeout error lists; the
+// others are counted.
+const maxNotes = 8
+
 // meshState is shared by the goroutines that build the mesh.
 type meshState struct {
 	b     Backend
 	cfg   transport.Config
 	nonce [nonceSize]byte
 	out   chan link
+	// gate caps the connections in their handshake with the listener, so
+	// that a flood of connections to it while the mesh forms costs a bounded
+	// amount of memory; busy counts those it turned away.
+	gate *admit.Gate
+	busy atomic.Int64
 
 	mu      sync.Mutex
 	claimed map[int]bool // ranks that completed a handshake with our listener
@@ -71,7 +83,8 @@ func (b Backend) mesh(ctx, parent context.Context, cfg transport.Config, timeout
 	stopLn := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stopLn()
 
-	m := &meshState{b: b, cfg: cfg, out: make(chan link, 4*cfg.Size), claimed: map[int]bool{}}
+	m := &meshState{b: b, cfg: cfg, out: make(chan link, 4*cfg.Size), claimed: map[int]bool{},
+		gate: admit.NewGate(admit.MaxPending, admit.MaxPendingPerHost)}
 	if err := m.exchangeNonce(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil, m.timeoutError(ctx, parent, make([]*net.TCPConn, cfg.Size), nil, timeout)
@@ -95,6 +108,7 @@ func (b Backend) mesh(ctx, parent context.Context, cfg transport.Config, timeout
 	conns := make([]*net.TCPConn, cfg.Size)
 	need := cfg.Size - 1
 	var notes []string
+	var moreNotes, moreToken int
 	var fail error
 	for need > 0 && fail == nil {
 		select {
@@ -103,12 +117,27 @@ func (b Backend) mesh(ctx, parent context.Context, cfg transport.Config, timeout
 			case l.err != nil:
 				fail = l.err
 			case l.note != "":
-				notes = append(notes, l.note)
+				// A flood of junk connections must not grow the list without end.
+				if len(notes) < maxNotes {
+					notes = append(notes, l.note)
+				} else {
+					moreNotes++
+					if strings.Contains(l.note, "token") {
+						moreToken++
+					}
+				}
 			default:
 				conns[l.rank] = l.conn
 				need--
 			}
 		case <-ctx.Done():
+			if moreNotes > 0 {
+				more := fmt.Sprintf("and %d more", moreNotes)
+				if moreToken > 0 {
+					more += fmt.Sprintf(", %d of them with a token that does not match", moreToken)
+				}
+				notes = append(notes, more)
+			}
 			fail = m.timeoutError(ctx, parent, conns, notes, timeout)
 		}
 	}
@@ -198,6 +227,11 @@ func (m *meshState) timeoutError(ctx, parent context.Context, conns []*net.TCPCo
 			}
 		}
 	}
+	if n := m.busy.Load(); n > 0 {
+		msg += fmt.Sprintf("; %d connections were turned away because too many were in their handshake already "+
+			"(at most %d in all and %d from one host: a flood of connections to the listener?)",
+			n, admit.MaxPending, admit.MaxPendingPerHost)
+	}
 	if unauthorized {
 		return fmt.Errorf("%w: %s: %w (%w)", transport.ErrTimeout, msg, cause, transport.ErrUnauthorized)
 	}
@@ -258,8 +292,10 @@ func (b Backend) tune(c *net.TCPConn) {
 }
 
 // handshakeTimeout bounds one handshake, so that an address that accepts but
-// never answers (not a Tandem rank) does not hold up the others.
-const handshakeTimeout = 10 * time.Second
+// never answers (not a Tandem rank) does not hold up the others, and a
+// connection to the listener that never says hello does not hold its slot
+// in the gate for long.
+const handshakeTimeout = admit.HandshakeTimeout
 
 // guard bounds the handshake I/O on c by ctx and handshakeTimeout; the returned func ends the guard
 // and reports whether ctx fired meanwhile.
@@ -277,7 +313,12 @@ func guard(ctx context.Context, c net.Conn) func() bool {
 	}
 }
 
+// acceptLoop accepts peers' connections until ctx ends. A connection over
+// the gate's caps is closed at once (its dialer, if a rank, tries again);
+// the others get a goroutine for their handshake, which reads the hello into
+// a fixed-size array: nothing grows with what a connection announces.
 func (m *meshState) acceptLoop(ctx context.Context, ln *net.TCPListener, wg *sync.WaitGroup) {
+	backoff := time.Millisecond
 	for {
 		c, err := ln.AcceptTCP()
 		if err != nil {
@@ -288,18 +329,45 @@ func (m *meshState) acceptLoop(ctx context.Context, ln *net.TCPListener, wg *syn
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
+			if transientAccept(err) {
+				// Out of file descriptors (a flood holding them, say): wait
+				// for some to close rather than fail the set-up.
+				select {
+				case <-time.After(backoff):
+				case <-ctx.Done():
+					return
+				}
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
 			m.send(ctx, link{err: fmt.Errorf("tcp: rank %d: accepting peer connections: %w", m.cfg.Rank, err)})
 			return
 		}
+		backoff = time.Millisecond
+		admitted, ok := m.gate.Admit(c.RemoteAddr())
+		if !ok {
+			m.busy.Add(1)
+			c.SetLinger(0) // a reset: no socket left in TIME_WAIT here
+			c.Close()
+			continue
+		}
 		wg.Add(1)
-		go func() { defer wg.Done(); m.accept(ctx, c) }()
+		go func() { defer wg.Done(); m.accept(ctx, c, admitted) }()
 	}
 }
 
-// accept runs the acceptor's side of the handshake on c.
-func (m *meshState) accept(ctx context.Context, c *net.TCPConn) {
+// transientAccept reports whether an accept error passes with time.
+func transientAccept(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
+// accept runs the acceptor's side of the handshake on c; admitted frees its
+// slot in the gate.
+func (m *meshState) accept(ctx context.Context, c *net.TCPConn, admitted func()) {
 	done := guard(ctx, c)
 	l := m.acceptHandshake(c)
+	admitted()
 	if done() && l.conn != nil {
 		// Set-up ended while we answered: the collector is gone.
 		l.conn.Close()
