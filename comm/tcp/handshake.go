@@ -23,7 +23,7 @@ import (
 const (
 	helloSize    = 4 + 4 + 12 + nonceSize + sha256.Size
 	nonceSize    = 16
-	protoVersion = 2
+	protoVersion = 3 // 3: heartbeat frames (liveness.go)
 	kindHello    = 1
 	kindReply    = 2
 )
