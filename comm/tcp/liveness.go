@@ -81,7 +81,7 @@ func (p *peer) watch() {
 	defer tick.Stop()
 	announced := p.heartbeat() // tells the peer which interval this rank needs
 	quiet := 0
-	prev := time.Now()
+	prev, wasLate := time.Now(), false
 	for {
 		select {
 		case <-p.gone:
@@ -103,9 +103,10 @@ func (p *peer) watch() {
 		now := time.Now()
 		// A tick far behind its schedule means this process did not run
 		// (it was stopped, or the machine is swamped): the peer's bytes
-		// may be waiting unread in the socket, so judge it next time.
-		late := now.Sub(prev) > 2*every
-		prev = now
+		// may be waiting unread in the socket, so judge it next time (but
+		// not never, should every tick come late).
+		late := now.Sub(prev) > 2*every && !wasLate
+		prev, wasLate = now, late
 		if live.Timeout > 0 && !late {
 			if last := p.lastHeard(); now.Sub(last) >= live.Timeout {
 				p.failUnresponsive(last, nil)

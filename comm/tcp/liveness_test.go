@@ -41,9 +41,15 @@ type blackhole struct {
 	ln     net.Listener
 	target string
 	cut    atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
+	// slow, when set, trickles the bytes through in pieces of 32 KiB
+	// every 50 ms (about 650 KB/s); cutAfter > 0 cuts the link once that
+	// many bytes have gone through.
+	slow     atomic.Bool
+	cutAfter atomic.Int64
+	passed   atomic.Int64
+	mu       sync.Mutex
+	conns    []net.Conn
+	wg       sync.WaitGroup
 }
 
 func newBlackhole(t testing.TB, target string) *blackhole {
@@ -93,9 +99,19 @@ func (b *blackhole) pipe(dst, src net.Conn) {
 			}
 			continue // swallowed
 		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+		for data := buf[:n]; len(data) > 0; {
+			piece := data
+			if b.slow.Load() {
+				piece = data[:min(len(data), 32<<10)]
+				time.Sleep(50 * time.Millisecond)
+			}
+			if _, werr := dst.Write(piece); werr != nil {
 				return
+			}
+			data = data[len(piece):]
+			if c := b.cutAfter.Load(); c > 0 && b.passed.Add(int64(len(piece))) >= c {
+				b.cut.Store(true)
+				break
 			}
 		}
 		if err != nil {
@@ -139,6 +155,10 @@ func (s *viaProxy) Get(ctx context.Context, key string) ([]byte, error) {
 	return []byte(p.addr()), nil
 }
 
+// proxies0 is the first proxy made (the only one with two ranks); s.mu
+// must be held.
+func (s *viaProxy) proxies0() *blackhole { return (*s.proxies)[0] }
+
 // cutAll cuts every proxy that viaProxy made.
 func cutAll(mu *sync.Mutex, ps []*blackhole) {
 	mu.Lock()
@@ -150,11 +170,18 @@ func cutAll(mu *sync.Mutex, ps []*blackhole) {
 
 // connectCut connects two ranks whose link runs through a blackhole.
 func connectCut(t *testing.T, opts ...tcp.Option) (ts [2]*tcp.Transport, cut func()) {
+	ts, via := connectVia(t, opts...)
+	return ts, func() { cutAll(&via.mu, *via.proxies) }
+}
+
+// connectVia connects two ranks whose link runs through a blackhole, and
+// returns the store view that made it.
+func connectVia(t *testing.T, opts ...tcp.Option) (ts [2]*tcp.Transport, via *viaProxy) {
 	t.Helper()
 	st := store.NewMemory()
 	t.Cleanup(func() { st.Close() })
 	var proxies []*blackhole
-	via := &viaProxy{Store: st, t: t, proxies: &proxies}
+	via = &viaProxy{Store: st, t: t, proxies: &proxies}
 	b := tcp.NewBackend(append([]tcp.Option{tcp.WithHost("127.0.0.1")}, opts...)...)
 	var wg sync.WaitGroup
 	var errs [2]error
@@ -176,7 +203,7 @@ func connectCut(t *testing.T, opts ...tcp.Option) (ts [2]*tcp.Transport, cut fun
 		}
 	}
 	t.Cleanup(func() { closeAll(ts[:]) })
-	return ts, func() { cutAll(&via.mu, proxies) }
+	return ts, via
 }
 
 // A link that goes silent mid-conversation fails on both sides within
@@ -234,6 +261,67 @@ func TestCutLinkFailsBothSides(t *testing.T) {
 	if !settleG(func() bool { return runtime.NumGoroutine() <= baseG+4 }) { // +4: the proxy's, ended by cleanup
 		buf := make([]byte, 1<<20)
 		t.Errorf("goroutines: %d before, %d after Close\n%s", baseG, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// Every byte read counts as a sign of life, not only whole frames: a
+// payload that takes longer than the peer timeout to trickle in (with the
+// sender's heartbeats queued behind it) is received intact.
+func TestSlowPayloadIsNotSilence(t *testing.T) {
+	const timeout = time.Second
+	ts, via := connectVia(t, tcp.WithPeerTimeout(timeout), tcp.WithSingleCopy(false))
+	via.mu.Lock()
+	via.proxies0().slow.Store(true)
+	via.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const size = 2 << 20 // about 3 s through the slowed proxy
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() { errc <- ts[0].Send(ctx, 1, 1, want) }()
+	got := make([]byte, size)
+	if err := ts[1].Recv(ctx, 0, 1, got); err != nil {
+		t.Fatalf("slow payload failed after %v: %v", time.Since(start), err)
+	}
+	took := time.Since(start)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Fatal("payload corrupted")
+	}
+	if took < 2*timeout {
+		t.Fatalf("the payload took only %v; the test needs it to take well over the peer timeout %v", took, timeout)
+	}
+	t.Logf("%d bytes took %v with a peer timeout of %v", size, took.Round(10*time.Millisecond), timeout)
+}
+
+// A link cut while a payload streams into a posted Recv fails that Recv
+// as unresponsive, within about the peer timeout.
+func TestCutMidPayload(t *testing.T) {
+	const timeout = 1500 * time.Millisecond
+	ts, via := connectVia(t, tcp.WithPeerTimeout(timeout), tcp.WithSingleCopy(false))
+	via.mu.Lock()
+	via.proxies0().cutAfter.Store(1 << 20) // in the middle of the payload below
+	via.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const size = 8 << 20
+	go ts[0].Send(ctx, 1, 1, make([]byte, size))
+	start := time.Now()
+	err := ts[1].Recv(ctx, 0, 1, make([]byte, size))
+	took := time.Since(start)
+	t.Logf("the Recv failed after %v: %v", took.Round(10*time.Millisecond), err)
+	if !errors.Is(err, transport.ErrPeerLost) {
+		t.Fatalf("want ErrPeerLost, got %v", err)
+	}
+	mustMention(t, err, "rank 0 is unresponsive", "since")
+	if took > timeout+3*time.Second {
+		t.Errorf("noticed after %v, want about %v", took, timeout)
 	}
 }
 

@@ -318,6 +318,9 @@ func (p *peer) readErr(err error) error {
 	if p.t.downErr() != nil {
 		return p.t.downErr()
 	}
+	if gone := p.goneErr(); gone != nil {
+		return gone // the link was cut for a reason already given (say, an unresponsive peer)
+	}
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
 		return p.lostErr("closed the connection without saying goodbye (did its process exit or crash?): %v", err)
