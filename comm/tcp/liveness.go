@@ -79,7 +79,7 @@ func (p *peer) watch() {
 	every := live.Interval
 	tick := time.NewTicker(every / 2)
 	defer tick.Stop()
-	announced := p.heartbeat() // tells the peer which interval this rank needs
+	announced := p.heartbeat(every / 2) // tells the peer which interval this rank needs
 	quiet := 0
 	prev, wasLate := time.Now(), false
 	for {
@@ -94,7 +94,7 @@ func (p *peer) watch() {
 				tick.Reset(every / 2)
 			}
 			if !p.sent.Swap(false) {
-				announced = p.heartbeat() || announced
+				announced = p.heartbeat(every/2) || announced
 			}
 			quiet = 0
 			continue
@@ -118,7 +118,7 @@ func (p *peer) watch() {
 			continue
 		}
 		if quiet++; quiet >= 2 || !announced {
-			if p.heartbeat() {
+			if p.heartbeat(every / 2) {
 				announced, quiet = true, 0
 			}
 		}
@@ -126,18 +126,20 @@ func (p *peer) watch() {
 }
 
 // heartbeat writes a heartbeat frame unless a write holds the line; it
-// reports whether it wrote one. A heartbeat waits for room in the socket
-// at most the liveness timeout (a peer that reads nothing for that long is
-// failed by its own silence anyway) and fails the link only when it got
-// half a frame out.
-func (p *peer) heartbeat() bool {
+// reports whether it wrote one. It waits at most wait for room in the
+// socket, so that the watcher goes on judging the peer: a socket that
+// stays full means the peer has this rank's data still to read, which
+// proves this rank alive as well. Should only part of the frame get out
+// in that time, the rest is written on the side, holding the line as any
+// write does, until it goes out or the link fails.
+func (p *peer) heartbeat(wait time.Duration) bool {
 	select {
 	case p.wsem <- struct{}{}:
 	default:
 		return false // a write is under way: that proves this rank alive
 	}
-	defer p.unlock()
 	if p.wclosed || p.goneErr() != nil {
+		p.unlock()
 		return false
 	}
 	var ask uint64
@@ -145,27 +147,36 @@ func (p *peer) heartbeat() bool {
 		ask = uint64(p.t.live.Interval / time.Millisecond)
 	}
 	putHeader(&p.whdr, frameHeartbeat, 0, ask)
-	wait := p.t.live.Timeout
-	if wait <= 0 {
-		wait = liveness.Timeout
-	}
 	p.conn.SetWriteDeadline(time.Now().Add(wait))
 	n, err := p.conn.Write(p.whdr[:])
 	p.conn.SetWriteDeadline(time.Time{})
 	switch {
 	case err == nil:
+		p.unlock()
 		return true
-	case n == 0 && errors.Is(err, os.ErrDeadlineExceeded):
-		return false // the socket stayed full: the peer has our data to read
 	case p.goneErr() != nil || p.t.downErr() != nil:
+		p.unlock()
 		return false // cut by Abort, Close or a failure elsewhere
-	case n > 0 && errors.Is(err, os.ErrDeadlineExceeded):
-		p.failUnresponsive(p.lastHeard(), nil)
+	case errors.Is(err, os.ErrDeadlineExceeded) && n == 0:
+		p.unlock()
+		return false
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		p.t.watchers.Add(1) // the watcher's own count keeps Close waiting meanwhile
+		go func() {
+			defer p.t.watchers.Done()
+			defer p.unlock()
+			if _, err := p.conn.Write(p.whdr[n:]); err != nil && p.goneErr() == nil && p.t.downErr() == nil {
+				p.fail(p.lostErr("connection failed while sending a heartbeat: %v", err))
+				p.cutConn()
+			}
+		}()
+		return true
 	default:
 		p.fail(p.lostErr("connection failed while sending a heartbeat: %v", err))
 		p.cutConn()
+		p.unlock()
+		return false
 	}
-	return false
 }
 
 // failUnresponsive fails the peer as unresponsive since last and cuts the

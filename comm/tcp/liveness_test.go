@@ -47,9 +47,13 @@ type blackhole struct {
 	slow     atomic.Bool
 	cutAfter atomic.Int64
 	passed   atomic.Int64
-	mu       sync.Mutex
-	conns    []net.Conn
-	wg       sync.WaitGroup
+	// stall, when set, stops reading altogether, so that the senders'
+	// sockets fill up and their writes block.
+	stall  atomic.Bool
+	closed atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+	wg     sync.WaitGroup
 }
 
 func newBlackhole(t testing.TB, target string) *blackhole {
@@ -92,6 +96,12 @@ func (b *blackhole) pipe(dst, src net.Conn) {
 	defer b.wg.Done()
 	buf := make([]byte, 64<<10)
 	for {
+		for b.stall.Load() {
+			if b.closed.Load() {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		n, err := src.Read(buf)
 		if b.cut.Load() {
 			if err != nil {
@@ -124,6 +134,7 @@ func (b *blackhole) pipe(dst, src net.Conn) {
 }
 
 func (b *blackhole) close() {
+	b.closed.Store(true)
 	b.ln.Close()
 	b.mu.Lock()
 	for _, c := range b.conns {
@@ -322,6 +333,47 @@ func TestCutMidPayload(t *testing.T) {
 	mustMention(t, err, "rank 0 is unresponsive", "since")
 	if took > timeout+3*time.Second {
 		t.Errorf("noticed after %v, want about %v", took, timeout)
+	}
+}
+
+// A link that stops carrying anything while a large message is being
+// written (the writer blocked on a full socket, holding the line) fails
+// that blocked Send and the Recv waiting for it, both as unresponsive.
+func TestStalledLinkFailsBlockedSend(t *testing.T) {
+	const timeout = 1500 * time.Millisecond
+	ts, via := connectVia(t, tcp.WithPeerTimeout(timeout), tcp.WithSingleCopy(false))
+	via.mu.Lock()
+	via.proxies0().stall.Store(true)
+	via.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const size = 64 << 20 // far more than the sockets on the way hold
+	start := time.Now()
+	var sendErr error
+	var sendTook time.Duration
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sendErr = ts[0].Send(ctx, 1, 1, make([]byte, size))
+		sendTook = time.Since(start)
+	}()
+	recvErr := ts[1].Recv(ctx, 0, 1, make([]byte, size))
+	recvTook := time.Since(start)
+	<-done
+	t.Logf("Send failed after %v: %v", sendTook.Round(10*time.Millisecond), sendErr)
+	t.Logf("Recv failed after %v: %v", recvTook.Round(10*time.Millisecond), recvErr)
+	for _, c := range []struct {
+		err  error
+		took time.Duration
+		peer int
+	}{{sendErr, sendTook, 1}, {recvErr, recvTook, 0}} {
+		if !errors.Is(c.err, transport.ErrPeerLost) {
+			t.Fatalf("want ErrPeerLost, got %v", c.err)
+		}
+		mustMention(t, c.err, fmt.Sprintf("rank %d is unresponsive", c.peer))
+		if c.took > timeout+3*time.Second {
+			t.Errorf("noticed after %v, want about %v", c.took, timeout)
+		}
 	}
 }
 
