@@ -410,7 +410,7 @@ func TestIdleLinksStayUp(t *testing.T) {
 			defer wg.Done()
 			d := time.Duration(0) // the default, 5 s
 			if r == 0 {
-				d = 1200 * time.Millisecond
+				d = 900 * time.Millisecond
 			}
 			b := tcp.NewBackend(tcp.WithHost("127.0.0.1"), tcp.WithPeerTimeout(d))
 			ts[r], errs[r] = b.ConnectTCP(context.Background(), transport.Config{Rank: r, Size: world, Store: st, Timeout: 20 * time.Second})
@@ -423,7 +423,7 @@ func TestIdleLinksStayUp(t *testing.T) {
 		}
 		defer ts[r].Close()
 	}
-	if ts[0].PeerTimeout() != 1200*time.Millisecond || ts[1].PeerTimeout() != tcp.DefaultPeerTimeout {
+	if ts[0].PeerTimeout() != 900*time.Millisecond || ts[1].PeerTimeout() != tcp.DefaultPeerTimeout {
 		t.Fatalf("peer timeouts %v and %v", ts[0].PeerTimeout(), ts[1].PeerTimeout())
 	}
 	time.Sleep(4 * time.Second) // more than three times rank 0's timeout
