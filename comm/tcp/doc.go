@@ -75,6 +75,10 @@
 // When a connection ends (EOF, reset, a peer's Abort or Close), every pending
 // and future operation with that peer fails with an error wrapping
 // ErrPeerLost; messages that had fully arrived before can still be received.
+// Abort sends an abort frame to every peer and fails local operations with
+// the given cause. Every operation honours its context: an expired or
+// cancelled context yields an error wrapping both ErrTimeout and ctx.Err().
+// Close ends every goroutine and socket the transport started.
 //
 // # Liveness
 //
@@ -101,8 +105,4 @@
 // off (heartbeats still go out for peers that check). On links that lose
 // packets heavily or stall for seconds, raise the timeout: a retransmission
 // that takes longer than it reads as a dead peer.
-// Abort sends an abort frame to every peer and fails local operations with
-// the given cause. Every operation honours its context: an expired or
-// cancelled context yields an error wrapping both ErrTimeout and ctx.Err().
-// Close ends every goroutine and socket the transport started.
 package tcp
