@@ -43,7 +43,20 @@
 // (WithTimeout). When a collective fails because a peer was lost or a deadline
 // expired, the group aborts its transport, so that every other rank fails with
 // ErrPeerLost within moments instead of waiting for its own deadline. A group
-// that was aborted stays unusable; build a new one. Errors wrap the sentinels
+// that was aborted stays unusable; build a new one.
+//
+// A peer that freezes (stopped, swapped out) or whose link is cut closes
+// nothing; the built-in TCP backend notices it by its silence: idle links
+// carry a heartbeat every second, and a peer from which nothing has come
+// for the peer timeout (5 s by default; WithPeerTimeout at Init, or
+// comm/tcp.WithPeerTimeout) is failed with an error wrapping ErrPeerLost
+// that calls it unresponsive and says since when. The collective waiting
+// on it fails with that error and aborts the group, so every rank stops
+// within seconds rather than at the end of the operation's timeout, and no
+// rank reports the frozen one as having skipped the collective. An error
+// saying that a rank "never joined" a collective is kept for a rank that
+// is alive but did not call it (a different number or order of
+// collectives, or a rank busy elsewhere past the deadline). Errors wrap the sentinels
 // ErrTimeout, ErrPeerLost, ErrClosed, ErrMismatch, ErrInvalidArgument and
 // ErrTooLarge; test them with errors.Is.
 //

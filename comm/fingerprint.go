@@ -105,6 +105,11 @@ func (pg *ProcessGroup) recvFingerprints(ctx context.Context, c *opCtx, op colle
 				}
 			}
 			if ctx.Err() != nil && !errors.Is(err, ErrPeerLost) {
+				// A peer that the transport found unresponsive (or lost)
+				// did not skip the collective: say what happened to it.
+				if lost := pg.world.peerLost(pg.members[peer]); lost != nil {
+					return fmt.Errorf("%s #%d: waiting for rank %d's fingerprint: %w", op.desc, c.seq, peer, lost)
+				}
 				return fmt.Errorf("%w: %s #%d on group %q: rank %d never joined this collective (is it stuck, or did it call a different number of collectives?): %w",
 					ErrTimeout, op.desc, c.seq, pg.name, peer, ctx.Err())
 			}

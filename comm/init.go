@@ -37,6 +37,7 @@ type initConfig struct {
 	rank, world int // -1: not given
 	backend     string
 	timeout     time.Duration
+	peerTimeout time.Duration
 	token       string
 	tokenSet    bool
 	st          store.Store
@@ -69,6 +70,22 @@ func WithInitTimeout(d time.Duration) InitOption {
 			c.timeout = d
 		}
 	}
+}
+
+// WithPeerTimeout sets how long a peer may stay silent (no data, no
+// heartbeat) before the backend counts it as unresponsive and the group
+// aborts, with errors that name the peer and say since when it has been
+// silent. The default is the backend's: 5 s for the built-in TCP backend,
+// whose idle links carry a heartbeat every second, so a frozen (stopped,
+// swapped out) or unreachable rank stops the job within seconds instead
+// of at the end of the operation's timeout. d < 0 turns the check off;
+// d = 0 keeps the default. Raise it on links that lose packets heavily or
+// stall for seconds; every rank should use the same value (a rank that
+// checks more often asks its peers for heartbeats often enough, so
+// differing values still work). It reaches the backend as
+// transport.Config.PeerTimeout.
+func WithPeerTimeout(d time.Duration) InitOption {
+	return func(c *initConfig) { c.peerTimeout = d }
 }
 
 // WithToken sets the shared secret that the store and every connection
@@ -171,6 +188,7 @@ func Init(ctx context.Context, rawURL string, opts ...InitOption) (*ProcessGroup
 	tr, err := r.run(ctx, func(ctx context.Context) (transport.Transport, error) {
 		tr, err := backend.Connect(ctx, transport.Config{
 			Rank: plan.env.Rank, Size: plan.env.WorldSize, Store: ns, Timeout: cfg.timeout, Token: cfg.token,
+			PeerTimeout: cfg.peerTimeout,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("comm: init: rank %d connecting backend %q: %w", plan.env.Rank, cfg.backend, err)
@@ -402,6 +420,15 @@ func (p *initPlan) openStore(ctx context.Context, cfg *initConfig) (store.Store,
 type owningTransport struct {
 	transport.Transport
 	closers []func() error
+}
+
+// PeerError passes on the backend's account of a failed link (see
+// peerErrors).
+func (o *owningTransport) PeerError(rank int) error {
+	if pe, ok := o.Transport.(peerErrors); ok {
+		return pe.PeerError(rank)
+	}
+	return nil
 }
 
 func (o *owningTransport) Close() error {

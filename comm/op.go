@@ -287,6 +287,26 @@ func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint
 	return nil
 }
 
+// peerErrors is implemented by transports that can say why the link to a
+// peer failed (comm/tcp's, which fails a peer that stays silent for its
+// peer timeout as unresponsive).
+type peerErrors interface {
+	PeerError(rank int) error
+}
+
+// peerLost returns the transport's error for the link to world rank r when
+// that link failed (wrapping ErrPeerLost), else nil.
+func (w *world) peerLost(r int) error {
+	pe, ok := w.t.(peerErrors)
+	if !ok {
+		return nil
+	}
+	if err := pe.PeerError(r); err != nil && errors.Is(err, ErrPeerLost) {
+		return err
+	}
+	return nil
+}
+
 // isDisagreement reports errors that mean the ranks disagree (or the caller
 // erred) rather than that the group broke: these fail the collective without
 // aborting the group.

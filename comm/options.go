@@ -51,7 +51,10 @@ func defaultOptions() options {
 }
 
 // WithTimeout sets the default time limit of an operation whose context has no
-// deadline (DefaultTimeout when not given). d <= 0 keeps the default.
+// deadline (DefaultTimeout when not given). d <= 0 keeps the default. A peer
+// that freezes or drops off the network fails the operation much sooner,
+// after the backend's peer timeout (5 s for the built-in TCP backend; see
+// WithPeerTimeout), so this limit need not be short to catch those.
 func WithTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {

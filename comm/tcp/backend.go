@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/liveness"
 )
 
 // DefaultMaxMessage bounds one message when transport.Config.MaxMessage is 0.
@@ -14,6 +15,12 @@ const DefaultMaxMessage int64 = 1 << 30
 // DefaultSocketBuffer is the send and receive buffer size requested for every
 // connection when no WithSocketBuffer option is given.
 const DefaultSocketBuffer = 4 << 20
+
+// DefaultPeerTimeout is how long a peer may send nothing, not even a
+// heartbeat, before it counts as unresponsive, when neither WithPeerTimeout
+// nor transport.Config.PeerTimeout says otherwise. Idle links carry a
+// heartbeat every second.
+const DefaultPeerTimeout = liveness.Timeout
 
 // defaultConnectTimeout bounds connection set-up when neither the context nor
 // transport.Config.Timeout sets a deadline.
@@ -27,6 +34,7 @@ type Backend struct {
 	sockBuf      int
 	sockBufOK    bool
 	noSingleCopy bool
+	peerTimeout  time.Duration // 0: DefaultPeerTimeout; negative: no check
 }
 
 // Option configures a Backend.
@@ -50,6 +58,18 @@ func WithSocketBuffer(bytes int) Option {
 // halves the copying. Connection set-up finds out whether the kernel allows
 // it for each pair of ranks; where it does not, messages use the socket.
 func WithSingleCopy(enabled bool) Option { return func(b *Backend) { b.noSingleCopy = !enabled } }
+
+// WithPeerTimeout sets how long a peer may stay silent (no data, no
+// heartbeat) before this rank counts it as unresponsive: its pending and
+// later operations then fail with an error wrapping ErrPeerLost that says
+// since when it has been silent, and the kernel gives up on data the peer's
+// machine leaves unacknowledged for as long (TCP_USER_TIMEOUT). Idle links
+// carry a heartbeat every third of d (at most every second), so a live
+// peer is never silent that long. d = 0 keeps DefaultPeerTimeout; d < 0
+// turns the check off (heartbeats are still sent, for peers that check).
+// A nonzero transport.Config.PeerTimeout overrides it for one Connect.
+// Raise it on links that lose packets heavily or stall for seconds.
+func WithPeerTimeout(d time.Duration) Option { return func(b *Backend) { b.peerTimeout = d } }
 
 // NewBackend returns a Backend configured by opts.
 func NewBackend(opts ...Option) Backend {
@@ -108,7 +128,11 @@ func (b Backend) connect(ctx context.Context, cfg transport.Config) (*Transport,
 	if maxMsg == 0 {
 		maxMsg = DefaultMaxMessage
 	}
-	t := newTransport(cfg.Rank, cfg.Size, maxMsg)
+	live := liveness.Config{Timeout: b.peerTimeout}
+	if cfg.PeerTimeout != 0 {
+		live.Timeout = cfg.PeerTimeout
+	}
+	t := newTransport(cfg.Rank, cfg.Size, maxMsg, live)
 	if cfg.Size == 1 {
 		return t, nil
 	}

@@ -87,4 +87,30 @@
 // the given cause. Every operation honours its context: an expired or
 // cancelled context yields an error wrapping both ErrTimeout and ctx.Err().
 // Close ends every goroutine and socket the transport started.
+//
+// # Liveness
+//
+// A peer can also stop answering without closing anything: a process
+// stopped with SIGSTOP or by a debugger, swapped out, stuck in the kernel,
+// or a link that drops every packet. Every connection therefore proves its
+// peer alive. When nothing else has gone out on a connection for about a
+// second, its watcher sends a heartbeat frame (a bare header; it is skipped
+// while a write holds the line, since that write proves the rank alive, and
+// it never delays a message). Every byte read from the peer, a heartbeat or
+// part of a payload still streaming in, counts as a sign of life. A peer
+// from which nothing at all has come for the peer timeout (DefaultPeerTimeout,
+// 5 s; WithPeerTimeout or transport.Config.PeerTimeout) is failed: pending
+// and later operations with it fail with an error wrapping ErrPeerLost that
+// says it is unresponsive and since when ("rank 1 is unresponsive: nothing
+// received for 5s (since 14:02:11.532) ..."), and the connection is cut.
+// Heartbeats are what catch a stopped process, since its kernel still
+// acknowledges every segment; TCP_USER_TIMEOUT, set on every connection to
+// the same timeout, makes the kernel give up on data the peer's machine
+// never acknowledges (a cut link), so that a write blocked on a full socket
+// fails too. A heartbeat carries the interval at which its sender wants to
+// hear from the receiver, so ranks configured with different timeouts keep
+// each other's checks satisfied. A negative peer timeout turns the check
+// off (heartbeats still go out for peers that check). On links that lose
+// packets heavily or stall for seconds, raise the timeout: a retransmission
+// that takes longer than it reads as a dead peer.
 package tcp

@@ -26,6 +26,12 @@ const (
 	// frameAck acknowledges a reference frame: the tag field holds its id,
 	// the length field a status; nothing follows.
 	frameAck = 5
+	// frameHeartbeat proves the sender alive on a link that carries nothing
+	// else (see liveness.go); nothing follows. The length field is the
+	// interval in milliseconds at which the sender wants to hear from the
+	// receiver (0: it does not check), so that ranks configured with
+	// different timeouts still keep each other's checks satisfied.
+	frameHeartbeat = 6
 )
 
 // maxCauseLen bounds the cause text carried by an abort frame.

@@ -23,7 +23,7 @@ import (
 const (
 	helloSize    = 4 + 4 + 12 + nonceSize + sha256.Size
 	nonceSize    = 16
-	protoVersion = 3 // 3: the single-copy probe that follows takes the peer's pid from the kernel (singlecopy.go)
+	protoVersion = 3 // 3: the single-copy probe takes the peer's pid from the kernel (singlecopy.go); heartbeat frames (liveness.go)
 	kindHello    = 1
 	kindReply    = 2
 )

@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/liveness"
 )
 
 // readBufferSize is the reader's buffer: small frames (headers, short
@@ -73,6 +74,12 @@ type peer struct {
 	err     error                 // why the peer is gone; guarded by mu
 	errp    atomic.Pointer[error]
 	gone    chan struct{} // closed when err is set
+
+	// Liveness (liveness.go).
+	heard atomic.Int64  // Transport.clock at the last read that returned data
+	sent  atomic.Bool   // a frame went out since the watcher last looked
+	asked atomic.Int64  // the heartbeat interval the peer asked for; 0 until it does
+	nudge chan struct{} // capacity 1: tells the watcher that asked is set
 }
 
 func newPeer(t *Transport, rank int, c *net.TCPConn, host sameHost) *peer {
@@ -80,7 +87,13 @@ func newPeer(t *Transport, rank int, c *net.TCPConn, host sameHost) *peer {
 		queues: map[transport.Tag]*tagQueue{}, acks: map[uint64]chan error{}, gone: make(chan struct{}),
 		refOut: host.offer, refPID: host.pid}
 	if c != nil {
-		p.rd = bufio.NewReaderSize(c, readBufferSize)
+		// The kernel gives up on data the peer's machine does not
+		// acknowledge within the peer timeout. Where the option is
+		// missing, the heartbeats still notice a silent peer.
+		_ = liveness.SetUserTimeout(c, t.live.Timeout)
+		p.heard.Store(t.clock())
+		p.nudge = make(chan struct{}, 1)
+		p.rd = bufio.NewReaderSize(liveConn{c: c, p: p}, readBufferSize)
 		p.posted = make(chan struct{}, 1)
 		p.waitTimer = time.NewTimer(time.Hour)
 		p.waitTimer.Stop()
@@ -305,9 +318,14 @@ func (p *peer) readErr(err error) error {
 	if p.t.downErr() != nil {
 		return p.t.downErr()
 	}
+	if gone := p.goneErr(); gone != nil {
+		return gone // the link was cut for a reason already given (say, an unresponsive peer)
+	}
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
 		return p.lostErr("closed the connection without saying goodbye (did its process exit or crash?): %v", err)
+	case errors.Is(err, syscall.ETIMEDOUT):
+		return p.unresponsiveErr(p.lastHeard(), err)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return p.lostErr("connection was cut: %v", err)
 	default:
@@ -335,6 +353,8 @@ func (p *peer) readFrames() error {
 			}
 		case frameAck:
 			p.acknowledged(uint64(tag), n)
+		case frameHeartbeat:
+			p.heartbeatAsked(n)
 		case frameAbort:
 			text := make([]byte, min(n, maxCauseLen))
 			if _, err := io.ReadFull(p.rd, text); err != nil {
@@ -570,6 +590,7 @@ func (p *peer) writeFrame(ctx context.Context, kind byte, tag transport.Tag, n u
 	p.wvec[1] = nil
 	p.wbufs = nil
 	if err == nil && written == total {
+		p.sent.Store(true)
 		return nil
 	}
 	if ctx.Err() != nil {
@@ -584,6 +605,9 @@ func (p *peer) writeFrame(ctx context.Context, kind byte, tag transport.Tag, n u
 		return derr
 	}
 	lost := p.lostErr("connection failed while sending: %v", err)
+	if errors.Is(err, syscall.ETIMEDOUT) {
+		lost = p.unresponsiveErr(p.lastHeard(), err)
+	}
 	p.fail(lost)
 	p.cutConn()
 	return p.goneErr()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/liveness"
 	"github.com/tandemml/tandem/internal/peercred"
 )
 
@@ -496,7 +497,7 @@ func TestSingleCopyTrustsOnlyTheKernel(t *testing.T) {
 				t.Fatalf("the honest rank agreed to read pid %d (victim %d, this process %d)", host.pid, v.pid, os.Getpid())
 			}
 			// The hostile rank sends a reference to the secret anyway.
-			tr := newTransport(0, 2, DefaultMaxMessage)
+			tr := newTransport(0, 2, DefaultMaxMessage, liveness.Config{})
 			tr.start([]*net.TCPConn{nil, honest}, []sameHost{{}, host})
 			defer tr.Close()
 			var frame [headerSize + refBodySize]byte

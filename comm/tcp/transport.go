@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/liveness"
 )
 
 // Grace periods for shutdown: how long Abort and Close wait for a busy writer
@@ -30,6 +31,9 @@ type Transport struct {
 	maxMsg     int64
 	peers      []*peer // indexed by rank; peers[rank] delivers to itself
 
+	live  liveness.Config // resolved; Timeout < 0 when the check is off
+	epoch time.Time       // origin of the peers' monotonic time stamps
+
 	down atomic.Pointer[error] // set once by Abort or Close
 
 	msgs    msgPool
@@ -38,14 +42,16 @@ type Transport struct {
 	ackChs  sync.Pool // chan error of capacity 1, for sends by reference
 	readers sync.WaitGroup
 
+	watchers sync.WaitGroup // one per connection (liveness.go)
+
 	life      sync.Mutex // serialises Abort and Close
 	closeOnce sync.Once
 }
 
 var _ transport.Transport = (*Transport)(nil)
 
-func newTransport(rank, size int, maxMsg int64) *Transport {
-	t := &Transport{rank: rank, size: size, maxMsg: maxMsg, peers: make([]*peer, size)}
+func newTransport(rank, size int, maxMsg int64, live liveness.Config) *Transport {
+	t := &Transport{rank: rank, size: size, maxMsg: maxMsg, peers: make([]*peer, size), live: live.Resolve(), epoch: time.Now()}
 	t.reqs.New = func() any { return &recvReq{done: make(chan error, 1)} }
 	t.queues.New = func() any { return new(tagQueue) }
 	t.ackChs.New = func() any { return make(chan error, 1) }
@@ -59,7 +65,8 @@ func (t *Transport) getAck() chan error  { return t.ackChs.Get().(chan error) }
 func (t *Transport) putAck(c chan error) { t.ackChs.Put(c) }
 
 // start attaches the connections (indexed by rank) and starts their
-// readers; hosts says which peers exchange large messages by single copies.
+// readers and watchers; hosts says which peers exchange large messages by
+// single copies.
 func (t *Transport) start(conns []*net.TCPConn, hosts []sameHost) {
 	for r, c := range conns {
 		if c == nil {
@@ -69,7 +76,24 @@ func (t *Transport) start(conns []*net.TCPConn, hosts []sameHost) {
 		t.peers[r] = p
 		t.readers.Add(1)
 		go p.readLoop()
+		t.watchers.Add(1)
+		go p.watch()
 	}
+}
+
+// PeerTimeout returns how long a peer may stay silent before it counts as
+// unresponsive, or a negative duration when the check is off.
+func (t *Transport) PeerTimeout() time.Duration { return t.live.Timeout }
+
+// PeerError returns why the link to rank failed (an error wrapping
+// ErrPeerLost, ErrClosed or the cause of an Abort), or nil while it
+// stands. Layers above use it to explain a wait that ended for another
+// reason, such as a deadline.
+func (t *Transport) PeerError(rank int) error {
+	if rank < 0 || rank >= t.size {
+		return nil
+	}
+	return t.peers[rank].goneErr()
 }
 
 // Rank returns this process's rank.
@@ -201,6 +225,7 @@ func (t *Transport) Close() error {
 		t.life.Unlock()
 		// Let readers drain until each peer closes its side, then cut.
 		t.drainReaders()
+		t.watchers.Wait() // every peer has failed, so each ends promptly
 		for _, p := range t.peers {
 			if p.conn != nil {
 				p.conn.Close()

@@ -35,6 +35,11 @@ type Config struct {
 	Token string
 	// MaxMessage bounds one message's size in bytes (0: backend default).
 	MaxMessage int64
+	// PeerTimeout is how long a peer may stay silent before the backend
+	// counts it as unresponsive and fails operations with it (ErrPeerLost);
+	// 0 means the backend's default, a negative value no check. Backends
+	// whose ranks cannot freeze apart (goroutines in one process) ignore it.
+	PeerTimeout time.Duration
 }
 
 // Backend builds a Transport for one rank; backends register themselves with
