@@ -142,7 +142,17 @@ func (cl *Client) call(ctx context.Context, op string, timeout time.Duration, re
 	return cl.callRetry(ctx, op, timeout, retry, false, fn)
 }
 
+// callOnce runs fn like call, but dials at most once and never repeats it:
+// for looking around after a failure, when the server may be gone.
+func (cl *Client) callOnce(ctx context.Context, op string, fn func(*clientConn) error) error {
+	return cl.run(ctx, op, 0, false, false, true, fn)
+}
+
 func (cl *Client) callRetry(ctx context.Context, op string, timeout time.Duration, retry, retryReused bool, fn func(*clientConn) error) error {
+	return cl.run(ctx, op, timeout, retry, retryReused, false, fn)
+}
+
+func (cl *Client) run(ctx context.Context, op string, timeout time.Duration, retry, retryReused, once bool, fn func(*clientConn) error) error {
 	if cl.isClosed() {
 		return fmt.Errorf("torchstore %s: %w", op, store.ErrClosed)
 	}
@@ -151,7 +161,7 @@ func (cl *Client) callRetry(ctx context.Context, op string, timeout time.Duratio
 	}
 	d, ctxBound, bound := cl.deadline(ctx, timeout)
 	for attempt := 0; ; attempt++ {
-		cc, err := cl.acquire(ctx, op, d, ctxBound)
+		cc, err := cl.acquire(ctx, op, d, ctxBound, !once)
 		if err != nil {
 			return err
 		}
@@ -205,8 +215,8 @@ func ctxError(op string, err error) error {
 }
 
 // acquire returns an idle connection, or dials a new one, retrying until d
-// while the server refuses.
-func (cl *Client) acquire(ctx context.Context, op string, d time.Time, ctxBound bool) (*clientConn, error) {
+// while the server refuses (when persist is set).
+func (cl *Client) acquire(ctx context.Context, op string, d time.Time, ctxBound, persist bool) (*clientConn, error) {
 	cl.mu.Lock()
 	if cl.closed {
 		cl.mu.Unlock()
@@ -240,11 +250,12 @@ func (cl *Client) acquire(ctx context.Context, op string, d time.Time, ctxBound 
 			cl.mu.Unlock()
 			return cc, nil
 		}
-		if dctx.Err() == nil {
+		if last == nil || dctx.Err() == nil {
 			last = err
 		}
-		if last == nil {
-			last = err
+		if !persist {
+			return nil, fmt.Errorf("%w: torchstore %s: could not reach the TCPStore server at %s: %w",
+				store.ErrPeerLost, op, cl.addr, err)
 		}
 		select {
 		case <-dctx.Done():
@@ -433,7 +444,7 @@ func (cl *Client) diagnoseAdd(ctx context.Context, key string, delta int64) erro
 	k := cl.key(key)
 	var v []byte
 	var present bool
-	err := cl.call(ctx, "add", 0, true, func(cc *clientConn) error {
+	err := cl.callOnce(ctx, "add", func(cc *clientConn) error {
 		if err := cc.write(encodeQuery(query{typ: qCheck, keys: []string{k}})); err != nil {
 			return err
 		}
