@@ -174,6 +174,20 @@ func TestGoClientPythonMaster(t *testing.T) {
 		t.Fatalf("MultiGet = %q", vs)
 	}
 
+	// The key layout of torchrun's agent store: torch's env:// init wraps
+	// it in PrefixStore("/worker/attempt_<restart count>"), which
+	// store.NewPrefix over this client reproduces.
+	py.do("prefix", map[string]any{"s": "worker", "base": "m", "prefix": "/worker/attempt_0"}, nil)
+	agent := store.NewPrefix("/worker/attempt_0", c)
+	noErr(t, agent.Set(ctx, "rank0-addr", []byte("10.0.0.1:1234")))
+	if v := py.get("worker", "rank0-addr"); v != "10.0.0.1:1234" {
+		t.Fatalf("python PrefixStore read %q", v)
+	}
+	py.set("worker", "from-prefixed-py", "ok")
+	if v := string(must(agent.Get(ctx, "from-prefixed-py")).get(t)); v != "ok" {
+		t.Fatalf("go prefix store read %q", v)
+	}
+
 	// Append has no query in 1.13.
 	if err := c.Append(ctx, "log", []byte("x")); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Append: %v, want ErrUnsupported", err)

@@ -41,6 +41,11 @@ def run(c):
                           c.get("wait_for_workers", True))
         stores[c["s"]] = s
         return s.port
+    if op == "prefix":
+        # A PrefixStore over another named store, as torch's env:// init
+        # makes over torchrun's agent store.
+        stores[c["s"]] = dist.PrefixStore(c["prefix"], stores[c["base"]])
+        return None
     if op == "close":
         del stores[c["s"]]
         return None
