@@ -42,6 +42,9 @@ type Server struct {
 	cfg  config
 	log  *slog.Logger
 	warn *admit.Warner
+	// gate counts every open connection, in all and per remote host (the
+	// protocol has no handshake, so admit's caps apply to the whole life of
+	// a connection here).
 	gate *admit.Gate
 	ln   net.Listener
 	lim  limits
@@ -204,12 +207,8 @@ func (s *Server) start(c net.Conn) {
 		return
 	}
 	s.conns[sc] = struct{}{}
-	s.wg.Add(2)
+	s.wg.Add(1)
 	s.mu.Unlock()
-	go func() {
-		defer s.wg.Done()
-		sc.writeLoop()
-	}()
 	go func() {
 		defer s.wg.Done()
 		defer release()
@@ -273,20 +272,35 @@ type serverConn struct {
 	waitBytes int
 	watches   []string
 
-	outMu  sync.Mutex
-	out    []byte
-	closed bool
-	wake   chan struct{}
-	done   chan struct{}
+	outMu   sync.Mutex
+	out     []byte
+	closed  bool
+	writing bool // writeLoop runs
+	wake    chan struct{}
+	done    chan struct{}
 }
 
 // send queues b for the client. A client that lets more than a value's
 // worth of replies pile up unread is disconnected.
+//
+// The writer goroutine starts with the first reply, so that a connection
+// that never asks anything (torch's second one) costs one goroutine. Its
+// wg.Add cannot race with Server.Close's Wait reaching zero: the reader
+// goroutine still counts, since it marks the connection closed before it
+// ends.
 func (sc *serverConn) send(b []byte) {
 	sc.outMu.Lock()
 	if sc.closed {
 		sc.outMu.Unlock()
 		return
+	}
+	if !sc.writing {
+		sc.writing = true
+		sc.s.wg.Add(1)
+		go func() {
+			defer sc.s.wg.Done()
+			sc.writeLoop()
+		}()
 	}
 	if len(sc.out)+len(b) > sc.s.cfg.maxValue+readChunk {
 		sc.outMu.Unlock()
