@@ -63,7 +63,7 @@ type clientConn struct {
 func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	cfg := newConfig(opts)
 	cl := &Client{cfg: cfg, addr: addr, lim: limits{maxValue: cfg.maxValue}, busy: map[*clientConn]struct{}{}}
-	err := cl.call(ctx, "dial", 0, false, func(cc *clientConn) error {
+	err := cl.call(ctx, "dial", 0, noRetry, func(cc *clientConn) error {
 		if !cfg.countIn {
 			return nil
 		}
@@ -133,26 +133,36 @@ func (cl *Client) deadline(ctx context.Context, timeout time.Duration) (d time.T
 // longAgo is a deadline in the past: setting it makes blocked I/O return.
 var longAgo = time.Unix(1, 0)
 
+// retryPolicy says whether a call may be repeated on a fresh connection
+// when its own broke (never when it timed out or was cancelled).
+type retryPolicy int
+
+const (
+	// noRetry: the first attempt may have been applied (Add, CompareSet,
+	// DeleteKey).
+	noRetry retryPolicy = iota
+	// retryPooled: repeat only when the broken connection came from the
+	// pool, where it may have died with a server that restarted (Set,
+	// MultiSet: repeating them writes the same values again).
+	retryPooled
+	// retryAlways: the call only reads (Get, Wait, Check, NumKeys, MultiGet).
+	retryAlways
+)
+
 // call runs fn on a connection, under a deadline of timeout (the client's
-// when not positive) or ctx's, whichever comes first. retry allows one more
-// attempt on a fresh connection when the first one broke (not when it timed
-// out); retryReused allows it only when the broken connection came from the
-// pool.
-func (cl *Client) call(ctx context.Context, op string, timeout time.Duration, retry bool, fn func(*clientConn) error) error {
-	return cl.callRetry(ctx, op, timeout, retry, false, fn)
+// when not positive) or ctx's, whichever comes first, and repeats it once
+// as policy allows. It maps failures to the store's sentinels.
+func (cl *Client) call(ctx context.Context, op string, timeout time.Duration, policy retryPolicy, fn func(*clientConn) error) error {
+	return cl.run(ctx, op, timeout, policy, true, fn)
 }
 
 // callOnce runs fn like call, but dials at most once and never repeats it:
 // for looking around after a failure, when the server may be gone.
 func (cl *Client) callOnce(ctx context.Context, op string, fn func(*clientConn) error) error {
-	return cl.run(ctx, op, 0, false, false, true, fn)
+	return cl.run(ctx, op, 0, noRetry, false, fn)
 }
 
-func (cl *Client) callRetry(ctx context.Context, op string, timeout time.Duration, retry, retryReused bool, fn func(*clientConn) error) error {
-	return cl.run(ctx, op, timeout, retry, retryReused, false, fn)
-}
-
-func (cl *Client) run(ctx context.Context, op string, timeout time.Duration, retry, retryReused, once bool, fn func(*clientConn) error) error {
+func (cl *Client) run(ctx context.Context, op string, timeout time.Duration, policy retryPolicy, persist bool, fn func(*clientConn) error) error {
 	if cl.isClosed() {
 		return fmt.Errorf("torchstore %s: %w", op, store.ErrClosed)
 	}
@@ -161,7 +171,7 @@ func (cl *Client) run(ctx context.Context, op string, timeout time.Duration, ret
 	}
 	d, ctxBound, bound := cl.deadline(ctx, timeout)
 	for attempt := 0; ; attempt++ {
-		cc, err := cl.acquire(ctx, op, d, ctxBound, !once)
+		cc, err := cl.acquire(ctx, op, d, ctxBound, persist)
 		if err != nil {
 			return err
 		}
@@ -191,9 +201,9 @@ func (cl *Client) run(ctx context.Context, op string, timeout time.Duration, ret
 			if ctxBound {
 				return fmt.Errorf("%w: torchstore %s: %w", store.ErrTimeout, op, context.DeadlineExceeded)
 			}
-			return fmt.Errorf("%w: torchstore %s gave up after %v; check that the rank that sets the keys is alive, "+
-				"or raise the timeout", store.ErrTimeout, op, bound.Round(time.Millisecond))
-		case attempt == 0 && (retry || (retryReused && cc.reused)):
+			return fmt.Errorf("%w: torchstore %s: no answer from %s within %v; if it waits for keys, check that "+
+				"the rank that sets them is alive, or raise the timeout", store.ErrTimeout, op, cl.addr, bound.Round(time.Millisecond))
+		case attempt == 0 && (policy == retryAlways || (policy == retryPooled && cc.reused)):
 			cl.cfg.logger.Debug("torchstore: connection broke; trying once more on a new one", "op", op, "addr", cl.addr, "err", err)
 			continue
 		}
@@ -390,7 +400,7 @@ func (cl *Client) Set(ctx context.Context, key string, value []byte) error {
 	}
 	b := encodeQuery(query{typ: qSet, key: cl.key(key), value: value})
 	b = append(b, confirmQuery...)
-	return cl.callRetry(ctx, "set", 0, false, true, func(cc *clientConn) error {
+	return cl.call(ctx, "set", 0, retryPooled, func(cc *clientConn) error {
 		if err := cc.write(b); err != nil {
 			return err
 		}
@@ -403,7 +413,7 @@ func (cl *Client) Set(ctx context.Context, key string, value []byte) error {
 func (cl *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	k := cl.key(key)
 	var v []byte
-	err := cl.call(ctx, "get", 0, true, func(cc *clientConn) error {
+	err := cl.call(ctx, "get", 0, retryAlways, func(cc *clientConn) error {
 		if err := cl.wait(cc, []string{k}); err != nil {
 			return err
 		}
@@ -426,7 +436,7 @@ func (cl *Client) Get(ctx context.Context, key string) ([]byte, error) {
 // store.ErrInvalidArgument.
 func (cl *Client) Add(ctx context.Context, key string, delta int64) (int64, error) {
 	var n int64
-	err := cl.call(ctx, "add", 0, false, func(cc *clientConn) (err error) {
+	err := cl.call(ctx, "add", 0, noRetry, func(cc *clientConn) (err error) {
 		n, err = cl.add(cc, cl.key(key), delta)
 		return err
 	})
@@ -478,7 +488,7 @@ func (cl *Client) CompareSet(ctx context.Context, key string, expected, desired 
 	}
 	b := encodeQuery(query{typ: qCompareSet, key: cl.key(key), value: expected, desired: desired})
 	var v []byte
-	err := cl.call(ctx, "compare-set", 0, false, func(cc *clientConn) (err error) {
+	err := cl.call(ctx, "compare-set", 0, noRetry, func(cc *clientConn) (err error) {
 		if err := cc.write(b); err != nil {
 			return err
 		}
@@ -492,7 +502,7 @@ func (cl *Client) CompareSet(ctx context.Context, key string, expected, desired 
 // wake anyone waiting for it.
 func (cl *Client) DeleteKey(ctx context.Context, key string) (bool, error) {
 	var n uint64
-	err := cl.call(ctx, "delete-key", 0, false, func(cc *clientConn) (err error) {
+	err := cl.call(ctx, "delete-key", 0, noRetry, func(cc *clientConn) (err error) {
 		if err := cc.write(encodeQuery(query{typ: qDeleteKey, key: cl.key(key)})); err != nil {
 			return err
 		}
@@ -506,7 +516,7 @@ func (cl *Client) DeleteKey(ctx context.Context, key string) (bool, error) {
 // whatever its prefix, InitKey included.
 func (cl *Client) NumKeys(ctx context.Context) (int64, error) {
 	var n uint64
-	err := cl.call(ctx, "num-keys", 0, true, func(cc *clientConn) (err error) {
+	err := cl.call(ctx, "num-keys", 0, retryAlways, func(cc *clientConn) (err error) {
 		if err := cc.write(encodeQuery(query{typ: qNumKeys})); err != nil {
 			return err
 		}
@@ -521,7 +531,7 @@ func (cl *Client) NumKeys(ctx context.Context) (int64, error) {
 func (cl *Client) Check(ctx context.Context, keys []string) (bool, error) {
 	b := encodeQuery(query{typ: qCheck, keys: cl.keys(keys)})
 	var ready bool
-	err := cl.call(ctx, "check", 0, true, func(cc *clientConn) error {
+	err := cl.call(ctx, "check", 0, retryAlways, func(cc *clientConn) error {
 		if err := cc.write(b); err != nil {
 			return err
 		}
@@ -546,7 +556,7 @@ func (cl *Client) Check(ctx context.Context, keys []string) (bool, error) {
 // still answer, is closed rather than reused.
 func (cl *Client) Wait(ctx context.Context, keys []string, timeout time.Duration) error {
 	ks := cl.keys(keys)
-	err := cl.call(ctx, "wait", timeout, true, func(cc *clientConn) error { return cl.wait(cc, ks) })
+	err := cl.call(ctx, "wait", timeout, retryAlways, func(cc *clientConn) error { return cl.wait(cc, ks) })
 	if err != nil {
 		return fmt.Errorf("%w (keys %q)", err, keys)
 	}
@@ -569,7 +579,7 @@ func (cl *Client) MultiSet(ctx context.Context, keys []string, values [][]byte) 
 		b = append(b, encodeQuery(query{typ: qSet, key: cl.key(k), value: values[i]})...)
 	}
 	b = append(b, confirmQuery...)
-	return cl.callRetry(ctx, "multi-set", 0, false, true, func(cc *clientConn) error {
+	return cl.call(ctx, "multi-set", 0, retryPooled, func(cc *clientConn) error {
 		if err := cc.write(b); err != nil {
 			return err
 		}
@@ -588,7 +598,7 @@ func (cl *Client) MultiGet(ctx context.Context, keys []string) ([][]byte, error)
 		gets = append(gets, encodeQuery(query{typ: qGet, key: k})...)
 	}
 	var vs [][]byte
-	err := cl.call(ctx, "multi-get", 0, true, func(cc *clientConn) error {
+	err := cl.call(ctx, "multi-get", 0, retryAlways, func(cc *clientConn) error {
 		if err := cl.wait(cc, ks); err != nil {
 			return err
 		}
