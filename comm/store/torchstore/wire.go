@@ -100,8 +100,8 @@ var errNewerClient = errors.New("the peer sent the VALIDATE query of torch 2.x (
 var errTooLarge = errors.New("declared length over the limit")
 
 // readChunk is the most the decoder allocates ahead of bytes that have
-// arrived: a peer that declares a 64 MiB value but sends nothing costs at
-// most this much.
+// arrived: a peer that declares a 64 MiB value but sends nothing costs 512
+// bytes, one that sends half of it about 32 MiB plus this much.
 const readChunk = 64 << 10
 
 // decodeQuery reads one request. first is true for the first request of a
@@ -174,9 +174,11 @@ func readBytes(r *bufio.Reader, lim limits, what string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %s of %d bytes, limit %d", errTooLarge, what, n, lim.maxValue)
 	}
 	size := int(n)
-	buf := make([]byte, 0, min(size, readChunk))
+	var buf []byte
 	for len(buf) < size {
-		k := min(size-len(buf), readChunk)
+		// Read in pieces that double from 512 bytes up to readChunk, so
+		// that memory follows what arrived, not what was announced.
+		k := min(size-len(buf), max(len(buf), 512), readChunk)
 		buf = slices.Grow(buf, k)
 		start := len(buf)
 		buf = buf[:start+k]
