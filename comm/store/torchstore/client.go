@@ -42,6 +42,10 @@ type Client struct {
 	addr string
 	lim  limits
 
+	// gone ends at Close, cutting short dials in progress.
+	gone    context.Context
+	goneNow context.CancelFunc
+
 	mu     sync.Mutex
 	idle   []*clientConn
 	busy   map[*clientConn]struct{}
@@ -63,6 +67,7 @@ type clientConn struct {
 func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	cfg := newConfig(opts)
 	cl := &Client{cfg: cfg, addr: addr, lim: limits{maxValue: cfg.maxValue}, busy: map[*clientConn]struct{}{}}
+	cl.gone, cl.goneNow = context.WithCancel(context.Background())
 	err := cl.call(ctx, "dial", 0, noRetry, func(cc *clientConn) error {
 		if !cfg.countIn {
 			return nil
@@ -90,6 +95,7 @@ func (cl *Client) Close() error {
 		return nil
 	}
 	cl.closed = true
+	cl.goneNow()
 	for _, cc := range cl.idle {
 		cc.c.Close()
 	}
@@ -243,6 +249,7 @@ func (cl *Client) acquire(ctx context.Context, op string, d time.Time, ctxBound,
 	cl.mu.Unlock()
 	dctx, cancel := context.WithDeadline(ctx, d)
 	defer cancel()
+	defer context.AfterFunc(cl.gone, cancel)()
 	backoff := 10 * time.Millisecond
 	var last error
 	for {

@@ -406,6 +406,41 @@ func TestDialGivesUp(t *testing.T) {
 	}
 }
 
+// TestCloseEndsRedial: Close cuts short a call that is dialling a server
+// that went away.
+func TestCloseEndsRedial(t *testing.T) {
+	srv, err := NewServer("", Unauthenticated(), WithLogger(quietLogger(t)))
+	noErr(t, err)
+	go srv.Serve(context.Background())
+	c := dialT(t, srv)
+	srv.Close()
+	c.mu.Lock()
+	for _, cc := range c.idle {
+		cc.c.Close()
+	}
+	c.idle = nil
+	c.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Get(ctxFor(t, long), "k")
+		errc <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	c.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, store.ErrClosed) {
+			t.Fatalf("Get dialling across Close: %v, want ErrClosed", err)
+		}
+		if el := time.Since(start); el > 2*time.Second {
+			t.Fatalf("Get returned %v after Close", el)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Get kept dialling after Close")
+	}
+}
+
 // TestClientAfterServerRestart: idle pooled connections that died with the
 // server are replaced without the caller seeing it, for calls that may be
 // repeated.
