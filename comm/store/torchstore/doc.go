@@ -10,8 +10,11 @@
 // # Which torch
 //
 // The protocol is the one of torch 1.13, and it is tested here against
-// Debian's python3-torch 1.13 (both ways: a Go client of a Python master,
-// Python clients of a Go server, together with Go clients). In that version:
+// Debian's python3-torch 1.13: a Go client of a Python master, Python
+// clients of a Go server together with Go clients, and Go workers started by
+// torchrun that meet in its agent's store (under the key prefix
+// "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>" that torch's own workers
+// use there; store.NewPrefix over a Client reproduces it). In that version:
 //
 //   - A request is one query-type byte, then its arguments: strings and byte
 //     strings as a little-endian uint64 length and the bytes, integers as
