@@ -24,12 +24,20 @@ import (
 //     acknowledgements, heartbeats) has come from it for the timeout.
 //
 // The reader stamps the time of every read from the socket, so a large
-// payload that is still streaming in counts as a sign of life. A stopped
+// payload that is still streaming in counts as a sign of life. Until the
+// first byte arrives a peer gets setupGrace on top of the timeout, since
+// it may still be setting up its other connections. A stopped
 // process's kernel still acknowledges TCP segments, which is why only bytes
 // sent by the process itself count. TCP_USER_TIMEOUT, set to the same
 // timeout, additionally makes the kernel give up on data that the peer's
 // machine never acknowledges (a cut link), so a writer blocked on a full
 // socket fails too.
+
+// setupGrace is the extra time a peer gets before its first byte. Ranks
+// start their transports when their own set-up is done (every connection
+// made and probed), so one rank may start hearing a peer that is still
+// probing a third rank; no set-up step waits longer than a handshake.
+const setupGrace = handshakeTimeout
 
 // minHeartbeat bounds the heartbeat interval a peer may ask for.
 const minHeartbeat = 10 * time.Millisecond
@@ -108,7 +116,11 @@ func (p *peer) watch() {
 		late := now.Sub(prev) > 2*every && !wasLate
 		prev, wasLate = now, late
 		if live.Timeout > 0 && !late {
-			if last := p.lastHeard(); now.Sub(last) >= live.Timeout {
+			limit := live.Timeout
+			if p.heard.Load() == 0 {
+				limit += setupGrace
+			}
+			if last := p.lastHeard(); now.Sub(last) >= limit {
 				p.failUnresponsive(last, nil)
 				return
 			}

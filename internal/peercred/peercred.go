@@ -21,11 +21,14 @@
 //   - The peer runs Prove: it dials that name and writes the nonce and the
 //     TCP connection's two endpoints as it sees them, then hangs up.
 //   - The challenger's Accept takes connections on its listener until one
-//     carries the right nonce (compared in constant time) and the endpoints
-//     of its own TCP connection, seen from the other end; connections that
-//     carry anything else are dropped and it goes on waiting, until the
-//     context ends. Of the one that matches it asks the kernel the peer's
-//     process and user ids (SO_PEERCRED). A user id other than this
+//     carries the right nonce (compared in constant time); connections
+//     that carry anything else are dropped and it goes on waiting, until
+//     the context ends. A proof with the right nonce must also carry the
+//     endpoints of the challenger's own TCP connection, seen from the other
+//     end; if it names other endpoints (a proxy or NAT between the two, or
+//     a relayed offer) the challenge fails at once. Of the one that
+//     matches it asks the kernel the peer's process and user ids
+//     (SO_PEERCRED). A user id other than this
 //     process's effective one, or a process id of 0 (the peer lives in a
 //     PID namespace this process cannot see into), fails.
 //

@@ -49,8 +49,10 @@ func (c *Challenge) Close() error { return c.ln.Close() }
 
 // Accept waits until the process at the other end of conn (the TCP
 // connection the offer went through) proves itself, or ctx ends, and
-// returns what the kernel says of it. Connections with a wrong proof are
-// dropped and the wait goes on. A proof from a process of another user, or
+// returns what the kernel says of it. Connections with a wrong nonce are
+// dropped and the wait goes on; the right nonce with the endpoints of
+// another connection ends the wait with an error wrapping
+// errs.Unauthorized. A proof from a process of another user, or
 // from a PID namespace this process cannot see into (the kernel reports
 // pid 0), ends the wait with
 // an error wrapping errs.Unauthorized; the Cred returned with it is the
@@ -111,10 +113,21 @@ func (c *Challenge) Accept(ctx context.Context, conn net.Conn) (Cred, error) {
 			if _, err := io.ReadFull(uc, got[:]); err != nil {
 				return
 			}
-			if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-				return // a wrong nonce, or a proof made for another connection
+			if subtle.ConstantTimeCompare(got[:NonceSize], want[:NonceSize]) != 1 {
+				return // a wrong nonce: not the peer's proof
 			}
-			cred, err := peerCred(uc)
+			var cred Cred
+			var err error
+			if subtle.ConstantTimeCompare(got[NonceSize:], want[NonceSize:]) != 1 {
+				// The nonce travelled only over this connection, but the
+				// prover's connection has other endpoints: a proxy or NAT
+				// stands between the two (or the offer was relayed). Either
+				// way no process can be named: say so now, not at the
+				// deadline.
+				err = fmt.Errorf("peercred: the peer's proof names another connection (a proxy or NAT between the two, or a relayed offer); its memory is not read: %w", errs.Unauthorized)
+			} else {
+				cred, err = peerCred(uc)
+			}
 			select {
 			case found <- result{cred, err}:
 				wake()
