@@ -151,8 +151,13 @@ func TestBackwardWorkerLost(t *testing.T) {
 	if err == nil {
 		t.Fatal("the step succeeded")
 	}
-	if !strings.Contains(err.Error(), "releasing context") {
-		t.Errorf("WithContext did not report that the dead worker could not be released: %v", err)
+	// The release reaches worker 2 either after its agent has stopped
+	// (WithContext then reports that it could not release there) or while
+	// its shutdown is still answering calls, with its contexts already
+	// dropped (nothing is left to release, and the error names worker 2's
+	// shutdown instead). Either way the error must say what happened to w2.
+	if msg := err.Error(); !strings.Contains(msg, "releasing context") && !strings.Contains(msg, "agent w2 (id 2) is shutting down") {
+		t.Errorf("WithContext reported neither that the dead worker could not be released nor that it was shutting down: %v", err)
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("failing took %v", d)
