@@ -9,24 +9,19 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/floodtest"
 )
 
 // floodedEnv makes the test binary, re-executed, run worker 1 of
 // TestHandshakeFlood, meeting worker 0 through the TCP store at its value.
 const floodedEnv = "TANDEM_RPC_TEST_FLOODED"
-
-// floodConnsEnv overrides the number of idle connections of
-// TestHandshakeFlood (to measure a larger flood by hand).
-const floodConnsEnv = "TANDEM_RPC_TEST_FLOOD_CONNS"
 
 // TestHelperFloodedWorker is worker 1 of TestHandshakeFlood, in a process
 // of its own so that its memory can be measured; it does nothing in a
@@ -60,25 +55,11 @@ func TestHelperFloodedWorker(t *testing.T) {
 // vmRSS returns the resident memory of process pid in bytes.
 func vmRSS(t *testing.T, pid int) int64 {
 	t.Helper()
-	n, err := readVmRSS(pid)
+	n, err := floodtest.RSS(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
-}
-
-func readVmRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader.
@@ -106,20 +87,16 @@ func TestHandshakeFlood(t *testing.T) {
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("needs /proc to measure a process's memory")
 	}
-	n := 4000
-	if v := os.Getenv(floodConnsEnv); v != "" {
-		n, _ = strconv.Atoi(v)
+	n := floodtest.Conns(4000)
+	limit, err := floodtest.RaiseFileLimit(n + 256)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
-	}
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && uint64(n)+256 > lim.Cur {
-		n = int(lim.Cur) - 256
+	if n+256 > limit {
+		n = limit - 256
 	}
 	if n < 1000 {
-		t.Skipf("only %d file descriptors allowed: too few for a flood", lim.Cur)
+		t.Skipf("only %d file descriptors allowed: too few for a flood", limit)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -196,7 +173,7 @@ func TestHandshakeFlood(t *testing.T) {
 	go func() {
 		defer close(watched)
 		for {
-			if m, err := readVmRSS(pid); err == nil && m > peak {
+			if m, err := floodtest.RSS(pid); err == nil && m > peak {
 				peak = m
 			}
 			select {
@@ -236,7 +213,7 @@ func TestHandshakeFlood(t *testing.T) {
 		}
 	}
 	t.Logf("%d connections opened: worker RSS %.1f MB before, peak %.1f MB, %.1f MB at the end of the flood, %.1f MB after; %d log lines",
-		opened, mb(base), mb(peak), mb(during), mb(after), lines)
+		opened, floodtest.MiB(base), floodtest.MiB(peak), floodtest.MiB(during), floodtest.MiB(after), lines)
 	if opened < n/2 {
 		t.Fatalf("only %d of %d connections opened", opened, n)
 	}
@@ -244,17 +221,15 @@ func TestHandshakeFlood(t *testing.T) {
 	// connections grew a worker by about 65 MB for good, and 15,000 by
 	// about 250 MB; now both stay within a few MB.
 	if grew := peak - base; grew > 40<<20 {
-		t.Errorf("the worker grew by %.1f MB under the flood", mb(grew))
+		t.Errorf("the worker grew by %.1f MB under the flood", floodtest.MiB(grew))
 	}
 	if grew := after - base; grew > 40<<20 {
-		t.Errorf("the worker kept %.1f MB after the flood", mb(grew))
+		t.Errorf("the worker kept %.1f MB after the flood", floodtest.MiB(grew))
 	}
 	if lines > 5 {
 		t.Errorf("%d log lines for one flood:\n%s", lines, logs.String())
 	}
 }
-
-func mb(n int64) float64 { return float64(n) / (1 << 20) }
 
 // TestHandshakeGate: a worker serves at most admit.MaxPendingPerHost
 // connections in their handshake from one host; the next is closed at once,
