@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"os"
 
@@ -20,8 +21,13 @@ type File struct {
 	// Tensors in the order their data lies in the file (for files this
 	// package or PyTorch's state_dict writers produce: state_dict order).
 	Tensors []Named
-	// Metadata is the header's "__metadata__" (nil when absent).
+	// Metadata is the header's "__metadata__" (nil when absent), less the
+	// ChecksumKey entry.
 	Metadata map[string]string
+	// Checksum is the file's ChecksumKey entry, which Decode verified, or ""
+	// when the file has none (files written by PyTorch or older Tandem,
+	// loaded unchecked).
+	Checksum string
 	// Dtypes maps each tensor name to its dtype in the file (F16 and BF16
 	// tensors decode to float32, so the tensor's dtype does not say).
 	Dtypes map[string]string
@@ -70,22 +76,47 @@ func Load(path string) (*File, error) {
 
 // Decode decodes a whole safetensors file held in data. The tensors own
 // their memory (nothing aliases data). Zero-element tensors are refused:
-// gorgonia's tensors cannot be empty.
+// gorgonia's tensors cannot be empty. A file with a checksum (ChecksumKey)
+// is verified first: a mismatch gives an error wrapping ErrCorrupt. A file
+// without one is decoded unchecked.
 func Decode(data []byte) (*File, error) {
 	h, err := ParseHeader(data, int64(len(data)))
 	if err != nil {
 		return nil, err
 	}
 	buf := data[h.DataStart:]
-	f := &File{Metadata: h.Metadata, Dtypes: map[string]string{}, index: map[string]int{}}
+	f := &File{Metadata: h.Metadata, Checksum: h.Checksum, Dtypes: map[string]string{}, index: map[string]int{}}
+	// The checksum is computed tensor by tensor, just before each is
+	// decoded, while its bytes are still in cache: the entries tile the
+	// buffer in order (ParseHeader checks), so this is the CRC of the whole
+	// buffer. Nothing decoded escapes before the comparison at the end.
+	var crc uint32
+	if h.Checksum != "" {
+		crc = headerCRC(h.Entries, h.Metadata)
+	}
 	for _, e := range h.Entries {
+		if h.Checksum != "" {
+			crc = crc32.Update(crc, castagnoli, buf[e.Begin:e.End])
+		}
 		t, err := decodeTensor(e, buf[e.Begin:e.End])
 		if err != nil {
+			if h.Checksum != "" {
+				// A damaged file is better reported as such than by
+				// whatever its damage makes decoding trip on.
+				if cerr := verify(h, data); cerr != nil {
+					return nil, cerr
+				}
+			}
 			return nil, err
 		}
 		f.index[e.Name] = len(f.Tensors)
 		f.Tensors = append(f.Tensors, Named{Name: e.Name, Tensor: t})
 		f.Dtypes[e.Name] = e.Dtype
+	}
+	if h.Checksum != "" {
+		if err := checkCRC(h, crc); err != nil {
+			return nil, err
+		}
 	}
 	return f, nil
 }
