@@ -17,12 +17,14 @@ import (
 )
 
 // Save writes tensors, in the given order, and metadata (may be nil) to a
-// safetensors file at path. The file is written to a temporary file in the
-// same directory and renamed into place, so a crash never leaves a partial
-// file at path.
+// safetensors file at path, with a checksum (see ChecksumKey). The file is
+// written to a temporary file in the same directory (see CleanTemps for its
+// name) and renamed into place, so a crash never leaves a partial file at
+// path; the temporary files of saves whose process died are removed first.
 func Save(path string, tensors []Named, metadata map[string]string) error {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	_, _ = CleanTemps(dir) // best effort: a failure here must not stop the save
+	tmp, err := os.CreateTemp(dir, tempPattern(filepath.Base(path)))
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
