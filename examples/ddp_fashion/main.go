@@ -43,11 +43,22 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "ddp_fashion:", err)
-		if errors.Is(err, fs.ErrNotExist) {
-			os.Exit(3)
-		}
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitCode is the exit status for a run that failed with err: 3 when the
+// data set is missing, 4 when training diverged (a NaN or infinite loss,
+// gradient or weight), 1 otherwise.
+func exitCode(err error) int {
+	var d *divergedError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return 3
+	case errors.As(err, &d):
+		return exitDiverged
+	}
+	return 1
 }
 
 // run parses the flags, joins the job, loads the data and trains.

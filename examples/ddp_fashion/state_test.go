@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,10 +17,13 @@ import (
 	"github.com/tandemml/tandem/optim"
 )
 
-func TestLatestCheckpoint(t *testing.T) {
+func TestListCheckpoints(t *testing.T) {
 	dir := t.TempDir()
-	if _, _, err := latestCheckpoint(dir); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("empty folder: %v, want fs.ErrNotExist", err)
+	if _, err := listCheckpoints(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing folder: %v, want fs.ErrNotExist", err)
+	}
+	if got, err := listCheckpoints(dir); err != nil || len(got) != 0 {
+		t.Fatalf("empty folder: %q, %v", got, err)
 	}
 	for _, name := range []string{"checkpoint-epoch002.safetensors", "checkpoint-epoch010.safetensors",
 		"checkpoint-epoch009.safetensors", "checkpoint-epoch011.safetensors.tmp", "curves.png"} {
@@ -27,9 +31,10 @@ func TestLatestCheckpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	path, epoch, err := latestCheckpoint(dir)
-	if err != nil || epoch != 10 || filepath.Base(path) != "checkpoint-epoch010.safetensors" {
-		t.Fatalf("got %q, %d, %v; want epoch 10", path, epoch, err)
+	got, err := listCheckpoints(dir)
+	want := []string{checkpointPath(dir, 10), checkpointPath(dir, 9), checkpointPath(dir, 2)}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("got %q, %v; want %q", got, err, want)
 	}
 	if n, err := removeCheckpoints(dir); n != 3 || err != nil {
 		t.Fatalf("removeCheckpoints: %d, %v; want 3 files removed", n, err)
