@@ -139,16 +139,16 @@ func diverged(where, what string, losses []lossAt, perStep bool, out, lastGood s
 	case out == "":
 		b.WriteString("; stopped")
 	case lastGood != "":
-		fmt.Fprintf(&b, "; stopped without saving: the last good checkpoint is %s (continue from it with -resume, perhaps with a lower -lr)", lastGood)
+		fmt.Fprintf(&b, "; stopped without saving: the last good checkpoint is %s, which -resume continues from", lastGood)
 	default:
-		b.WriteString("; stopped without saving, before any checkpoint was written (try a lower -lr)")
+		b.WriteString("; stopped before any checkpoint was written (a lower -lr may help)")
 	}
 	return &divergedError{b.String()}
 }
 
 func fmtLoss(v float64) string {
 	if finite(v) {
-		return fmt.Sprintf("%.4f", v)
+		return fmt.Sprintf("%.5g", v)
 	}
 	return fmt.Sprint(v) // NaN, +Inf, -Inf
 }

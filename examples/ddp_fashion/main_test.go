@@ -372,7 +372,7 @@ func TestDivergenceKeepsLastGoodCheckpoint(t *testing.T) {
 			t.Fatalf("rank %d: %v (exit status %d), want a divergence (exit status %d)\noutput:\n%s", r, rr.err, exitCode(rr.err), exitDiverged, rr.out)
 		}
 		msg := rr.err.Error()
-		for _, want := range []string{"training diverged at epoch 2/2, step 3", "gradients", "rank 1 NaN", "stopped without saving", "the last good checkpoint is " + good, "-resume"} {
+		for _, want := range []string{"training diverged at epoch 2/2, step 3", "gradients", "rank 1 NaN", "stopped without saving", "the last good checkpoint is " + good + ", which -resume continues from"} {
 			if !strings.Contains(msg, want) {
 				t.Errorf("rank %d: error %q lacks %q", r, msg, want)
 			}
@@ -511,5 +511,37 @@ func TestBadFlags(t *testing.T) {
 		if err := run(context.Background(), args, io.Discard); err == nil {
 			t.Errorf("run %v succeeded", args)
 		}
+	}
+}
+
+// TestRunDivergesWithHugeLR runs the command with a learning rate that
+// blows the weights up within the first epoch: it stops with exit status 4
+// and a message saying where and that nothing was saved, and leaves no
+// checkpoint or temporary file behind. (The failure this replaces was
+// "json: unsupported value: NaN" while writing the history.)
+func TestRunDivergesWithHugeLR(t *testing.T) {
+	for _, v := range []string{"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"} {
+		if _, ok := os.LookupEnv(v); ok {
+			t.Skipf("%s is set: this test runs the command as a lone process", v)
+		}
+	}
+	dir, out := t.TempDir(), t.TempDir()
+	writeSynthetic(t, dir, 64, 20)
+	args := []string{"-data", dir, "-batch", "16", "-limit", "48", "-out", out, "-progress", "off", "-epochs", "2", "-lr", "1e5"}
+	var buf bytes.Buffer
+	err := run(context.Background(), args, &buf)
+	if exitCode(err) != exitDiverged {
+		t.Fatalf("exit status %d (%v), want %d\n%s", exitCode(err), err, exitDiverged, buf.String())
+	}
+	for _, want := range []string{"training diverged at epoch 1/2", "before any checkpoint was written"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if !strings.Contains(err.Error(), "NaN") && !strings.Contains(err.Error(), "Inf") {
+		t.Errorf("error %q names no NaN or infinite value", err)
+	}
+	if ents, _ := os.ReadDir(out); len(ents) != 0 {
+		t.Errorf("the folder holds %v after a run that diverged in its first epoch", ents)
 	}
 }

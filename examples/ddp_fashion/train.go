@@ -261,7 +261,7 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 			return hist, model, err
 		}
 		if !finite(res.Loss) {
-			return hist, model, diverged(label, fmt.Sprintf("the test loss is %v (the training loss was %.4f): the weights give non-finite outputs", res.Loss, trainLoss), nil, false, cfg.Out, lastGood)
+			return hist, model, diverged(label, fmt.Sprintf("the test loss is %v (the training loss was %s): the weights give non-finite outputs", res.Loss, fmtLoss(trainLoss)), nil, false, cfg.Out, lastGood)
 		}
 		if err := checkpoint.CheckFinite(stateTensors(model, opt)); err != nil {
 			return hist, model, diverged(label, fmt.Sprintf("the model or optimizer state is not finite: %v", err), nil, false, cfg.Out, lastGood)
