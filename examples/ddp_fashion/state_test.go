@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"math"
@@ -232,5 +233,60 @@ func TestScoreBatch(t *testing.T) {
 	}
 	if _, _, err := scoreBatch(logits, []int64{0, 1}); err == nil {
 		t.Error("label count mismatch accepted")
+	}
+}
+
+// TestHistoryJSONNonFinite checks that statistics holding NaN or
+// infinities encode (as strings) and decode back, inside a checkpoint too,
+// where encoding/json alone fails with "unsupported value: NaN".
+func TestHistoryJSONNonFinite(t *testing.T) {
+	hist := []epochStats{
+		{Epoch: 1, TrainLoss: 0.5, TestLoss: 0.25, TestAcc: 0.9, LR: 0.05, Seconds: 2},
+		{Epoch: 2, TrainLoss: math.NaN(), TestLoss: math.Inf(1), TestAcc: 0.1, LR: math.Inf(-1), Seconds: 3},
+	}
+	b, err := json.Marshal(hist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"epoch":1,"train_loss":0.5,"test_loss":0.25,"test_acc":0.9,"lr":0.05,"seconds":2},` +
+		`{"epoch":2,"train_loss":"NaN","test_loss":"Inf","test_acc":0.1,"lr":"-Inf","seconds":3}]`
+	if string(b) != want {
+		t.Errorf("JSON %s\nwant %s", b, want)
+	}
+	var back []epochStats
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != 2 || back[0] != hist[0] || !math.IsNaN(back[1].TrainLoss) || !math.IsInf(back[1].TestLoss, 1) || !math.IsInf(back[1].LR, -1) || back[1].TestAcc != 0.1 {
+		t.Errorf("decoded %+v", back)
+	}
+	if err := json.Unmarshal([]byte(`[{"epoch":1,"train_loss":"lots"}]`), &back); err == nil {
+		t.Error(`"lots" decoded as a loss`)
+	}
+
+	// A checkpoint whose history holds them saves and restores.
+	cfg := config{Optimizer: "sgd", LR: 0.01}
+	m, _ := newModel(2)
+	opt, _ := newOptimizer(cfg, m.Params())
+	path := checkpointPath(t.TempDir(), 2)
+	if err := saveCheckpoint(path, m, opt, nil, 2, hist, runSettings{Optimizer: "sgd"}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := checkpoint.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := restore(f, m, opt, nil)
+	if err != nil || len(r.History) != 2 || !math.IsNaN(r.History[1].TrainLoss) {
+		t.Errorf("restored %+v, %v", r.History, err)
+	}
+
+	// Weights holding a NaN are not saved.
+	m.Params()[0].Value.Float32s()[3] = float32(math.NaN())
+	if err := saveCheckpoint(path+"2", m, opt, nil, 3, hist, runSettings{}); !errors.Is(err, checkpoint.ErrNonFinite) || !strings.Contains(err.Error(), m.Params()[0].Name) {
+		t.Errorf("saving NaN weights: %v, want ErrNonFinite naming %s", err, m.Params()[0].Name)
+	}
+	if _, err := os.Stat(path + "2"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a file was written for NaN weights (%v)", err)
 	}
 }
