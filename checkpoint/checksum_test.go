@@ -178,3 +178,51 @@ func TestNoChecksumStillLoads(t *testing.T) {
 		t.Fatalf("stripped file: %v, %+v", err, f)
 	}
 }
+
+// TestChecksumLargeFile checks a file large enough for Decode to verify it
+// alongside the decoding: damage is reported as ErrCorrupt, also when it
+// makes decoding itself fail first (a BOOL byte that is neither 0 nor 1).
+func TestChecksumLargeFile(t *testing.T) {
+	n := parallelCheckBytes/4 + 1000
+	big := make([]float32, n)
+	for i := range big {
+		big[i] = float32(i)
+	}
+	ts := []Named{
+		{"flags", tensor.New(tensor.WithShape(4), tensor.WithBacking([]bool{true, false, true, true}))},
+		{"w", tensor.New(tensor.WithShape(n), tensor.WithBacking(big))},
+	}
+	var buf bytes.Buffer
+	if err := Encode(&buf, ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	data := buf.Bytes()
+	h, err := ParseHeader(data, int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data)-int(h.DataStart) < parallelCheckBytes {
+		t.Fatalf("data of %d bytes is under %d", len(data)-int(h.DataStart), parallelCheckBytes)
+	}
+	f, err := Decode(data)
+	if err != nil || f.Checksum == "" {
+		t.Fatalf("intact: %v, checksum %q", err, f.Checksum)
+	}
+	w, _ := f.Get("w")
+	if w.Float32s()[n-1] != float32(n-1) {
+		t.Errorf("last element %v", w.Float32s()[n-1])
+	}
+	flipped := bytes.Clone(data)
+	flipped[len(flipped)-3] ^= 0x20
+	if _, err := Decode(flipped); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("flipped byte: %v, want ErrCorrupt", err)
+	}
+	badBool := bytes.Clone(data)
+	badBool[h.DataStart+1] = 7
+	if _, err := Decode(badBool); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("damaged BOOL byte: %v, want ErrCorrupt rather than a decoding error", err)
+	}
+	if _, err := Decode(withoutChecksum(t, badBool)); !errors.Is(err, ErrFormat) {
+		t.Errorf("damaged BOOL byte without a checksum: %v, want ErrFormat", err)
+	}
+}

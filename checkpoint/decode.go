@@ -3,7 +3,6 @@ package checkpoint
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"math"
 	"os"
 
@@ -74,6 +73,10 @@ func Load(path string) (*File, error) {
 	return f, nil
 }
 
+// parallelCheckBytes is the data size from which Decode verifies the
+// checksum alongside the decoding rather than before it.
+const parallelCheckBytes = 16 << 20
+
 // Decode decodes a whole safetensors file held in data. The tensors own
 // their memory (nothing aliases data). Zero-element tensors are refused:
 // gorgonia's tensors cannot be empty. A file with a checksum (ChecksumKey)
@@ -86,24 +89,28 @@ func Decode(data []byte) (*File, error) {
 	}
 	buf := data[h.DataStart:]
 	f := &File{Metadata: h.Metadata, Checksum: h.Checksum, Dtypes: map[string]string{}, index: map[string]int{}}
-	// The checksum is computed tensor by tensor, just before each is
-	// decoded, while its bytes are still in cache: the entries tile the
-	// buffer in order (ParseHeader checks), so this is the CRC of the whole
-	// buffer. Nothing decoded escapes before the comparison at the end.
-	var crc uint32
-	if h.Checksum != "" {
-		crc = headerCRC(h.Entries, h.Metadata)
+	// A large file's checksum is computed on another goroutine while the
+	// tensors are decoded (with a core to spare, checking then costs no
+	// time); nothing decoded escapes before it is compared. A small file's
+	// is checked first: a goroutine would cost more than it saves.
+	var checked chan error
+	switch {
+	case h.Checksum == "":
+	case len(buf) < parallelCheckBytes:
+		if err := verify(h, data); err != nil {
+			return nil, err
+		}
+	default:
+		checked = make(chan error, 1)
+		go func() { checked <- verify(h, data) }()
 	}
 	for _, e := range h.Entries {
-		if h.Checksum != "" {
-			crc = crc32.Update(crc, castagnoli, buf[e.Begin:e.End])
-		}
 		t, err := decodeTensor(e, buf[e.Begin:e.End])
 		if err != nil {
-			if h.Checksum != "" {
-				// A damaged file is better reported as such than by
-				// whatever its damage makes decoding trip on.
-				if cerr := verify(h, data); cerr != nil {
+			// A damaged file is better reported as such than by whatever
+			// its damage makes decoding trip on.
+			if checked != nil {
+				if cerr := <-checked; cerr != nil {
 					return nil, cerr
 				}
 			}
@@ -113,8 +120,8 @@ func Decode(data []byte) (*File, error) {
 		f.Tensors = append(f.Tensors, Named{Name: e.Name, Tensor: t})
 		f.Dtypes[e.Name] = e.Dtype
 	}
-	if h.Checksum != "" {
-		if err := checkCRC(h, crc); err != nil {
+	if checked != nil {
+		if err := <-checked; err != nil {
 			return nil, err
 		}
 	}

@@ -37,9 +37,11 @@
 // header) gives an error wrapping ErrCorrupt that names the file. Files
 // without the entry (written by PyTorch, other tools, or Tandem before
 // checksums) load as before, unchecked; File.Checksum says which it was.
-// Verification costs about 0.1 ms for a 1.7 MB file and 4 to 5 ms per
-// 32 MB (CRC-32C runs at several GB/s), next to the decoding itself.
-// Verify checks a file without decoding it.
+// CRC-32C runs at several GB/s: checking a 1.7 MB file costs about 0.1 ms
+// next to 0.8 ms of decoding, and from 16 MB up Decode checks on another
+// goroutine while it decodes, so that a 256 MB file, 115 ms to decode,
+// costs hardly more with a second core free. Verify checks a file without
+// decoding it.
 //
 // # Writing safely and resuming
 //
