@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -279,4 +280,36 @@ func TestModuleWithBuffersRoundTrip(t *testing.T) {
 			t.Errorf("%s: %v after load, want %v", p.Name, p.Value.Data(), sd[i].Value.Data())
 		}
 	}
+}
+
+// withoutChecksum rewrites a safetensors file without its ChecksumKey
+// metadata entry, as PyTorch or an older Tandem would have written it.
+func withoutChecksum(t testing.TB, data []byte) []byte {
+	t.Helper()
+	h, err := ParseHeader(data, int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Checksum == "" {
+		t.Fatal("the file has no checksum to remove")
+	}
+	var hdr bytes.Buffer
+	hdr.WriteByte('{')
+	if h.Metadata != nil {
+		mb, _ := json.Marshal(h.Metadata)
+		hdr.WriteString(`"__metadata__":`)
+		hdr.Write(mb)
+	}
+	for i, e := range h.Entries {
+		if i > 0 || h.Metadata != nil {
+			hdr.WriteByte(',')
+		}
+		nb, _ := json.Marshal(e.Name)
+		eb, _ := json.Marshal(map[string]any{"dtype": e.Dtype, "shape": e.Shape, "data_offsets": []int64{e.Begin, e.End}})
+		hdr.Write(nb)
+		hdr.WriteByte(':')
+		hdr.Write(eb)
+	}
+	hdr.WriteByte('}')
+	return append(file(hdr.String(), nil), data[h.DataStart:]...)
 }

@@ -20,8 +20,13 @@ type File struct {
 	// Tensors in the order their data lies in the file (for files this
 	// package or PyTorch's state_dict writers produce: state_dict order).
 	Tensors []Named
-	// Metadata is the header's "__metadata__" (nil when absent).
+	// Metadata is the header's "__metadata__" (nil when absent), less the
+	// ChecksumKey entry.
 	Metadata map[string]string
+	// Checksum is the file's ChecksumKey entry, which Decode verified, or ""
+	// when the file has none (files written by PyTorch or older Tandem,
+	// loaded unchecked).
+	Checksum string
 	// Dtypes maps each tensor name to its dtype in the file (F16 and BF16
 	// tensors decode to float32, so the tensor's dtype does not say).
 	Dtypes map[string]string
@@ -68,24 +73,57 @@ func Load(path string) (*File, error) {
 	return f, nil
 }
 
+// parallelCheckBytes is the data size from which Decode verifies the
+// checksum alongside the decoding rather than before it.
+const parallelCheckBytes = 16 << 20
+
 // Decode decodes a whole safetensors file held in data. The tensors own
 // their memory (nothing aliases data). Zero-element tensors are refused:
-// gorgonia's tensors cannot be empty.
+// gorgonia's tensors cannot be empty. A file with a checksum (ChecksumKey)
+// is verified first: a mismatch gives an error wrapping ErrCorrupt. A file
+// without one is decoded unchecked.
 func Decode(data []byte) (*File, error) {
 	h, err := ParseHeader(data, int64(len(data)))
 	if err != nil {
 		return nil, err
 	}
 	buf := data[h.DataStart:]
-	f := &File{Metadata: h.Metadata, Dtypes: map[string]string{}, index: map[string]int{}}
+	f := &File{Metadata: h.Metadata, Checksum: h.Checksum, Dtypes: map[string]string{}, index: map[string]int{}}
+	// A large file's checksum is computed on another goroutine while the
+	// tensors are decoded (with a core to spare, checking then costs no
+	// time); nothing decoded escapes before it is compared. A small file's
+	// is checked first: a goroutine would cost more than it saves.
+	var checked chan error
+	switch {
+	case h.Checksum == "":
+	case len(buf) < parallelCheckBytes:
+		if err := verify(h, data); err != nil {
+			return nil, err
+		}
+	default:
+		checked = make(chan error, 1)
+		go func() { checked <- verify(h, data) }()
+	}
 	for _, e := range h.Entries {
 		t, err := decodeTensor(e, buf[e.Begin:e.End])
 		if err != nil {
+			// A damaged file is better reported as such than by whatever
+			// its damage makes decoding trip on.
+			if checked != nil {
+				if cerr := <-checked; cerr != nil {
+					return nil, cerr
+				}
+			}
 			return nil, err
 		}
 		f.index[e.Name] = len(f.Tensors)
 		f.Tensors = append(f.Tensors, Named{Name: e.Name, Tensor: t})
 		f.Dtypes[e.Name] = e.Dtype
+	}
+	if checked != nil {
+		if err := <-checked; err != nil {
+			return nil, err
+		}
 	}
 	return f, nil
 }

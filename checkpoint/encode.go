@@ -17,12 +17,14 @@ import (
 )
 
 // Save writes tensors, in the given order, and metadata (may be nil) to a
-// safetensors file at path. The file is written to a temporary file in the
-// same directory and renamed into place, so a crash never leaves a partial
-// file at path.
+// safetensors file at path, with a checksum (see ChecksumKey). The file is
+// written to a temporary file in the same directory (see CleanTemps for its
+// name) and renamed into place, so a crash never leaves a partial file at
+// path; the temporary files of saves whose process died are removed first.
 func Save(path string, tensors []Named, metadata map[string]string) error {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	_, _ = CleanTemps(dir) // best effort: a failure here must not stop the save
+	tmp, err := os.CreateTemp(dir, tempPattern(filepath.Base(path)))
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
@@ -67,22 +69,13 @@ func sortedNamed(m map[string]*tensor.Dense) []Named {
 
 // Encode writes tensors and metadata in safetensors format to w. The header
 // lists the tensors in the given order and is padded with spaces so the data
-// buffer starts at a multiple of 8 bytes.
+// buffer starts at a multiple of 8 bytes. The metadata always holds a
+// ChecksumKey entry, the checksum of the file's tensors and other metadata
+// (a ChecksumKey entry in metadata is replaced).
 func Encode(w io.Writer, tensors []Named, metadata map[string]string) error {
-	var hdr bytes.Buffer
-	hdr.WriteByte('{')
-	first := true
-	if metadata != nil {
-		mb, err := json.Marshal(metadata)
-		if err != nil {
-			return fmt.Errorf("checkpoint: metadata: %w", err)
-		}
-		hdr.WriteString(`"` + metadataKey + `":`)
-		hdr.Write(mb)
-		first = false
-	}
 	seen := map[string]bool{}
 	bufs := make([][]byte, len(tensors))
+	entries := make([]Entry, len(tensors))
 	var off int64
 	for i, nt := range tensors {
 		if nt.Name == "" || nt.Name == metadataKey {
@@ -108,19 +101,33 @@ func Encode(w io.Writer, tensors []Named, metadata map[string]string) error {
 		if nt.Tensor.IsScalar() {
 			shape = []int{}
 		}
-		eb, err := json.Marshal(rawEntry{Dtype: dt, Shape: toInt64s(shape), DataOffsets: []int64{off, off + int64(len(b))}})
+		entries[i] = Entry{Name: nt.Name, Dtype: dt, Shape: shape, Begin: off, End: off + int64(len(b))}
+		off += int64(len(b))
+	}
+	meta := make(map[string]string, len(metadata)+1)
+	for k, v := range metadata {
+		meta[k] = v
+	}
+	meta[ChecksumKey] = checksum(entries, metadata, bufs...)
+
+	var hdr bytes.Buffer
+	hdr.WriteByte('{')
+	mb, err := json.Marshal(meta)
+	if err != nil {
+		return fmt.Errorf("checkpoint: metadata: %w", err)
+	}
+	hdr.WriteString(`"` + metadataKey + `":`)
+	hdr.Write(mb)
+	for _, e := range entries {
+		eb, err := json.Marshal(rawEntry{Dtype: e.Dtype, Shape: toInt64s(e.Shape), DataOffsets: []int64{e.Begin, e.End}})
 		if err != nil {
-			return fmt.Errorf("checkpoint: tensor %q: %w", nt.Name, err)
+			return fmt.Errorf("checkpoint: tensor %q: %w", e.Name, err)
 		}
-		nb, _ := json.Marshal(nt.Name)
-		if !first {
-			hdr.WriteByte(',')
-		}
-		first = false
+		nb, _ := json.Marshal(e.Name)
+		hdr.WriteByte(',')
 		hdr.Write(nb)
 		hdr.WriteByte(':')
 		hdr.Write(eb)
-		off += int64(len(b))
 	}
 	hdr.WriteByte('}')
 	for (8+hdr.Len())%8 != 0 {

@@ -39,8 +39,14 @@ type Entry struct {
 type Header struct {
 	// Entries in the order their data lies in the buffer.
 	Entries []Entry
-	// Metadata is the optional "__metadata__" map (nil when absent).
+	// Metadata is the optional "__metadata__" map (nil when absent),
+	// less the ChecksumKey entry, which is in Checksum.
 	Metadata map[string]string
+	// Checksum is the metadata's ChecksumKey entry ("crc32c:" and 8 hex
+	// digits), or "" when the file has none (files written by PyTorch or by
+	// Tandem before checksums). ParseHeader checks its form only; Decode and
+	// Verify check it against the file.
+	Checksum string
 	// DataStart is the file offset of the data buffer (8 + header length).
 	DataStart int64
 }
@@ -61,7 +67,9 @@ func formatErr(format string, args ...any) error {
 // length is sane, the JSON is one object without duplicate keys, every
 // tensor has a known dtype, a non-negative shape and offsets inside the
 // buffer spanning exactly product(shape)·element size bytes, and that the
-// tensors neither overlap nor leave holes in the buffer.
+// tensors neither overlap nor leave holes in the buffer. A checksum in the
+// metadata must be well formed, but ParseHeader does not read the data to
+// check it (Verify and Decode do).
 func ParseHeader(prefix []byte, fileSize int64) (*Header, error) {
 	if fileSize < 8 || len(prefix) < 8 {
 		return nil, formatErr("file of %d bytes is too short for the 8-byte header length", fileSize)
@@ -142,6 +150,16 @@ func ParseHeader(prefix []byte, fileSize int64) (*Header, error) {
 	}
 	if at != bufLen {
 		return nil, formatErr("bytes [%d, %d) at the end of the data buffer belong to no tensor", at, bufLen)
+	}
+	if sum, ok := h.Metadata[ChecksumKey]; ok {
+		if _, err := parseChecksum(sum); err != nil {
+			return nil, err
+		}
+		h.Checksum = sum
+		delete(h.Metadata, ChecksumKey)
+		if len(h.Metadata) == 0 {
+			h.Metadata = nil
+		}
 	}
 	return h, nil
 }

@@ -11,6 +11,12 @@
 //	go run -tags openblas ./cmd/tandem run -nproc 2 -- bin/ddp_fashion -epochs 5 -out out/ddp_fashion
 //
 // Started without a launcher it trains in a single process.
+//
+// -resume continues from the newest intact checkpoint in -out, skipping
+// (and naming) newer ones that are truncated or fail their checksum. A run
+// whose loss, gradients or weights stop being finite stops at once on every
+// rank, saying where, without saving, and exits with status 4; a missing
+// data set gives status 3, other failures 1.
 package main
 
 import (
@@ -43,11 +49,22 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "ddp_fashion:", err)
-		if errors.Is(err, fs.ErrNotExist) {
-			os.Exit(3)
-		}
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitCode is the exit status for a run that failed with err: 3 when the
+// data set is missing, 4 when training diverged (a NaN or infinite loss,
+// gradient or weight), 1 otherwise.
+func exitCode(err error) int {
+	var d *divergedError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return 3
+	case errors.As(err, &d):
+		return exitDiverged
+	}
+	return 1
 }
 
 // run parses the flags, joins the job, loads the data and trains.
@@ -64,7 +81,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	dataDir := fl.String("data", "", "folder holding the Fashion-MNIST files (default: $TANDEM_DATA, then "+data.FashionMNISTDebianDir+")")
 	download := fl.Bool("download", false, "download Fashion-MNIST when it is not found")
 	checkData := fl.Bool("check-data", false, "only check that Fashion-MNIST can be loaded (say how to get it if not) and exit")
-	fl.BoolVar(&cfg.Resume, "resume", false, "continue from the newest checkpoint in -out")
+	fl.BoolVar(&cfg.Resume, "resume", false, "continue from the newest intact checkpoint in -out (damaged newer ones are skipped)")
 	fl.IntVar(&cfg.Limit, "limit", 0, "train on the first N training examples only (0: all 60000)")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the initial weights and of the shuffling")
 	progress := fl.String("progress", "auto", "progress display: auto (a bar on a terminal, a line every -every percent otherwise), bar, lines or off")

@@ -86,8 +86,21 @@ type rankResult struct {
 	err   error
 }
 
-// runRanks trains with n goroutine ranks over comm/local groups.
+// runRanks trains with n goroutine ranks over comm/local groups and fails
+// the test if a rank fails.
 func runRanks(t *testing.T, n int, cfg config, trainSet, testSet data.Dataset) []rankResult {
+	t.Helper()
+	res := runRanksErr(t, n, cfg, trainSet, testSet)
+	for r := range res {
+		if res[r].err != nil {
+			t.Fatalf("rank %d: %v\noutput:\n%s", r, res[r].err, res[r].out)
+		}
+	}
+	return res
+}
+
+// runRanksErr trains with n goroutine ranks over comm/local groups.
+func runRanksErr(t *testing.T, n int, cfg config, trainSet, testSet data.Dataset) []rankResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -108,11 +121,6 @@ func runRanks(t *testing.T, n int, cfg config, trainSet, testSet data.Dataset) [
 		}()
 	}
 	wg.Wait()
-	for r := range res {
-		if res[r].err != nil {
-			t.Fatalf("rank %d: %v\noutput:\n%s", r, res[r].err, res[r].out)
-		}
-	}
 	return res
 }
 
@@ -280,6 +288,129 @@ func TestTrainTwoRanksAndResume(t *testing.T) {
 		t.Errorf("resuming a finished run: %d epochs, output:\n%s", len(again[0].hist), again[0].out)
 	}
 
+	// The same run with its two newest checkpoints damaged (epoch 3 cut
+	// short, a bit of epoch 2's data flipped) and the temporary files of
+	// saves killed long ago and of one under way: it resumes from epoch 1,
+	// says why it skipped the others, and ends as the uninterrupted run.
+	outC := t.TempDir()
+	for e := 1; e <= 3; e++ {
+		b, err := os.ReadFile(checkpointPath(outA, e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch e {
+		case 2:
+			b[len(b)-5] ^= 0x04
+		case 3:
+			b = b[:len(b)/2]
+		}
+		if err := os.WriteFile(checkpointPath(outC, e), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	staleTemp := filepath.Join(outC, ".checkpoint-epoch002.safetensors.tandem-tmp.otherhost.4242.123")
+	liveTemp := filepath.Join(outC, ".checkpoint-epoch004.safetensors.tandem-tmp.otherhost.4242.456")
+	for _, p := range []string{staleTemp, liveTemp} {
+		if err := os.WriteFile(p, make([]byte, 1000), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	longAgo := time.Now().Add(-2 * checkpoint.StaleTempAge)
+	if err := os.Chtimes(staleTemp, longAgo, longAgo); err != nil {
+		t.Fatal(err)
+	}
+	cfg = testConfig(outC, 3)
+	cfg.Resume = true
+	fallback := runRanks(t, 2, cfg, trainSet, testSet)
+	out = fallback[0].out
+	for _, want := range []string{
+		"removed " + staleTemp + ", left by a save that was interrupted",
+		"skipping " + checkpointPath(outC, 3) + ": checkpoint: malformed safetensors file: ",
+		"skipping " + checkpointPath(outC, 2) + ": checkpoint: file does not match its checksum",
+		"resumed from " + checkpointPath(outC, 1) + ": 1 epoch(s) done",
+		"epoch 2/3", "epoch 3/3",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("resuming past damaged checkpoints: output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(staleTemp); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the stale temporary file is still there: %v", err)
+	}
+	if _, err := os.Stat(liveTemp); err != nil {
+		t.Errorf("the temporary file of a save under way was removed: %v", err)
+	}
+	sameState(t, "resumed past damaged checkpoints vs uninterrupted", stateOf(straight[0].model), stateOf(fallback[0].model))
+	if fh := fallback[0].hist; len(fh) != 3 || fh[0] != h[0] || fh[2].TestAcc != h[2].TestAcc || fh[2].TrainLoss != h[2].TrainLoss {
+		t.Errorf("history after the fallback %+v, want %+v", fh, h)
+	}
+	for e := 1; e <= 3; e++ { // the damaged files were replaced by sound ones
+		if f, err := checkpoint.Load(checkpointPath(outC, e)); err != nil || f.Checksum == "" {
+			t.Errorf("checkpoint %d after the fallback run: %v", e, err)
+		}
+	}
+
+	waitGoroutines(t, before)
+}
+
+// TestDivergenceKeepsLastGoodCheckpoint makes one rank's batch hold a NaN
+// in the middle of epoch 2 (a corrupt input record) and checks that every
+// rank stops at that step with an error naming the epoch, the step and the
+// rank whose loss went NaN, that nothing is saved for epoch 2 and the
+// checkpoint of epoch 1 is left intact, and that the exit status is 4.
+func TestDivergenceKeepsLastGoodCheckpoint(t *testing.T) {
+	before := runtime.NumGoroutine()
+	trainSet, testSet := loadSynthetic(t)
+	out := t.TempDir()
+	cfg := testConfig(out, 2)
+	cfg.nanInput = &nanInput{Epoch: 2, Step: 3, Rank: 1}
+	res := runRanksErr(t, 2, cfg, trainSet, testSet)
+	good := checkpointPath(out, 1)
+	for r, rr := range res {
+		var d *divergedError
+		if !errors.As(rr.err, &d) || exitCode(rr.err) != exitDiverged {
+			t.Fatalf("rank %d: %v (exit status %d), want a divergence (exit status %d)\noutput:\n%s", r, rr.err, exitCode(rr.err), exitDiverged, rr.out)
+		}
+		msg := rr.err.Error()
+		for _, want := range []string{"training diverged at epoch 2/2, step 3", "gradients", "rank 1 NaN", "stopped without saving", "the last good checkpoint is " + good + ", which -resume continues from"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("rank %d: error %q lacks %q", r, msg, want)
+			}
+		}
+		if strings.Contains(msg, "rank 0 NaN") {
+			t.Errorf("rank %d: error %q blames rank 0, whose batch was sound", r, msg)
+		}
+		if len(rr.hist) != 1 {
+			t.Errorf("rank %d: history of %d epochs, want epoch 1 only", r, len(rr.hist))
+		}
+	}
+	t.Logf("rank 0: %v", res[0].err)
+	if !strings.Contains(res[0].out, "epoch 1/2: train loss") || strings.Contains(res[0].out, "epoch 2/2: train loss") {
+		t.Errorf("output:\n%s", res[0].out)
+	}
+	ents, _ := os.ReadDir(out)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "checkpoint-epoch001.safetensors curves.png" {
+		t.Errorf("folder holds %q, want epoch 1's checkpoint and the plot only", names)
+	}
+	f, err := checkpoint.Load(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkpoint.CheckFinite(f.Tensors); err != nil {
+		t.Error(err)
+	}
+
+	// Resumed without the bad record, the run goes on from epoch 1.
+	cfg.nanInput = nil
+	cfg.Resume = true
+	again := runRanks(t, 2, cfg, trainSet, testSet)
+	if !strings.Contains(again[0].out, "resumed from "+good) || len(again[0].hist) != 2 {
+		t.Errorf("resuming after the divergence:\n%s", again[0].out)
+	}
 	waitGoroutines(t, before)
 }
 
@@ -380,5 +511,37 @@ func TestBadFlags(t *testing.T) {
 		if err := run(context.Background(), args, io.Discard); err == nil {
 			t.Errorf("run %v succeeded", args)
 		}
+	}
+}
+
+// TestRunDivergesWithHugeLR runs the command with a learning rate that
+// blows the weights up within the first epoch: it stops with exit status 4
+// and a message saying where and that nothing was saved, and leaves no
+// checkpoint or temporary file behind. (The failure this replaces was
+// "json: unsupported value: NaN" while writing the history.)
+func TestRunDivergesWithHugeLR(t *testing.T) {
+	for _, v := range []string{"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"} {
+		if _, ok := os.LookupEnv(v); ok {
+			t.Skipf("%s is set: this test runs the command as a lone process", v)
+		}
+	}
+	dir, out := t.TempDir(), t.TempDir()
+	writeSynthetic(t, dir, 64, 20)
+	args := []string{"-data", dir, "-batch", "16", "-limit", "48", "-out", out, "-progress", "off", "-epochs", "2", "-lr", "1e5"}
+	var buf bytes.Buffer
+	err := run(context.Background(), args, &buf)
+	if exitCode(err) != exitDiverged {
+		t.Fatalf("exit status %d (%v), want %d\n%s", exitCode(err), err, exitDiverged, buf.String())
+	}
+	for _, want := range []string{"training diverged at epoch 1/2", "before any checkpoint was written"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if !strings.Contains(err.Error(), "NaN") && !strings.Contains(err.Error(), "Inf") {
+		t.Errorf("error %q names no NaN or infinite value", err)
+	}
+	if ents, _ := os.ReadDir(out); len(ents) != 0 {
+		t.Errorf("the folder holds %v after a run that diverged in its first epoch", ents)
 	}
 }

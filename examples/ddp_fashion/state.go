@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,15 +31,20 @@ import (
 //   - the optimizer's state under "optimizer." followed by the names optim
 //     uses ("optimizer.state.0.momentum_buffer", "optimizer.param_groups.0.lr");
 //   - in the header's metadata: "epoch" (epochs finished), "history" (the
-//     per-epoch statistics as JSON, for the plot) and the run's settings.
+//     per-epoch statistics as JSON, for the plot), the run's settings, and
+//     the checkpoint package's checksum of it all ("tandem.checksum").
 //
-// Only rank 0 writes and reads the files. On -resume it sends the file's
-// bytes to the other ranks, so -out need only exist on rank 0's machine.
+// Only rank 0 writes and reads the files. On -resume it takes the newest
+// intact one (a truncated or damaged newer file is skipped, and said so)
+// and sends its bytes to the other ranks, so -out need only exist on rank
+// 0's machine.
 
 // optimPrefix is the name prefix of the optimizer's entries.
 const optimPrefix = "optimizer."
 
-// epochStats is what one epoch measured, on all ranks together.
+// epochStats is what one epoch measured, on all ranks together. In JSON
+// (the checkpoints' "history") a NaN or infinite value is written as the
+// string "NaN", "Inf" or "-Inf", since JSON numbers cannot hold them.
 type epochStats struct {
 	Epoch     int     `json:"epoch"`      // from 1
 	TrainLoss float64 `json:"train_loss"` // mean over the epoch's training batches
@@ -47,6 +54,72 @@ type epochStats struct {
 	Seconds   float64 `json:"seconds"`    // wall time of training and evaluation
 }
 
+// statsJSON is epochStats as written in JSON.
+type statsJSON struct {
+	Epoch     int       `json:"epoch"`
+	TrainLoss jsonFloat `json:"train_loss"`
+	TestLoss  jsonFloat `json:"test_loss"`
+	TestAcc   jsonFloat `json:"test_acc"`
+	LR        jsonFloat `json:"lr"`
+	Seconds   jsonFloat `json:"seconds"`
+}
+
+// MarshalJSON writes s, NaN and infinities as strings.
+func (s epochStats) MarshalJSON() ([]byte, error) {
+	return json.Marshal(statsJSON{s.Epoch, jsonFloat(s.TrainLoss), jsonFloat(s.TestLoss), jsonFloat(s.TestAcc), jsonFloat(s.LR), jsonFloat(s.Seconds)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (s *epochStats) UnmarshalJSON(b []byte) error {
+	var w statsJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*s = epochStats{w.Epoch, float64(w.TrainLoss), float64(w.TestLoss), float64(w.TestAcc), float64(w.LR), float64(w.Seconds)}
+	return nil
+}
+
+// jsonFloat is a float64 that JSON always carries: a number when finite,
+// else the string "NaN", "Inf" or "-Inf" (encoding/json refuses to write
+// them as numbers, and JSON has no spelling for them).
+type jsonFloat float64
+
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	switch {
+	case math.IsNaN(v):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(v, 1):
+		return []byte(`"Inf"`), nil
+	case math.IsInf(v, -1):
+		return []byte(`"-Inf"`), nil
+	}
+	return json.Marshal(v)
+}
+
+func (f *jsonFloat) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		switch s {
+		case "NaN":
+			*f = jsonFloat(math.NaN())
+		case "Inf", "+Inf":
+			*f = jsonFloat(math.Inf(1))
+		case "-Inf":
+			*f = jsonFloat(math.Inf(-1))
+		default:
+			return fmt.Errorf("%q is not a number, NaN, Inf or -Inf", s)
+		}
+		return nil
+	}
+	var v float64
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*f = jsonFloat(v)
+	return nil
+}
+
 var checkpointName = regexp.MustCompile(`^checkpoint-epoch(\d+)\.safetensors$`)
 
 // checkpointPath is the file of the checkpoint after epoch (from 1).
@@ -54,27 +127,32 @@ func checkpointPath(dir string, epoch int) string {
 	return filepath.Join(dir, fmt.Sprintf("checkpoint-epoch%03d.safetensors", epoch))
 }
 
-// latestCheckpoint returns the checkpoint of the highest epoch in dir, or an
-// error wrapping fs.ErrNotExist when there is none.
-func latestCheckpoint(dir string) (string, int, error) {
+// listCheckpoints returns the checkpoint files in dir, highest epoch first.
+func listCheckpoints(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return "", 0, err
+		return nil, err
 	}
-	best, bestEpoch := "", 0
+	type found struct {
+		path  string
+		epoch int
+	}
+	var cands []found
 	for _, e := range entries {
 		m := checkpointName.FindStringSubmatch(e.Name())
 		if m == nil || !e.Type().IsRegular() {
 			continue
 		}
-		if n, err := strconv.Atoi(m[1]); err == nil && n > bestEpoch {
-			best, bestEpoch = filepath.Join(dir, e.Name()), n
+		if n, err := strconv.Atoi(m[1]); err == nil {
+			cands = append(cands, found{filepath.Join(dir, e.Name()), n})
 		}
 	}
-	if best == "" {
-		return "", 0, fmt.Errorf("no checkpoint-epochNNN.safetensors in %s: %w", dir, fs.ErrNotExist)
+	slices.SortFunc(cands, func(a, b found) int { return b.epoch - a.epoch })
+	out := make([]string, len(cands))
+	for i, f := range cands {
+		out[i] = f.path
 	}
-	return best, bestEpoch, nil
+	return out, nil
 }
 
 // removeCheckpoints deletes the checkpoint files in dir and says how many
@@ -122,9 +200,9 @@ func (s runSettings) metadata() map[string]string {
 	}
 }
 
-// saveCheckpoint writes the state after epoch (from 1) to path, atomically.
-// sched may be nil (a constant learning rate).
-func saveCheckpoint(path string, model models.Module, opt optim.Optimizer, sched optim.Scheduler, epoch int, hist []epochStats, settings runSettings) error {
+// stateTensors is what a checkpoint holds of model and opt: the model's
+// state_dict, then the optimizer's state in name order.
+func stateTensors(model models.Module, opt optim.Optimizer) []checkpoint.Named {
 	tensors := checkpoint.StateTensors(model)
 	state := opt.State()
 	names := make([]string, 0, len(state))
@@ -134,6 +212,17 @@ func saveCheckpoint(path string, model models.Module, opt optim.Optimizer, sched
 	slices.Sort(names)
 	for _, name := range names {
 		tensors = append(tensors, checkpoint.Named{Name: optimPrefix + name, Tensor: state[name]})
+	}
+	return tensors
+}
+
+// saveCheckpoint writes the state after epoch (from 1) to path, atomically.
+// sched may be nil (a constant learning rate). It refuses, with an error
+// wrapping checkpoint.ErrNonFinite, state that holds NaN or infinities.
+func saveCheckpoint(path string, model models.Module, opt optim.Optimizer, sched optim.Scheduler, epoch int, hist []epochStats, settings runSettings) error {
+	tensors := stateTensors(model, opt)
+	if err := checkpoint.CheckFinite(tensors); err != nil {
+		return fmt.Errorf("not saving %s: %w", path, err)
 	}
 	histJSON, err := json.Marshal(hist)
 	if err != nil {
@@ -169,29 +258,21 @@ type resumed struct {
 type shippedCheckpoint struct {
 	Path    string
 	Data    []byte
-	Missing bool   // no checkpoint in the folder: start afresh
-	Err     string // reading it failed: every rank stops
+	Missing bool   // no intact checkpoint in the folder: start afresh
+	Err     string // reading the folder failed: every rank stops
 }
 
-// resumeFrom restores model and opt from the newest checkpoint in dir. Rank 0
-// reads it and broadcasts its bytes; every rank decodes them and loads them
-// into its replica. It returns nil, and no error, when dir holds no
-// checkpoint (every rank learns that from rank 0).
-func resumeFrom(ctx context.Context, pg *comm.ProcessGroup, dir string, model models.Module, opt optim.Optimizer, sched optim.Scheduler) (*resumed, error) {
+// resumeFrom restores model and opt from the newest intact checkpoint in
+// dir. Rank 0 removes the temporary files of saves that were killed, tries
+// the checkpoints from the highest epoch down, skipping (and reporting to
+// w) those that are truncated, malformed or fail their checksum, and
+// broadcasts the bytes of the first intact one; every rank decodes them and
+// loads them into its replica. It returns nil, and no error, when dir holds
+// no intact checkpoint (every rank learns that from rank 0).
+func resumeFrom(ctx context.Context, pg *comm.ProcessGroup, dir string, model models.Module, opt optim.Optimizer, sched optim.Scheduler, w io.Writer) (*resumed, error) {
 	var ship shippedCheckpoint
 	if pg.Rank() == 0 {
-		path, _, err := latestCheckpoint(dir)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			ship.Missing = true
-		case err != nil:
-			ship.Err = err.Error()
-		default:
-			ship.Path = path
-			if ship.Data, err = os.ReadFile(path); err != nil {
-				ship.Err = err.Error()
-			}
-		}
+		ship = findCheckpoint(dir, w)
 	}
 	if err := comm.BroadcastObject(ctx, pg, &ship, 0); err != nil {
 		return nil, fmt.Errorf("sending the checkpoint to every rank: %w", err)
@@ -212,6 +293,36 @@ func resumeFrom(ctx context.Context, pg *comm.ProcessGroup, dir string, model mo
 	}
 	r.Path = ship.Path
 	return &r, nil
+}
+
+// findCheckpoint is rank 0's part of resumeFrom: clean up, pick the newest
+// intact checkpoint, say what was skipped.
+func findCheckpoint(dir string, w io.Writer) shippedCheckpoint {
+	removed, err := checkpoint.CleanTemps(dir)
+	for _, p := range removed {
+		fmt.Fprintf(w, "removed %s, left by a save that was interrupted\n", p)
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintf(w, "note: %v\n", err)
+	}
+	paths, err := listCheckpoints(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return shippedCheckpoint{Missing: true}
+	}
+	if err != nil {
+		return shippedCheckpoint{Err: err.Error()}
+	}
+	found, skipped, err := checkpoint.NewestValid(paths)
+	for _, s := range skipped {
+		fmt.Fprintf(w, "skipping %s: %v\n", s.Path, s.Err)
+	}
+	if err != nil {
+		if len(skipped) > 0 {
+			fmt.Fprintf(w, "none of the %d checkpoint(s) in %s is intact\n", len(skipped), dir)
+		}
+		return shippedCheckpoint{Missing: true}
+	}
+	return shippedCheckpoint{Path: found.Path, Data: found.Data}
 }
 
 // restore loads a decoded checkpoint into model, opt and sched (which may be

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,10 +18,13 @@ import (
 	"github.com/tandemml/tandem/optim"
 )
 
-func TestLatestCheckpoint(t *testing.T) {
+func TestListCheckpoints(t *testing.T) {
 	dir := t.TempDir()
-	if _, _, err := latestCheckpoint(dir); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("empty folder: %v, want fs.ErrNotExist", err)
+	if _, err := listCheckpoints(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing folder: %v, want fs.ErrNotExist", err)
+	}
+	if got, err := listCheckpoints(dir); err != nil || len(got) != 0 {
+		t.Fatalf("empty folder: %q, %v", got, err)
 	}
 	for _, name := range []string{"checkpoint-epoch002.safetensors", "checkpoint-epoch010.safetensors",
 		"checkpoint-epoch009.safetensors", "checkpoint-epoch011.safetensors.tmp", "curves.png"} {
@@ -27,9 +32,10 @@ func TestLatestCheckpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	path, epoch, err := latestCheckpoint(dir)
-	if err != nil || epoch != 10 || filepath.Base(path) != "checkpoint-epoch010.safetensors" {
-		t.Fatalf("got %q, %d, %v; want epoch 10", path, epoch, err)
+	got, err := listCheckpoints(dir)
+	want := []string{checkpointPath(dir, 10), checkpointPath(dir, 9), checkpointPath(dir, 2)}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("got %q, %v; want %q", got, err, want)
 	}
 	if n, err := removeCheckpoints(dir); n != 3 || err != nil {
 		t.Fatalf("removeCheckpoints: %d, %v; want 3 files removed", n, err)
@@ -227,5 +233,60 @@ func TestScoreBatch(t *testing.T) {
 	}
 	if _, _, err := scoreBatch(logits, []int64{0, 1}); err == nil {
 		t.Error("label count mismatch accepted")
+	}
+}
+
+// TestHistoryJSONNonFinite checks that statistics holding NaN or
+// infinities encode (as strings) and decode back, inside a checkpoint too,
+// where encoding/json alone fails with "unsupported value: NaN".
+func TestHistoryJSONNonFinite(t *testing.T) {
+	hist := []epochStats{
+		{Epoch: 1, TrainLoss: 0.5, TestLoss: 0.25, TestAcc: 0.9, LR: 0.05, Seconds: 2},
+		{Epoch: 2, TrainLoss: math.NaN(), TestLoss: math.Inf(1), TestAcc: 0.1, LR: math.Inf(-1), Seconds: 3},
+	}
+	b, err := json.Marshal(hist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"epoch":1,"train_loss":0.5,"test_loss":0.25,"test_acc":0.9,"lr":0.05,"seconds":2},` +
+		`{"epoch":2,"train_loss":"NaN","test_loss":"Inf","test_acc":0.1,"lr":"-Inf","seconds":3}]`
+	if string(b) != want {
+		t.Errorf("JSON %s\nwant %s", b, want)
+	}
+	var back []epochStats
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != 2 || back[0] != hist[0] || !math.IsNaN(back[1].TrainLoss) || !math.IsInf(back[1].TestLoss, 1) || !math.IsInf(back[1].LR, -1) || back[1].TestAcc != 0.1 {
+		t.Errorf("decoded %+v", back)
+	}
+	if err := json.Unmarshal([]byte(`[{"epoch":1,"train_loss":"lots"}]`), &back); err == nil {
+		t.Error(`"lots" decoded as a loss`)
+	}
+
+	// A checkpoint whose history holds them saves and restores.
+	cfg := config{Optimizer: "sgd", LR: 0.01}
+	m, _ := newModel(2)
+	opt, _ := newOptimizer(cfg, m.Params())
+	path := checkpointPath(t.TempDir(), 2)
+	if err := saveCheckpoint(path, m, opt, nil, 2, hist, runSettings{Optimizer: "sgd"}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := checkpoint.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := restore(f, m, opt, nil)
+	if err != nil || len(r.History) != 2 || !math.IsNaN(r.History[1].TrainLoss) {
+		t.Errorf("restored %+v, %v", r.History, err)
+	}
+
+	// Weights holding a NaN are not saved.
+	m.Params()[0].Value.Float32s()[3] = float32(math.NaN())
+	if err := saveCheckpoint(path+"2", m, opt, nil, 3, hist, runSettings{}); !errors.Is(err, checkpoint.ErrNonFinite) || !strings.Contains(err.Error(), m.Params()[0].Name) {
+		t.Errorf("saving NaN weights: %v, want ErrNonFinite naming %s", err, m.Params()[0].Name)
+	}
+	if _, err := os.Stat(path + "2"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a file was written for NaN weights (%v)", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/tandemml/tandem/checkpoint"
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/data"
 	"github.com/tandemml/tandem/ddp"
@@ -37,6 +38,8 @@ type config struct {
 	Progress      progressMode
 	ProgressEvery int              // percent between progress lines
 	Now           func() time.Time // clock for the progress display (nil = time.Now)
+
+	nanInput *nanInput // test aid: a NaN in one rank's batch (see nanInput)
 }
 
 // Default learning rates, measured on this example (see README.md).
@@ -132,18 +135,19 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 
 	start := 0
 	var hist []epochStats
+	lastGood := "" // the last checkpoint written or resumed from
 	if cfg.Resume {
 		if cfg.Out == "" {
 			return nil, nil, fmt.Errorf("-resume needs -out, the folder holding the checkpoints")
 		}
-		r, err := resumeFrom(ctx, pg, cfg.Out, model, opt, sched)
+		r, err := resumeFrom(ctx, pg, cfg.Out, model, opt, sched, w)
 		if err != nil {
 			return nil, nil, err
 		}
 		if r == nil {
-			fmt.Fprintf(w, "no checkpoint in %s: starting from epoch 1\n", cfg.Out)
+			fmt.Fprintf(w, "no intact checkpoint in %s: starting from epoch 1\n", cfg.Out)
 		} else {
-			start, hist = r.Epoch, r.History
+			start, hist, lastGood = r.Epoch, r.History, r.Path
 			fmt.Fprintf(w, "resumed from %s: %d epoch(s) done\n", r.Path, r.Epoch)
 			meta := settings.metadata()
 			for _, k := range slices.Sorted(maps.Keys(meta)) {
@@ -191,21 +195,41 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 	}
 
 	runStart := time.Now()
+	params := model.Params()
 	for epoch := start; epoch < cfg.Epochs; epoch++ {
 		t0 := time.Now()
 		lr := opt.LR()
 		label := fmt.Sprintf("epoch %d/%d", epoch+1, cfg.Epochs)
 		prog := newProgress(w, cfg.Progress, cfg.ProgressEvery, label, steps, cfg.Now)
 		var lossSum, seen float64
+		var firstBad lossAt // this rank's first non-finite loss of the epoch
 		done := 0
 		for batch, err := range loader.Epoch(ctx, epoch) {
 			if err != nil {
 				return hist, model, err
 			}
+			x := batch.X
+			if p := cfg.nanInput; p != nil && p.Epoch == epoch+1 && p.Step == done+1 && p.Rank == rank {
+				x = poison(x)
+			}
 			opt.ZeroGrad()
-			loss, err := net.Step(ctx, batch.X, batch.Y)
+			loss, err := net.Step(ctx, x, batch.Y)
 			if err != nil {
 				return hist, model, fmt.Errorf("%s, step %d: %w", label, done+1, err)
+			}
+			if !finite(loss) && firstBad.Step == 0 {
+				firstBad = lossAt{done + 1, loss}
+			}
+			// The averaged gradients are the same on every rank: all stop
+			// here together, before the optimizer takes them in.
+			if !gradsFinite(params) {
+				prog.finish()
+				where := fmt.Sprintf("%s, step %d", label, done+1)
+				losses, err := poolLosses(ctx, pg, lossAt{done + 1, loss})
+				if err != nil {
+					return hist, model, fmt.Errorf("%s: the gradients are not finite, and pooling the ranks' losses failed: %w", where, err)
+				}
+				return hist, model, diverged(where, "the gradients averaged over the ranks hold NaN or infinite values", losses, true, cfg.Out, lastGood)
 			}
 			if err := opt.Step(); err != nil {
 				return hist, model, err
@@ -224,13 +248,27 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 				return hist, model, fmt.Errorf("combining the training loss: %w", err)
 			}
 		}
+		trainLoss := sums.Float64s()[0] / max(sums.Float64s()[1], 1)
+		if !finite(trainLoss) { // the same on every rank
+			losses, err := poolLosses(ctx, pg, firstBad)
+			if err != nil {
+				return hist, model, fmt.Errorf("%s: the training loss is %v, and pooling the ranks' losses failed: %w", label, trainLoss, err)
+			}
+			return hist, model, diverged(label, fmt.Sprintf("the mean training loss is %v", trainLoss), losses, false, cfg.Out, lastGood)
+		}
 		res, err := eval.run(ctx)
 		if err != nil {
 			return hist, model, err
 		}
+		if !finite(res.Loss) {
+			return hist, model, diverged(label, fmt.Sprintf("the test loss is %v (the training loss was %s): the weights give non-finite outputs", res.Loss, fmtLoss(trainLoss)), nil, false, cfg.Out, lastGood)
+		}
+		if err := checkpoint.CheckFinite(stateTensors(model, opt)); err != nil {
+			return hist, model, diverged(label, fmt.Sprintf("the model or optimizer state is not finite: %v", err), nil, false, cfg.Out, lastGood)
+		}
 		st := epochStats{
 			Epoch:     epoch + 1,
-			TrainLoss: sums.Float64s()[0] / max(sums.Float64s()[1], 1),
+			TrainLoss: trainLoss,
 			TestLoss:  res.Loss,
 			TestAcc:   res.Accuracy,
 			LR:        lr,
@@ -242,16 +280,19 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 		if sched != nil {
 			sched.Step() // the next epoch's rate, saved with the checkpoint
 		}
-		if cfg.Out != "" && rank == 0 {
+		if cfg.Out != "" {
 			path := checkpointPath(cfg.Out, epoch+1)
-			if err := saveCheckpoint(path, model, opt, sched, epoch+1, hist, settings); err != nil {
-				return hist, model, err
+			if rank == 0 {
+				if err := saveCheckpoint(path, model, opt, sched, epoch+1, hist, settings); err != nil {
+					return hist, model, err
+				}
+				plot := filepath.Join(cfg.Out, "curves.png")
+				if err := writePlot(plot, hist); err != nil {
+					return hist, model, err
+				}
+				fmt.Fprintf(w, "saved %s and %s\n", path, plot)
 			}
-			plot := filepath.Join(cfg.Out, "curves.png")
-			if err := writePlot(plot, hist); err != nil {
-				return hist, model, err
-			}
-			fmt.Fprintf(w, "saved %s and %s\n", path, plot)
+			lastGood = path
 		}
 	}
 	if start < cfg.Epochs {
