@@ -279,13 +279,17 @@ func splitTagged(t *testing.T, out string, tag *regexp.Regexp) map[int]string {
 	return per
 }
 
+// openMPIVersion matches what Open MPI's mpirun --version prints: "mpirun
+// (Open MPI) 4.1.4", or "mpirun.openmpi (OpenRTE) 4.1.4" under Debian's name.
+var openMPIVersion = regexp.MustCompile(`\((Open MPI|OpenRTE)\) \d`)
+
 // TestMpirun runs the program under Open MPI's `mpirun -np 3` with no
 // variable set by hand: the ranks come from OMPI_COMM_WORLD_*, rank 0's
 // host is 127.0.0.1 (all three are local) and the port is derived from
 // Open MPI's job id.
 func TestMpirun(t *testing.T) {
 	mpirun := need(t, "openmpi-bin", "mpirun.openmpi", "mpirun")
-	if v, err := exec.Command(mpirun, "--version").CombinedOutput(); err != nil || !bytes.Contains(v, []byte("Open MPI")) {
+	if v, err := exec.Command(mpirun, "--version").CombinedOutput(); err != nil || !openMPIVersion.Match(v) {
 		// Debian's mpirun is MPICH's when only mpich is installed; Open
 		// MPI's is always also mpirun.openmpi.
 		missing(t, fmt.Sprintf("%s is not Open MPI's mpirun (%v: %.80q): install Debian's openmpi-bin", mpirun, err, v))
