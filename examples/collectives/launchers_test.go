@@ -316,45 +316,97 @@ func TestMpirun(t *testing.T) {
 	}
 }
 
-// TestTorchrun runs the program under torchrun with two processes and
-// torchrun's c10d rendezvous, started both ways users start it: --standalone
-// (one machine, torchrun picks the port) and --rdzv_backend c10d with an
-// endpoint. torchrun then sets TORCHELASTIC_USE_AGENT_STORE=False and a
-// free MASTER_PORT that rank 0 serves Tandem's store on.
+// TestTorchrun runs the program under torchrun with its c10d rendezvous,
+// started the ways users start it: --standalone (one machine, torchrun
+// picks the port), --rdzv_backend c10d with an endpoint, and two torchrun
+// agents meeting at one endpoint as two nodes would (one process each, both
+// on this machine). torchrun then sets TORCHELASTIC_USE_AGENT_STORE=False,
+// MASTER_ADDR (the first agent's host name) and a free MASTER_PORT, where
+// rank 0 serves Tandem's store; the local and group sizes say whether the
+// ranks span several nodes.
+//
+// --monitor_interval 0.5 has the agent look at its workers every half
+// second instead of every five, so that a run takes two seconds, not six.
 //
 // `-r 1 -t 1` (redirect each rank's stdout to a log and tee it back, tagged
 // [default0]:) is needed by Debian's torch 1.13 on Python 3.11, and is
 // harmless elsewhere: without it torchrun fails before starting a worker
 // with "AttributeError: 'NoneType' object has no attribute 'get'", because
-// Std.from_str("0") finds no member equal to 0 when it iterates the IntFlag
-// Std, which Python 3.11 no longer yields for NONE.
+// Std.from_str("0") looks for a member equal to 0 by iterating the IntFlag
+// Std, and Python 3.11 no longer yields the zero member NONE.
+//
+// torchrun's default, static rendezvous (no --standalone, no
+// --rdzv_backend) has its agent serve a PyTorch TCPStore on MASTER_PORT and
+// set TORCHELASTIC_USE_AGENT_STORE=True; Tandem cannot join that store
+// until it speaks PyTorch's store protocol, and that case is not here.
 func TestTorchrun(t *testing.T) {
 	torchrun := need(t, "python3-torch", "torchrun")
 	bin := program(t)
+	endpoint := func() string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }
 	for _, tc := range []struct {
-		name string
-		args []string
+		name   string
+		agents [][]string // each agent's rendezvous arguments
+		nproc  int        // processes per agent
 	}{
-		{"standalone", []string{"--standalone"}},
-		{"c10d", []string{"--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--nnodes", "1"}},
+		{"standalone", [][]string{{"--standalone"}}, 2},
+		{"c10d", [][]string{{"--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint(), "--nnodes", "1"}}, 2},
+		{"c10d two agents", func() [][]string {
+			a := []string{"--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint(), "--nnodes", "2"}
+			return [][]string{a, a}
+		}(), 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			args := append(tc.args, "--nproc_per_node", "2", "-r", "1", "-t", "1", "--no_python", bin, "-timeout", "30s")
-			cmd := exec.CommandContext(ctx, torchrun, args...)
-			cmd.Env = baseEnv()
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("torchrun %s: %v\nstderr:\n%s\nstdout:\n%s", strings.Join(args, " "), err, stderr.String(), stdout.String())
+			world := len(tc.agents) * tc.nproc
+			type agent struct {
+				args           []string
+				stdout, stderr bytes.Buffer
+				err            error
 			}
-			per := splitTagged(t, stdout.String(), regexp.MustCompile(`^\[default(\d+)\]:`))
-			if len(per) != 2 {
-				t.Fatalf("output from %d ranks, want 2:\nstdout:\n%s\nstderr:\n%s", len(per), stdout.String(), stderr.String())
+			agents := make([]*agent, len(tc.agents))
+			var wg sync.WaitGroup
+			for i, rdzv := range tc.agents {
+				a := &agent{args: append(append([]string{}, rdzv...),
+					"--nproc_per_node", strconv.Itoa(tc.nproc), "--monitor_interval", "0.5", "-r", "1", "-t", "1", "--no_python", bin, "-timeout", "30s")}
+				agents[i] = a
+				cmd := exec.CommandContext(ctx, torchrun, a.args...)
+				cmd.Env = baseEnv()
+				cmd.Stdout, cmd.Stderr = &a.stdout, &a.stderr
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					a.err = cmd.Run()
+				}()
 			}
-			for r := range 2 {
-				checkRank(t, r, 2, per[r])
+			wg.Wait()
+			seen := map[int]bool{}
+			tag := regexp.MustCompile(`^\[default(\d+)\]:`)
+			joined := regexp.MustCompile(`^rank (\d+) of \d+ joined\n`)
+			for i, a := range agents {
+				if a.err != nil {
+					t.Fatalf("agent %d, torchrun %s: %v\nstderr:\n%s\nstdout:\n%s", i, strings.Join(a.args, " "), a.err, a.stderr.String(), a.stdout.String())
+				}
+				per := splitTagged(t, a.stdout.String(), tag)
+				if len(per) != tc.nproc {
+					t.Fatalf("agent %d: output from %d local ranks, want %d:\nstdout:\n%s\nstderr:\n%s", i, len(per), tc.nproc, a.stdout.String(), a.stderr.String())
+				}
+				for lr, out := range per {
+					m := joined.FindStringSubmatch(out)
+					if m == nil {
+						t.Errorf("agent %d local rank %d did not say which rank joined:\n%s", i, lr, out)
+						continue
+					}
+					r, _ := strconv.Atoi(m[1])
+					if seen[r] {
+						t.Errorf("rank %d ran twice", r)
+					}
+					seen[r] = true
+					checkRank(t, r, world, out)
+				}
+			}
+			if len(seen) != world {
+				t.Errorf("ranks %v ran, want 0 to %d", seen, world-1)
 			}
 		})
 	}
