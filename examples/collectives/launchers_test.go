@@ -29,7 +29,8 @@ import (
 	"github.com/tandemml/tandem/launch"
 )
 
-// buildDir holds the program built once for every launcher test.
+// buildDir holds the programs built once for every launcher test: the
+// tutorial, and tandem (for `tandem run` in a pod).
 var buildDir string
 
 func TestMain(m *testing.M) {
@@ -46,8 +47,9 @@ var (
 	buildErr  error
 )
 
-// program builds examples/collectives into a temporary folder the first
-// time a test asks for it and returns the binary's path.
+// program builds examples/collectives and cmd/tandem into a temporary
+// folder the first time a test asks for them and returns the tutorial's
+// path; tandem lies beside it.
 func program(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -63,7 +65,7 @@ func program(t *testing.T) string {
 		buildPath = filepath.Join(buildDir, "collectives")
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, goBin, "build", "-o", buildPath, ".").CombinedOutput()
+		out, err := exec.CommandContext(ctx, goBin, "build", "-o", buildDir+string(filepath.Separator), ".", "../../cmd/tandem").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -472,6 +474,58 @@ func TestKubeflowPyTorchJob(t *testing.T) {
 		})
 	}
 	checkJob(t, runProcs(t, envs), []int{0, 1, 2})
+}
+
+// podTandemRun is the container command of a PyTorchJob with
+// nprocPerNode above 1 (examples/kubernetes/README.md): `tandem run` starts
+// the pod's processes, told the pod's place by the operator's variables.
+const podTandemRun = `exec tandem run -nproc "$PET_NPROC_PER_NODE" -nnodes "$PET_NNODES" -node-rank "$PET_NODE_RANK" -master "$MASTER_ADDR:$MASTER_PORT" -- collectives`
+
+// TestKubeflowPyTorchJobTandemRun runs two pods of a PyTorchJob with one
+// Master, one Worker and nprocPerNode "2", each pod running podTandemRun
+// with the variables the operator sets (WORLD_SIZE 4, RANK the pod's index)
+// and TANDEM_TOKEN from the job's Secret, which `tandem run` needs over
+// several nodes: four ranks, two a pod.
+func TestKubeflowPyTorchJobTandemRun(t *testing.T) {
+	bin := program(t)
+	port := strconv.Itoa(freePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type pod struct {
+		stdout, stderr bytes.Buffer
+		err            error
+	}
+	pods := make([]*pod, 2)
+	var wg sync.WaitGroup
+	for i := range pods {
+		p := &pod{}
+		pods[i] = p
+		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", podTandemRun+" -timeout 30s")
+		cmd.Env = append(baseEnv(), "PATH="+filepath.Dir(bin)+string(filepath.ListSeparator)+os.Getenv("PATH"),
+			"TANDEM_TOKEN=pytorchjob-secret", "PYTHONUNBUFFERED=1",
+			"MASTER_ADDR=127.0.0.1", "PET_MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, "PET_MASTER_PORT="+port,
+			"WORLD_SIZE=4", "RANK="+strconv.Itoa(i), "PET_NNODES=2", "PET_NODE_RANK="+strconv.Itoa(i), "PET_NPROC_PER_NODE=2")
+		cmd.Stdout, cmd.Stderr = &p.stdout, &p.stderr
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.err = cmd.Run()
+		}()
+	}
+	wg.Wait()
+	tag := regexp.MustCompile(`^\[(\d+)\] `)
+	for i, p := range pods {
+		if p.err != nil {
+			t.Fatalf("pod %d: %v\nstderr:\n%s\nstdout:\n%s", i, p.err, p.stderr.String(), p.stdout.String())
+		}
+		per := splitTagged(t, p.stdout.String(), tag)
+		if len(per) != 2 {
+			t.Fatalf("pod %d: output from %d ranks, want 2:\n%s", i, len(per), p.stdout.String())
+		}
+		for _, r := range []int{2 * i, 2*i + 1} {
+			checkRank(t, r, 4, per[r])
+		}
+	}
 }
 
 // TestKubeflowTrainJob gives three processes what Kubeflow Trainer sets in
