@@ -65,7 +65,11 @@ func program(t *testing.T) string {
 		buildPath = filepath.Join(buildDir, "collectives")
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, goBin, "build", "-o", buildDir+string(filepath.Separator), ".", "../../cmd/tandem").CombinedOutput()
+		args := []string{"build", "-o", buildDir + string(filepath.Separator)}
+		if raceBuild {
+			args = append(args, "-race")
+		}
+		out, err := exec.CommandContext(ctx, goBin, append(args, ".", "../../cmd/tandem")...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -106,6 +110,11 @@ func missing(t *testing.T, msg string) {
 // all the job knows.
 func baseEnv() []string {
 	env := []string{"PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8"}
+	if raceBuild {
+		// A program built with -race waits a second at exit for late race
+		// reports; a tenth is plenty for these, and saves seconds a test.
+		env = append(env, "GORACE=atexit_sleep_ms=100 exitcode=66")
+	}
 	for _, k := range []string{"HOME", "TMPDIR"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
