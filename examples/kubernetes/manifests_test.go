@@ -147,7 +147,7 @@ func container(t *testing.T, podTemplate any, name string) (env map[string]strin
 
 // place is where one pod should land.
 type place struct {
-	launcher          launch.Launcher
+	launcher          string // launch.Launcher's String
 	rank, world       int
 	masterAddr        string
 	masterPort        int
@@ -164,7 +164,7 @@ func checkPod(t *testing.T, env map[string]string, want place) {
 	if err != nil {
 		t.Fatalf("pod with %v: %v", env, err)
 	}
-	got := place{j.Launcher, j.Rank, j.WorldSize, j.MasterAddr, j.MasterPort, j.LocalRank, j.LocalWorldSize}
+	got := place{j.Launcher.String(), j.Rank, j.WorldSize, j.MasterAddr, j.MasterPort, j.LocalRank, j.LocalWorldSize}
 	if got != want {
 		t.Errorf("pod with %v:\n got %+v\nwant %+v", env, got, want)
 	}
@@ -206,7 +206,7 @@ func TestIndexedJob(t *testing.T) {
 		for k, v := range env {
 			pod[k] = v
 		}
-		checkPod(t, pod, place{launch.IndexedJob, i, n, master, port, 0, 1})
+		checkPod(t, pod, place{launch.IndexedJob.String(), i, n, master, port, 0, 1})
 	}
 }
 
@@ -243,7 +243,7 @@ func TestJobSet(t *testing.T) {
 		for k, v := range env {
 			pod[k] = v
 		}
-		checkPod(t, pod, place{launch.IndexedJob, i, n, master, port, 0, 1})
+		checkPod(t, pod, place{launch.IndexedJob.String(), i, n, master, port, 0, 1})
 	}
 }
 
@@ -279,7 +279,7 @@ func TestPyTorchJob(t *testing.T) {
 			"WORLD_SIZE": strconv.Itoa(pods), "RANK": strconv.Itoa(rank),
 			"PET_NNODES": strconv.Itoa(pods), "PET_NODE_RANK": strconv.Itoa(rank), "PET_NPROC_PER_NODE": nproc,
 		}
-		checkPod(t, env, place{launch.Kubeflow, rank, pods, name + "-master-0", port, 0, 1})
+		checkPod(t, env, place{launch.Kubeflow.String(), rank, pods, name + "-master-0", port, 0, 1})
 	}
 }
 
