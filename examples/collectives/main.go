@@ -1,11 +1,22 @@
 // Command collectives is Tandem's first tutorial: every process of a job joins
 // one process group and runs the basic collectives, printing what each rank
-// holds before and after. Run it under the launcher:
+// holds before and after. Run it under Tandem's launcher:
 //
 //	go run ./cmd/tandem run -nproc 3 -- go run ./examples/collectives
 //
-// The launcher sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; rank 0
-// hosts the rendezvous store and the others connect to it.
+// or, built once (go build -o bin/collectives ./examples/collectives), under
+// the launcher you already use, with no variable set by hand:
+//
+//	mpirun -np 3 bin/collectives
+//	srun -n3 bin/collectives
+//	torchrun --standalone --nproc_per_node 2 --no_python bin/collectives
+//
+// (torch 1.13's torchrun on Python 3.11 also needs -r 1 -t 1), or on
+// Kubernetes with the manifests in examples/kubernetes. Each launcher says
+// in its own variables which rank this process is, how many there are and,
+// directly or not, where rank 0 is; comm.InitFromEnv reads them (package
+// launch has the rules), rank 0 hosts the rendezvous store and the others
+// connect to it.
 package main
 
 import (
