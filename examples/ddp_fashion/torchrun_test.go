@@ -93,7 +93,7 @@ func TestTorchrunRestartResumes(t *testing.T) {
 	}
 	t.Logf("rank 0:\n%s", got)
 	before, after := got[first:second], got[second:]
-	if !strings.Contains(before, "no checkpoint in "+out+": starting from epoch 1") {
+	if !strings.Contains(before, "no intact checkpoint in "+out+": starting from epoch 1") {
 		t.Errorf("attempt 0 did not start afresh:\n%s", before)
 	}
 	if !strings.Contains(stdout.String(), "[default1]:killed rank 1 after the first checkpoint") {
