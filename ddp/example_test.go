@@ -59,7 +59,7 @@ func train(ctx context.Context, pg *comm.ProcessGroup) []float64 {
 	if err != nil {
 		panic(err)
 	}
-	opt, err := optim.NewSGD(net.Parameters(), 0.1, optim.Momentum(0.9))
+	opt, err := optim.NewSGD(net.Parameters(), optim.LR(0.1), optim.Momentum(0.9))
 	if err != nil {
 		panic(err)
 	}

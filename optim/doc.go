@@ -7,7 +7,7 @@
 // None, and their per-parameter state is created lazily on the first step that
 // sees a gradient.
 //
-//	opt, err := optim.NewSGD(model.Params(), 0.1, optim.Momentum(0.9), optim.WeightDecay(1e-4))
+//	opt, err := optim.NewSGD(model.Params(), optim.LR(0.1), optim.Momentum(0.9), optim.WeightDecay(1e-4))
 //	for step := range steps {
 //		opt.ZeroGrad()
 //		// forward and backward fill every Param.Grad
