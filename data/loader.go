@@ -40,6 +40,16 @@ func (b *Batch) Size() int { return len(b.Indices) }
 // a Dataset's labels are.
 func (b *Batch) Labels() []int64 { return b.Y.Int64s() }
 
+// Feeds returns the batch's tensors by field name, a fresh map of the same
+// tensors (for a step that takes named inputs).
+func (b *Batch) Feeds() map[string]*tensor.Dense {
+	m := make(map[string]*tensor.Dense, len(b.Names))
+	for i, n := range b.Names {
+		m[n] = b.Tensors[i]
+	}
+	return m
+}
+
 // Tensor returns the batch's tensor of the field called name, or nil when
 // there is none.
 func (b *Batch) Tensor(name string) *tensor.Dense {

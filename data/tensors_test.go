@@ -48,6 +48,9 @@ func checkRegressionBatch(t *testing.T, b *Batch) {
 			t.Fatalf("batch %d field %s: shape %v, want %v", b.Index, b.Names[f], b.Tensors[f].Shape(), s)
 		}
 	}
+	if f := b.Feeds(); len(f) != 4 || f["y"] != b.Tensors[2] || f["id"] != b.Tensors[3] {
+		t.Fatalf("batch %d: feeds %v", b.Index, f)
+	}
 	if b.X != b.Tensor("a") || b.Y != b.Tensor("b") || b.Tensor("nope") != nil {
 		t.Fatalf("batch %d: X and Y are not the first two fields", b.Index)
 	}
