@@ -136,3 +136,23 @@ func Example_customModule() {
 	// item.bias (4) float32
 	// true
 }
+
+// A parameter drawn as nn.Linear draws its weight holds the values NewLinear
+// would draw from a generator in the same state.
+func ExampleNewParam() {
+	w, err := models.NewParam("weight", []int{3, 5}, tensor.Float32, models.FanInUniform(5, rand.New(rand.NewPCG(7, 7))))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	lin, _ := models.NewLinear(5, 3, models.WithRand(rand.New(rand.NewPCG(7, 7))))
+	fmt.Println(w.Name, w.Value.Shape(), w.Value.Dtype(), w.RequiresGrad)
+	fmt.Println(w.Value.Float32s()[4] == lin.Weight.Value.Float32s()[4])
+
+	scale, _ := models.NewBuffer("scale", []int{2}, tensor.Float64, models.Constant(0.5))
+	fmt.Println(scale.Value.Float64s(), scale.RequiresGrad)
+	// Output:
+	// weight (3, 5) float32 true
+	// true
+	// [0.5 0.5] false
+}

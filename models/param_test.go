@@ -67,6 +67,13 @@ func TestNewParamMatchesLayers(t *testing.T) {
 				t.Errorf("%v: NewParam %s differs from NewLinear's", dt, pair[1].Name)
 			}
 		}
+		conv, _ := NewConv2d(2, 3, 3, WithRand(rand.New(rand.NewPCG(6, 6))), WithDtype(dt))
+		crng := rand.New(rand.NewPCG(6, 6))
+		cw, _ := NewParam("weight", []int{3, 2, 3, 3}, dt, FanInUniform(2*3*3, crng))
+		cb, _ := NewParam("bias", []int{3}, dt, FanInUniform(2*3*3, crng))
+		if !reflect.DeepEqual(conv.Weight.Value.Data(), cw.Value.Data()) || !reflect.DeepEqual(conv.Bias.Value.Data(), cb.Value.Data()) {
+			t.Errorf("%v: FanInUniform differs from NewConv2d's tensors", dt)
+		}
 		emb, _ := NewEmbedding(4, 2, WithRand(rand.New(rand.NewPCG(8, 1))), WithDtype(dt))
 		e, _ := NewParam("weight", []int{4, 2}, dt, Normal(0, 1, rand.New(rand.NewPCG(8, 1))))
 		if !reflect.DeepEqual(emb.Weight.Value.Data(), e.Value.Data()) {
