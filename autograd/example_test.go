@@ -26,7 +26,7 @@ func Example() {
 	// Every worker registers the constructors it may be asked to run.
 	reg := rpc.NewRegistry()
 	autograd.RegisterModule(reg, "linear.new", func(ctx context.Context, sizes []int) (models.Module, error) {
-		return models.NewLinear(sizes[0], sizes[1], models.WithRand(rand.New(rand.NewPCG(1, 2))))
+		return models.NewLinear(sizes[0], sizes[1], models.WithRand(rand.New(rand.NewPCG(1, 2))), models.WithDtype(tensor.Float64))
 	})
 
 	// Two workers in this process (one per process in real jobs).

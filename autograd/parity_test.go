@@ -42,7 +42,7 @@ func TestParityWithOneProcess(t *testing.T) {
 	ref1, _ := newStage(cfg1)
 	ref2, _ := newStage(cfg2)
 	refParams := append(ref1.Params(), ref2.Params()...)
-	refOpt, err := optim.NewSGD(refParams, lr, optim.Momentum(mom))
+	refOpt, err := optim.NewSGD(refParams, optim.LR(lr), optim.Momentum(mom))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -194,8 +194,8 @@ func TestCorruptFiles(t *testing.T) {
 func TestLoadIntoChecks(t *testing.T) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(1, 2))
-	small, _ := models.NewMLP([]int{784, 128, 10}, models.ActReLU, true, rng)
-	big, _ := models.NewMLP([]int{784, 256, 10}, models.ActReLU, true, rng)
+	small, _ := models.NewMLP([]int{784, 128, 10}, models.ActReLU, true, rng, models.WithDtype(tensor.Float64))
+	big, _ := models.NewMLP([]int{784, 256, 10}, models.ActReLU, true, rng, models.WithDtype(tensor.Float64))
 	path := filepath.Join(dir, "big.safetensors")
 	if err := SaveModule(path, big, nil); err != nil {
 		t.Fatal(err)
@@ -211,7 +211,7 @@ func TestLoadIntoChecks(t *testing.T) {
 
 	// dtype: float32 file into a float64 model needs ConvertFloats.
 	f32, _ := models.NewMLP([]int{4, 3, 2}, models.ActTanh, true, rng, models.WithDtype(tensor.Float32))
-	f64, _ := models.NewMLP([]int{4, 3, 2}, models.ActTanh, true, rng)
+	f64, _ := models.NewMLP([]int{4, 3, 2}, models.ActTanh, true, rng, models.WithDtype(tensor.Float64))
 	p32 := filepath.Join(dir, "f32.safetensors")
 	if err := SaveModule(p32, f32, map[string]string{"format": "pt"}); err != nil {
 		t.Fatal(err)
@@ -232,7 +232,7 @@ func TestLoadIntoChecks(t *testing.T) {
 	}
 
 	// missing / unexpected entries
-	other, _ := models.NewMLP([]int{4, 3}, models.ActTanh, true, rng)
+	other, _ := models.NewMLP([]int{4, 3}, models.ActTanh, true, rng, models.WithDtype(tensor.Float64))
 	err = LoadInto(other, p32, ConvertFloats())
 	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "not in the model: 2.weight, 2.bias") {
 		t.Errorf("unexpected-entries error: %v", err)
@@ -250,8 +250,8 @@ func TestLoadIntoChecks(t *testing.T) {
 // num_batches_tracked) round-trip with the parameters, in state_dict order.
 func TestModuleWithBuffersRoundTrip(t *testing.T) {
 	mk := func() *models.Sequential {
-		conv, _ := models.NewConv2d(1, 2, 3, models.WithRand(rand.New(rand.NewPCG(1, 1))))
-		bn, _ := models.NewBatchNorm2d(2)
+		conv, _ := models.NewConv2d(1, 2, 3, models.WithRand(rand.New(rand.NewPCG(1, 1))), models.WithDtype(tensor.Float64))
+		bn, _ := models.NewBatchNorm2d(2, models.WithDtype(tensor.Float64))
 		return models.NewSequential(conv, bn)
 	}
 	src := mk()

@@ -31,10 +31,10 @@ func Example() {
 	wrong, _ := models.NewMLP([]int{4, 16, 2}, models.ActReLU, true, nil)
 	fmt.Println(checkpoint.LoadInto(wrong, path) != nil)
 	// Output:
-	// 0.weight (8, 4) F64
-	// 0.bias (8) F64
-	// 2.weight (2, 8) F64
-	// 2.bias (2) F64
+	// 0.weight (8, 4) F32
+	// 0.bias (8) F32
+	// 2.weight (2, 8) F32
+	// 2.bias (2) F32
 	// <nil>
 	// true
 }

@@ -108,7 +108,7 @@ func TestLoadPyTorchMLPAndForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := models.NewMLP(man.Model.Sizes, models.Activation(man.Model.Activation), man.Model.Bias, nil)
+	m, err := models.NewMLP(man.Model.Sizes, models.Activation(man.Model.Activation), man.Model.Bias, nil, models.WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}

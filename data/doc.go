@@ -20,6 +20,19 @@
 //		}
 //	}
 //
+// Data that is not images with class labels (several inputs, float targets
+// for regression, integer ids, any element type) is a [TensorSet]: each
+// example is several named tensors. [TensorDataset] holds one in memory, as
+// PyTorch's TensorDataset does, and [NewTensorLoader] serves it through the
+// same samplers and prefetching as NewLoader, each [Batch] carrying one
+// tensor per field (Batch.Tensors, Batch.Names, Batch.Tensor(name)):
+//
+//	ds, err := data.NewTensorDataset([]string{"query", "item", "y"}, q, it, y)
+//	loader, err := data.NewTensorLoader(ds, 64, data.WithSampler(sampler))
+//	for batch, err := range loader.Epoch(ctx, epoch) {
+//		// batch.Tensor("query"), batch.Tensor("item"), batch.Tensor("y")
+//	}
+//
 // Leaving the range loop early, cancelling ctx, or calling Close on an [Iter]
 // stops the background goroutines and waits for them: nothing leaks.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
 
 	"github.com/tandemml/tandem/internal/errs"
@@ -16,10 +17,18 @@ type Batch struct {
 	Epoch int // the epoch it belongs to
 	Index int // its position in the epoch, from 0
 	// X holds the features, shape [B, example shape...], float32 unless the
-	// Loader was built with Dtype(tensor.Float64).
+	// Loader was built with Dtype(tensor.Float64). From a TensorSet, X is
+	// its first field.
 	X *tensor.Dense
-	// Y holds the labels, int64, shape [B].
+	// Y holds the labels, int64, shape [B]. From a TensorSet, Y is its
+	// second field (nil when it has one), of that field's dtype.
 	Y *tensor.Dense
+	// Tensors holds one tensor per field, [B, field shape...], in the order
+	// of Names: a TensorSet's fields, or X and Y (named "x" and "y") for a
+	// Dataset.
+	Tensors []*tensor.Dense
+	// Names names Tensors.
+	Names []string
 	// Indices are the data set indices of the B rows.
 	Indices []int
 }
@@ -27,14 +36,39 @@ type Batch struct {
 // Size is the number of examples in the batch.
 func (b *Batch) Size() int { return len(b.Indices) }
 
-// Labels returns the labels as a slice (shared with Y).
+// Labels returns the labels as a slice (shared with Y). Y must be int64, as
+// a Dataset's labels are.
 func (b *Batch) Labels() []int64 { return b.Y.Int64s() }
+
+// Feeds returns the batch's tensors by field name, a fresh map of the same
+// tensors (for a step that takes named inputs).
+func (b *Batch) Feeds() map[string]*tensor.Dense {
+	m := make(map[string]*tensor.Dense, len(b.Names))
+	for i, n := range b.Names {
+		m[n] = b.Tensors[i]
+	}
+	return m
+}
+
+// Tensor returns the batch's tensor of the field called name, or nil when
+// there is none.
+func (b *Batch) Tensor(name string) *tensor.Dense {
+	for i, n := range b.Names {
+		if n == name {
+			return b.Tensors[i]
+		}
+	}
+	return nil
+}
 
 // Loader cuts epochs of a Dataset into batches, assembling them on
 // background goroutines ahead of the consumer. A Loader is immutable and safe
 // for concurrent use; each epoch's iteration is independent.
 type Loader struct {
-	ds        Dataset
+	ds        Dataset   // a labelled data set, or nil
+	ts        TensorSet // or a set of tensors
+	fields    []Field   // ts's fields
+	fsizes    []int     // elements per example of each field
 	batchSize int
 	sampler   Sampler
 	dropLast  bool
@@ -50,13 +84,67 @@ type Loader struct {
 // WithSampler (excludes Shuffle), DropLast, Prefetch (default 2), Workers
 // (default 1), Dtype (default float32).
 func NewLoader(ds Dataset, batchSize int, opts ...Option) (*Loader, error) {
-	o := options{prefetch: 2, workers: 1, dtype: tensor.Float32}
-	allowed := []string{"Shuffle", "WithSampler", "DropLast", "Prefetch", "Workers", "Dtype"}
-	if err := o.apply("Loader", allowed, opts); err != nil {
-		return nil, err
-	}
 	if ds == nil {
 		return nil, fmt.Errorf("data: Loader: nil data set: %w", ErrInvalidArgument)
+	}
+	l, err := newLoader(ds.Len(), batchSize, []string{"Shuffle", "WithSampler", "DropLast", "Prefetch", "Workers", "Dtype"}, opts)
+	if err != nil {
+		return nil, err
+	}
+	shape := ds.Shape()
+	size := 1
+	for _, d := range shape {
+		if d <= 0 {
+			return nil, fmt.Errorf("data: Loader: data set example shape %v has a non-positive dimension: %w", shape, ErrInvalidArgument)
+		}
+		size *= d
+	}
+	l.ds, l.shape, l.size = ds, shape, size
+	return l, nil
+}
+
+// NewTensorLoader returns a loader over the TensorSet ts with batchSize
+// examples per batch: each Batch holds one tensor per field, [B, field
+// shape...], of the field's dtype, named in Batch.Names. Options: Shuffle,
+// WithSampler (a DistributedSampler shards it across ranks exactly as it
+// shards a Dataset), DropLast, Prefetch, Workers; the fields keep their own
+// dtypes, so Dtype is refused.
+func NewTensorLoader(ts TensorSet, batchSize int, opts ...Option) (*Loader, error) {
+	if ts == nil {
+		return nil, fmt.Errorf("data: Loader: nil data set: %w", ErrInvalidArgument)
+	}
+	fields := ts.Fields()
+	if len(fields) == 0 {
+		return nil, fmt.Errorf("data: Loader: the data set has no fields: %w", ErrInvalidArgument)
+	}
+	l, err := newLoader(ts.Len(), batchSize, []string{"Shuffle", "WithSampler", "DropLast", "Prefetch", "Workers"}, opts)
+	if err != nil {
+		return nil, err
+	}
+	for i, f := range fields {
+		for _, d := range f.Shape {
+			if d <= 0 {
+				return nil, fmt.Errorf("data: Loader: field %q has example shape %v with a non-positive dimension: %w", f.Name, f.Shape, ErrInvalidArgument)
+			}
+		}
+		if f.Dtype.Type == nil {
+			return nil, fmt.Errorf("data: Loader: field %q has no dtype: %w", f.Name, ErrInvalidArgument)
+		}
+		if f.Name == "" || slices.ContainsFunc(fields[:i], func(g Field) bool { return g.Name == f.Name }) {
+			return nil, fmt.Errorf("data: Loader: field %d has an empty or repeated name %q: %w", i, f.Name, ErrInvalidArgument)
+		}
+		l.fsizes = append(l.fsizes, f.size())
+	}
+	l.ts, l.fields = ts, fields
+	return l, nil
+}
+
+// newLoader applies the options common to both kinds of data set over n
+// examples.
+func newLoader(n, batchSize int, allowed []string, opts []Option) (*Loader, error) {
+	o := options{prefetch: 2, workers: 1, dtype: tensor.Float32}
+	if err := o.apply("Loader", allowed, opts); err != nil {
+		return nil, err
 	}
 	if batchSize < 1 {
 		return nil, fmt.Errorf("data: Loader: batch size %d (need at least 1): %w", batchSize, ErrInvalidArgument)
@@ -76,21 +164,13 @@ func NewLoader(ds Dataset, batchSize int, opts ...Option) (*Loader, error) {
 	s := o.sampler
 	if s == nil {
 		if o.shuffle {
-			s = &RandomSampler{n: ds.Len(), seed: o.seed}
+			s = &RandomSampler{n: n, seed: o.seed}
 		} else {
-			s = &SequentialSampler{n: ds.Len()}
+			s = &SequentialSampler{n: n}
 		}
 	}
-	shape := ds.Shape()
-	size := 1
-	for _, d := range shape {
-		if d <= 0 {
-			return nil, fmt.Errorf("data: Loader: data set example shape %v has a non-positive dimension: %w", shape, ErrInvalidArgument)
-		}
-		size *= d
-	}
-	return &Loader{ds: ds, batchSize: batchSize, sampler: s, dropLast: o.dropLast, prefetch: o.prefetch,
-		workers: o.workers, dtype: o.dtype, shape: shape, size: size}, nil
+	return &Loader{batchSize: batchSize, sampler: s, dropLast: o.dropLast, prefetch: o.prefetch,
+		workers: o.workers, dtype: o.dtype}, nil
 }
 
 // Len is the number of batches per epoch.
@@ -203,6 +283,9 @@ func (l *Loader) build(ctx context.Context, epoch, k int, order []int) (*Batch, 
 	lo := k * l.batchSize
 	hi := min(lo+l.batchSize, len(order))
 	idx := order[lo:hi:hi]
+	if l.ts != nil {
+		return l.buildTensors(ctx, epoch, k, idx)
+	}
 	n := len(idx)
 	x := make([]float32, n*l.size)
 	y := make([]int64, n)
@@ -227,8 +310,40 @@ func (l *Loader) build(ctx context.Context, epoch, k int, order []int) (*Batch, 
 	} else {
 		X = tensor.New(tensor.WithShape(shape...), tensor.WithBacking(x))
 	}
-	return &Batch{Epoch: epoch, Index: k, X: X, Y: tensor.New(tensor.WithShape(n), tensor.WithBacking(y)),
+	Y := tensor.New(tensor.WithShape(n), tensor.WithBacking(y))
+	return &Batch{Epoch: epoch, Index: k, X: X, Y: Y, Tensors: []*tensor.Dense{X, Y}, Names: []string{"x", "y"},
 		Indices: append([]int(nil), idx...)}, nil
+}
+
+// buildTensors assembles the batch of the examples idx of a TensorSet, each
+// example read straight into its rows of the batch's tensors.
+func (l *Loader) buildTensors(ctx context.Context, epoch, k int, idx []int) (*Batch, error) {
+	n := len(idx)
+	b := &Batch{Epoch: epoch, Index: k, Indices: append([]int(nil), idx...)}
+	bufs := make([]any, len(l.fields))
+	for f, field := range l.fields {
+		t := tensor.New(tensor.Of(field.Dtype), tensor.WithShape(append([]int{n}, field.Shape...)...))
+		b.Tensors = append(b.Tensors, t)
+		b.Names = append(b.Names, field.Name)
+		bufs[f] = t.Data()
+	}
+	rows := make([]any, len(l.fields))
+	for r, i := range idx {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		for f, size := range l.fsizes {
+			rows[f] = rowOf(bufs[f], r*size, (r+1)*size)
+		}
+		if err := l.ts.Read(i, rows); err != nil {
+			return nil, fmt.Errorf("data: epoch %d batch %d: example %d: %w", epoch, k, i, err)
+		}
+	}
+	b.X = b.Tensors[0]
+	if len(b.Tensors) > 1 {
+		b.Y = b.Tensors[1]
+	}
+	return b, nil
 }
 
 // Next waits for the next batch. It returns false at the end of the epoch,

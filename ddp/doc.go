@@ -10,7 +10,7 @@
 //	pg, err := comm.InitFromEnv(ctx)                       // one process per rank
 //	model, err := models.NewMLP([]int{784, 256, 10}, models.ActReLU, true, nil)
 //	net, err := ddp.New(ctx, pg, model, ddp.BucketCapMB(25))
-//	opt, err := optim.NewSGD(net.Parameters(), 0.1, optim.Momentum(0.9))
+//	opt, err := optim.NewSGD(net.Parameters(), optim.LR(0.1), optim.Momentum(0.9))
 //	for batch, err := range loader.Epoch(ctx, epoch) {     // data.DistributedSampler shards the set
 //		loss, err := net.Step(ctx, batch.X, batch.Y)       // forward, backward, averaged Grad
 //		err = opt.Step()                                  // the update, identical on every rank

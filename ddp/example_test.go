@@ -51,7 +51,7 @@ func Example() {
 func train(ctx context.Context, pg *comm.ProcessGroup) []float64 {
 	// Each rank may start from its own random weights: New copies rank 0's.
 	rng := rand.New(rand.NewPCG(uint64(pg.Rank()), 1))
-	model, err := models.NewMLP([]int{8, 16, 3}, models.ActReLU, true, rng)
+	model, err := models.NewMLP([]int{8, 16, 3}, models.ActReLU, true, rng, models.WithDtype(tensor.Float64))
 	if err != nil {
 		panic(err)
 	}
@@ -59,7 +59,7 @@ func train(ctx context.Context, pg *comm.ProcessGroup) []float64 {
 	if err != nil {
 		panic(err)
 	}
-	opt, err := optim.NewSGD(net.Parameters(), 0.1, optim.Momentum(0.9))
+	opt, err := optim.NewSGD(net.Parameters(), optim.LR(0.1), optim.Momentum(0.9))
 	if err != nil {
 		panic(err)
 	}

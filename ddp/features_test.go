@@ -106,7 +106,7 @@ type heads struct {
 func newHeads(t *testing.T, useB bool) *heads {
 	rng := rand.New(rand.NewPCG(5, 5))
 	mk := func(in, out int, name string) *models.Linear {
-		l, err := models.NewLinear(in, out, models.WithRand(rng))
+		l, err := models.NewLinear(in, out, models.WithRand(rng), models.WithDtype(tensor.Float64))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/ddp"
 	"github.com/tandemml/tandem/models"
@@ -22,11 +23,11 @@ type swapped struct{ first, second *models.Linear }
 
 func newSwapped(t *testing.T, in, hidden, out int, seed uint64) *swapped {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	a, err := models.NewLinear(hidden, out, models.WithRand(rng))
+	a, err := models.NewLinear(hidden, out, models.WithRand(rng), models.WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := models.NewLinear(in, hidden, models.WithRand(rng))
+	b, err := models.NewLinear(in, hidden, models.WithRand(rng), models.WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,15 +18,15 @@ import (
 // gradient reaches a parameter upstream.
 func bnNet(t *testing.T) *models.Sequential {
 	rng := rand.New(rand.NewPCG(3, 3))
-	conv, err := models.NewConv2d(2, 4, 3, models.WithPadding(1, 1), models.WithRand(rng))
+	conv, err := models.NewConv2d(2, 4, 3, models.WithPadding(1, 1), models.WithRand(rng), models.WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}
-	bn, err := models.NewBatchNorm2d(4, models.WithMomentum(0.3))
+	bn, err := models.NewBatchNorm2d(4, models.WithMomentum(0.3), models.WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lin, err := models.NewLinear(4*5*5, 3, models.WithRand(rng))
+	lin, err := models.NewLinear(4*5*5, 3, models.WithRand(rng), models.WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestSyncBatchNormEqualsOneBigBatch(t *testing.T) {
 func TestSyncBatchNormEvalUsesRunningStats(t *testing.T) {
 	pgs := localWorld(t, 1)
 	ctx := testCtx(t, 30*time.Second)
-	bn, err := models.NewBatchNorm2d(2)
+	bn, err := models.NewBatchNorm2d(2, models.WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}

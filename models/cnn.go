@@ -52,7 +52,8 @@ func (c *CNNConfig) defaults() {
 //
 // taking [N, 1, 28, 28] to [N, 10] logits: conv-ReLU-pool twice, then a
 // hidden layer. Weights are drawn from rng (nil means the DefaultSeed
-// generator) in layer order; opts may add WithDtype. Each convolution or
+// generator) in layer order; the tensors are float32 unless opts add
+// WithDtype(tensor.Float64). Each convolution or
 // Linear followed by a ReLU is built with the bias and the ReLU in one pass
 // (see Sequential.Forward), and each pool applies the preceding ReLU's
 // derivative in its backward pass. At batch 64 in float32 a training step

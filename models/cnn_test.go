@@ -11,7 +11,7 @@ import (
 )
 
 func TestCNNNamesShapes(t *testing.T) {
-	m, err := NewCNN(CNNConfig{}, rand.New(rand.NewPCG(1, 2)))
+	m, err := NewCNN(CNNConfig{}, rand.New(rand.NewPCG(1, 2)), WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,14 +42,14 @@ func TestCNNNamesShapes(t *testing.T) {
 	if !y.Shape().Eq(tensor.Shape{2, 10}) {
 		t.Errorf("logits shape %v", y.Shape())
 	}
-	if _, err := NewCNN(CNNConfig{Size: 30}, nil); err == nil {
+	if _, err := NewCNN(CNNConfig{Size: 30}, nil, WithDtype(tensor.Float64)); err == nil {
 		t.Error("size 30 accepted")
 	}
 }
 
 func TestCNNGradients(t *testing.T) {
 	rng := rand.New(rand.NewPCG(51, 52))
-	m, err := NewCNN(CNNConfig{InChannels: 2, Size: 8, Channels1: 2, Channels2: 3, Kernel: 3, Hidden: 5, Classes: 3}, rng)
+	m, err := NewCNN(CNNConfig{InChannels: 2, Size: 8, Channels1: 2, Channels2: 3, Kernel: 3, Hidden: 5, Classes: 3}, rng, WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,9 +60,9 @@ func TestCNNGradients(t *testing.T) {
 
 func TestNamedSequential(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
-	conv, _ := NewConv2d(1, 2, 3, WithRand(rng))
-	bn, _ := NewBatchNorm2d(2)
-	fc, _ := NewLinear(2*4*4, 3, WithRand(rng))
+	conv, _ := NewConv2d(1, 2, 3, WithRand(rng), WithDtype(tensor.Float64))
+	bn, _ := NewBatchNorm2d(2, WithDtype(tensor.Float64))
+	fc, _ := NewLinear(2*4*4, 3, WithRand(rng), WithDtype(tensor.Float64))
 	s, err := NewNamedSequential(Child{"conv1", conv}, Child{"bn1", bn}, Child{"act", ReLU{}}, Child{"flat", Flatten{}}, Child{"fc", fc})
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func TestNamedSequential(t *testing.T) {
 		t.Error("repeated name accepted")
 	}
 	// nested containers prefix twice: "block.0.weight"
-	inner := NewSequential(func() Module { l, _ := NewLinear(2, 2); return l }())
+	inner := NewSequential(func() Module { l, _ := NewLinear(2, 2, WithDtype(tensor.Float64)); return l }())
 	outer, _ := NewNamedSequential(Child{"block", inner})
 	if got := names(StateDict(outer)); !reflect.DeepEqual(got, []string{"block.0.weight", "block.0.bias"}) {
 		t.Errorf("nested names %v", got)
@@ -95,7 +95,7 @@ func TestNamedSequential(t *testing.T) {
 // precision, forward and backward.
 func TestFloat32MatchesFloat64(t *testing.T) {
 	cfg := CNNConfig{Size: 8, Channels1: 3, Channels2: 4, Kernel: 3, Hidden: 6, Classes: 4}
-	m64, _ := NewCNN(cfg, rand.New(rand.NewPCG(9, 9)))
+	m64, _ := NewCNN(cfg, rand.New(rand.NewPCG(9, 9)), WithDtype(tensor.Float64))
 	m32, _ := NewCNN(cfg, rand.New(rand.NewPCG(9, 9)), WithDtype(tensor.Float32))
 	rng := rand.New(rand.NewPCG(3, 3))
 	x64 := newParam("x", tensor.Float64, false, []int{3, 1, 8, 8}, func(int) float64 { return rng.NormFloat64() }).Value

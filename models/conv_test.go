@@ -59,7 +59,7 @@ func TestConv2dForwardAndGradients(t *testing.T) {
 		{"stride (1,2) pad2", []Option{WithStride(1, 2), WithPadding(2, 1)}, 4, 5},
 	}
 	for _, c := range cases {
-		l, err := NewConv2d(2, 3, 3, append(c.opts, WithRand(rng))...)
+		l, err := NewConv2d(2, 3, 3, append(c.opts, WithRand(rng), WithDtype(tensor.Float64))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +89,7 @@ func TestConv2dForwardAndGradients(t *testing.T) {
 }
 
 func TestConv2dInit(t *testing.T) {
-	l, err := NewConv2d(4, 8, 5, WithRand(rand.New(rand.NewPCG(1, 1))))
+	l, err := NewConv2d(4, 8, 5, WithRand(rand.New(rand.NewPCG(1, 1))), WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestConv2dInit(t *testing.T) {
 	if mx > bound || mx < 0.95*bound {
 		t.Errorf("max |w| %v, bound %v", mx, bound)
 	}
-	if _, err := NewConv2d(1, 1, 0); err == nil {
+	if _, err := NewConv2d(1, 1, 0, WithDtype(tensor.Float64)); err == nil {
 		t.Error("kernel 0 accepted")
 	}
 }
@@ -187,8 +187,8 @@ func TestFlatten(t *testing.T) {
 		}
 	}
 	// after a conv (whose output is a transposed view in gorgonia)
-	l, _ := NewConv2d(3, 2, 1, WithRand(rng))
-	lin, _ := NewLinear(8, 2, WithRand(rng))
+	l, _ := NewConv2d(3, 2, 1, WithRand(rng), WithDtype(tensor.Float64))
+	lin, _ := NewLinear(8, 2, WithRand(rng), WithDtype(tensor.Float64))
 	seq := NewSequential(l, Flatten{}, lin)
 	gradCheck(t, append(seq.Params(), x), func(b *Builder) (*G.Node, error) {
 		xn, _ := b.Node(x)

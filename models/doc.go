@@ -25,9 +25,20 @@
 // Embedding, LayerNorm, BatchNorm2d, Sequential (children "0", "1", ...) and
 // NewNamedSequential (named children); losses CrossEntropy and MSE; models
 // NewMLP and NewCNN. Dropout and BatchNorm2d follow the Builder's Mode
-// (Train by default, WithMode(Eval)). Float32 and float64 are both supported
-// (WithDtype). Ops gorgonia lacks or gets subtly different from PyTorch are
+// (Train by default, WithMode(Eval)). Tensors are float32 by default, as in
+// PyTorch; WithDtype(tensor.Float64) builds any layer or model in float64. Ops gorgonia lacks or gets subtly different from PyTorch are
 // custom gorgonia ops with exact, hand-written backward rules.
+//
+// A model Tandem does not ship is a struct that embeds Container, makes its
+// tensors with NewParam (and NewBuffer) from torch.nn.init's initializers
+// (FanInUniform, KaimingUniform, XavierUniform, Normal, Zeros, ...), registers
+// them and its child layers with AddParam and AddChild, and writes Forward:
+// its state_dict names are PyTorch's for the same module ("mix",
+// "query.weight"), so checkpoints and DDP treat it as they treat NewMLP (see
+// Example_customModule). NameChild is the renaming underneath, for
+// containers written without Container. A Module has one Forward input; a
+// model of several inputs adds its own method for them and builds the loss
+// from graph nodes, as that example does.
 //
 // Speed. The ops write into the buffers an executor keeps between runs
 // (gorgonia.UsePreallocDoer), so a training step allocates next to nothing

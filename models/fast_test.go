@@ -442,7 +442,7 @@ func countOps(g *G.ExprGraph, prefix string) int {
 // gorgonia.Grad called directly still differentiates with respect to it.
 func TestBackwardSkipsDataGradients(t *testing.T) {
 	rng := rand.New(rand.NewPCG(111, 112))
-	m, _ := NewMLP([]int{4, 6, 3}, ActReLU, true, rng)
+	m, _ := NewMLP([]int{4, 6, 3}, ActReLU, true, rng, WithDtype(tensor.Float64))
 	x := randDense(rng, tensor.Float64, 2, 4)
 	lab := tensor.New(tensor.WithShape(2), tensor.WithBacking([]int64{0, 2}))
 	b, _ := trainGraph(t, m, x, lab)
@@ -450,14 +450,14 @@ func TestBackwardSkipsDataGradients(t *testing.T) {
 	if got := countOps(b.Graph(), "MatMulT"); got != 5 {
 		t.Errorf("%d matrix products, want 5 (no gradient of the input batch)", got)
 	}
-	cnn, _ := NewCNN(CNNConfig{Size: 8, Channels1: 2, Channels2: 3, Kernel: 3, Hidden: 4, Classes: 3}, rng)
+	cnn, _ := NewCNN(CNNConfig{Size: 8, Channels1: 2, Channels2: 3, Kernel: 3, Hidden: 4, Classes: 3}, rng, WithDtype(tensor.Float64))
 	b, _ = trainGraph(t, cnn, randDense(rng, tensor.Float64, 2, 1, 8, 8), lab)
 	if got := countOps(b.Graph(), "Conv2dGradX"); got != 1 {
 		t.Errorf("%d convolution input gradients, want 1 (none for the input batch)", got)
 	}
 
 	// Directly: d sum(x·Wᵀ + b)/dx = column sums of W.
-	l, _ := NewLinear(4, 3, WithRand(rng))
+	l, _ := NewLinear(4, 3, WithRand(rng), WithDtype(tensor.Float64))
 	b = NewBuilder(nil)
 	xn := b.Bind("x", randDense(rng, tensor.Float64, 2, 4))
 	y, _ := l.Forward(b, xn)

@@ -10,7 +10,7 @@ import (
 )
 
 func TestLinearShapesNamesInit(t *testing.T) {
-	l, err := NewLinear(400, 30, WithRand(rand.New(rand.NewPCG(1, 2))))
+	l, err := NewLinear(400, 30, WithRand(rand.New(rand.NewPCG(1, 2))), WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,13 +53,13 @@ func TestLinearShapesNamesInit(t *testing.T) {
 	if len(nb.Params()) != 1 || nb.Weight.Value.Dtype() != tensor.Float32 {
 		t.Errorf("no-bias float32 Linear: %d params, dtype %v", len(nb.Params()), nb.Weight.Value.Dtype())
 	}
-	if _, err := NewLinear(0, 3); err == nil {
-		t.Error("NewLinear(0, 3) succeeded")
+	if _, err := NewLinear(0, 3, WithDtype(tensor.Float64)); err == nil {
+		t.Error("NewLinear(0, 3, WithDtype(tensor.Float64)) succeeded")
 	}
 }
 
 func TestLinearForwardByHand(t *testing.T) {
-	l, err := NewLinear(3, 2)
+	l, err := NewLinear(3, 2, WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestLinearForwardByHand(t *testing.T) {
 func TestLinearGradients(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, bias := range []bool{true, false} {
-		l, err := NewLinear(4, 3, WithRand(rng), WithBias(bias))
+		l, err := NewLinear(4, 3, WithRand(rng), WithBias(bias), WithDtype(tensor.Float64))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +114,7 @@ func TestLinearGradients(t *testing.T) {
 
 func TestLinear3DInput(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	l, err := NewLinear(4, 2, WithRand(rng))
+	l, err := NewLinear(4, 2, WithRand(rng), WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}

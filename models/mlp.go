@@ -12,8 +12,8 @@ import (
 // sizes[n-1]) with no activation after the last Linear. The names match the
 // same torch.nn.Sequential: "0.weight", "0.bias", "2.weight", ... . Weights
 // are drawn from rng in layer order (nil means the DefaultSeed generator);
-// opts may add WithDtype (WithRand and WithBias are overridden by the
-// arguments).
+// the tensors are float32 unless opts add WithDtype(tensor.Float64) (WithRand
+// and WithBias in opts are overridden by the arguments).
 func NewMLP(sizes []int, activation Activation, bias bool, rng *rand.Rand, opts ...Option) (*Sequential, error) {
 	if len(sizes) < 2 {
 		return nil, fmt.Errorf("models: an MLP needs at least 2 sizes (input and output), got %v: %w", sizes, errs.InvalidArgument)

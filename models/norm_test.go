@@ -11,7 +11,7 @@ import (
 )
 
 func TestLayerNormByHandAndGradients(t *testing.T) {
-	l, err := NewLayerNorm([]int{4})
+	l, err := NewLayerNorm([]int{4}, WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestLayerNormByHandAndGradients(t *testing.T) {
 		t.Errorf("params %v", names(l.Params()))
 	}
 	rng := rand.New(rand.NewPCG(31, 32))
-	l2, _ := NewLayerNorm([]int{3, 2}, WithEps(1e-3))
+	l2, _ := NewLayerNorm([]int{3, 2}, WithEps(1e-3), WithDtype(tensor.Float64))
 	for _, p := range l2.Params() { // non-trivial affine
 		for i := range p.Value.Float64s() {
 			p.Value.Float64s()[i] = rng.NormFloat64()
@@ -50,14 +50,14 @@ func TestLayerNormByHandAndGradients(t *testing.T) {
 		}
 		return weightedSum(b, rng, y)
 	})
-	noAff, _ := NewLayerNorm([]int{2}, WithAffine(false))
+	noAff, _ := NewLayerNorm([]int{2}, WithAffine(false), WithDtype(tensor.Float64))
 	if len(noAff.Params()) != 0 {
 		t.Error("LayerNorm without affine has params")
 	}
 }
 
 func TestBatchNorm2dStateDict(t *testing.T) {
-	bn, err := NewBatchNorm2d(3)
+	bn, err := NewBatchNorm2d(3, WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestBatchNorm2dStateDict(t *testing.T) {
 
 func TestBatchNorm2dTrainEval(t *testing.T) {
 	rng := rand.New(rand.NewPCG(33, 34))
-	bn, _ := NewBatchNorm2d(2, WithMomentum(0.3))
+	bn, _ := NewBatchNorm2d(2, WithMomentum(0.3), WithDtype(tensor.Float64))
 	copy(bn.Weight.Value.Float64s(), []float64{2, -1})
 	copy(bn.Bias.Value.Float64s(), []float64{0.5, 3})
 	const n, h, w = 3, 2, 2
@@ -215,7 +215,7 @@ func TestDropout(t *testing.T) {
 
 func TestEmbedding(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
-	e, err := NewEmbedding(5, 3, WithRand(rng))
+	e, err := NewEmbedding(5, 3, WithRand(rng), WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestEmbedding(t *testing.T) {
 		t.Error("index 5 of 5 rows accepted")
 	}
 	// N(0,1) init
-	big, _ := NewEmbedding(200, 50, WithRand(rng))
+	big, _ := NewEmbedding(200, 50, WithRand(rng), WithDtype(tensor.Float64))
 	var s, ss float64
 	for _, v := range big.Weight.Value.Float64s() {
 		s += v

@@ -35,7 +35,7 @@ func (c config) affine() bool { return !c.noAffine }
 const DefaultSeed = 0
 
 func newConfig(opts []Option) config {
-	c := config{dtype: tensor.Float64, bias: true}
+	c := config{dtype: tensor.Float32, bias: true}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -45,8 +45,10 @@ func newConfig(opts []Option) config {
 	return c
 }
 
-// WithDtype sets the element type of the layer's tensors: tensor.Float64
-// (the default) or tensor.Float32.
+// WithDtype sets the element type of the layer's tensors: tensor.Float32
+// (the default, as in PyTorch) or tensor.Float64, which the exact parity
+// tests use. The weights are drawn in float64 and rounded, so a float32 model
+// holds the float64 model's values rounded to float32.
 func WithDtype(dt tensor.Dtype) Option { return func(c *config) { c.dtype = dt } }
 
 // WithRand sets the generator that draws the initial weights. Layers draw

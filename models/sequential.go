@@ -22,12 +22,16 @@ type Sequential struct {
 
 // NewSequential returns a Sequential over layers, prefixing each child's
 // tensor names with its index. A module must not be added to two containers.
+// A nil layer is a programming error and panics.
 func NewSequential(layers ...Module) *Sequential {
 	names := make([]string, len(layers))
 	for i := range layers {
 		names[i] = strconv.Itoa(i)
 	}
-	s, _ := newSequential(layers, names)
+	s, err := newSequential(layers, names)
+	if err != nil {
+		panic(err)
+	}
 	return s
 }
 
@@ -57,16 +61,14 @@ func NewNamedSequential(children ...Child) (*Sequential, error) {
 func newSequential(layers []Module, names []string) (*Sequential, error) {
 	s := &Sequential{Layers: layers, Names: names}
 	for i, m := range layers {
-		prefixNames(names[i], m)
+		if m == nil {
+			return nil, fmt.Errorf("models: Sequential child %s has no module: %w", names[i], errs.InvalidArgument)
+		}
+		if err := NameChild(names[i], m); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
-}
-
-// prefixNames renames every tensor of m to prefix + "." + name.
-func prefixNames(prefix string, m Module) {
-	for _, p := range StateDict(m) {
-		p.Name = prefix + "." + p.Name
-	}
 }
 
 // Params returns the children's parameters in order.

@@ -48,7 +48,7 @@ func newStepBench(tb testing.TB, model models.Module, xShape []int, classes int,
 	if err != nil {
 		tb.Fatal(err)
 	}
-	opt, err := optim.NewSGD(model.Params(), 0.01)
+	opt, err := optim.NewSGD(model.Params(), optim.LR(0.01))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -7,7 +7,7 @@
 // None, and their per-parameter state is created lazily on the first step that
 // sees a gradient.
 //
-//	opt, err := optim.NewSGD(model.Params(), 0.1, optim.Momentum(0.9), optim.WeightDecay(1e-4))
+//	opt, err := optim.NewSGD(model.Params(), optim.LR(0.1), optim.Momentum(0.9), optim.WeightDecay(1e-4))
 //	for step := range steps {
 //		opt.ZeroGrad()
 //		// forward and backward fill every Param.Grad
@@ -18,7 +18,11 @@
 // maximize), [Adam] (betas, eps, L2 weight decay, AMSGrad, maximize) and AdamW
 // (Adam with decoupled weight decay, built by [NewAdamW]). [New] builds any of
 // them from torch.optim's keyword arguments, as they appear in a JSON config
-// or in the golden files under testdata.
+// or in the golden files under testdata. All three take every hyperparameter,
+// the learning rate included, as an [Option] (LR, Momentum, Betas,
+// WeightDecay, ...): an option that does not apply to the optimizer is
+// refused rather than ignored, and SGD requires LR, as torch 1.13's SGD
+// requires lr.
 //
 // # Exactness
 //

@@ -13,7 +13,7 @@ import (
 func ExampleNewSGD() {
 	w := &models.Param{Name: "w", RequiresGrad: true,
 		Value: tensor.New(tensor.WithShape(2), tensor.WithBacking([]float64{1, -2}))}
-	opt, err := optim.NewSGD([]*models.Param{w}, 0.1, optim.Momentum(0.9), optim.Nesterov(true))
+	opt, err := optim.NewSGD([]*models.Param{w}, optim.LR(0.1), optim.Momentum(0.9), optim.Nesterov(true))
 	if err != nil {
 		panic(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/tandemml/tandem/models"
@@ -241,7 +242,7 @@ func TestNilGradSkippedAndStateLazy(t *testing.T) {
 func TestZeroGrad(t *testing.T) {
 	w := &models.Param{Value: vec(1, 2), Grad: vec(3, 4)}
 	n := &models.Param{Value: vec(1)}
-	opt, _ := NewSGD([]*models.Param{w, n}, 0.1)
+	opt, _ := NewSGD([]*models.Param{w, n}, LR(0.1))
 	g := w.Grad
 	opt.ZeroGrad()
 	if w.Grad != g || w.Grad.Float64s()[0] != 0 || w.Grad.Float64s()[1] != 0 {
@@ -302,22 +303,38 @@ func TestSettingsValidation(t *testing.T) {
 	if _, err := NewAdam(w, Momentum(0.9)); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("NewAdam with Momentum: %v, want ErrInvalidArgument", err)
 	}
-	if _, err := NewSGD(w, 0.1, AMSGrad(true)); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := NewSGD(w, LR(0.1), AMSGrad(true)); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("NewSGD with AMSGrad: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := NewSGD(w, Momentum(0.9)); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "optim.LR") {
+		t.Errorf("NewSGD without LR: %v, want ErrInvalidArgument naming optim.LR", err)
+	}
+	for name, o := range map[string]func() (Optimizer, error){
+		"SGD":   func() (Optimizer, error) { return NewSGD(w, LR(0.25)) },
+		"Adam":  func() (Optimizer, error) { return NewAdam(w, LR(0.25)) },
+		"AdamW": func() (Optimizer, error) { return NewAdamW(w, LR(0.25)) },
+	} {
+		opt, err := o()
+		if err != nil {
+			t.Fatalf("%s with LR: %v", name, err)
+		}
+		if opt.LR() != 0.25 {
+			t.Errorf("%s: LR() = %v, want 0.25 (the same option sets the rate of every optimizer)", name, opt.LR())
+		}
 	}
 }
 
 func TestBadTensors(t *testing.T) {
 	ints := &models.Param{Value: tensor.New(tensor.WithShape(2), tensor.WithBacking([]int64{1, 2}))}
-	if _, err := NewSGD([]*models.Param{ints}, 0.1); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := NewSGD([]*models.Param{ints}, LR(0.1)); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("int64 parameter: %v, want ErrInvalidArgument", err)
 	}
-	if _, err := NewSGD([]*models.Param{nil}, 0.1); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := NewSGD([]*models.Param{nil}, LR(0.1)); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("nil parameter: %v, want ErrInvalidArgument", err)
 	}
 	w := &models.Param{Value: vec(1, 2)}
 	v := &models.Param{Value: vec(1, 2)}
-	opt, _ := NewSGD([]*models.Param{v, w}, 0.1)
+	opt, _ := NewSGD([]*models.Param{v, w}, LR(0.1))
 	v.Grad = vec(1, 1)
 	for name, g := range map[string]*tensor.Dense{
 		"shape": vec(1, 2, 3),
@@ -335,7 +352,7 @@ func TestBadTensors(t *testing.T) {
 
 func TestFloat32ScalarParam(t *testing.T) {
 	p := &models.Param{Value: tensor.New(tensor.FromScalar(float32(2))), Grad: tensor.New(tensor.FromScalar(float32(0.5)))}
-	opt, err := NewSGD([]*models.Param{p}, 0.1, Momentum(0.9))
+	opt, err := NewSGD([]*models.Param{p}, LR(0.1), Momentum(0.9))
 	if err != nil {
 		t.Fatal(err)
 	}

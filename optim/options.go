@@ -34,7 +34,7 @@ func (c *config) mark(name string) {
 }
 
 // LR sets the learning rate (torch: lr). Adam's and AdamW's default is 1e-3;
-// SGD takes it as a required argument of NewSGD, which LR overrides.
+// SGD has none, so NewSGD requires LR, as torch 1.13 does.
 func LR(lr float64) Option { return func(c *config) { c.lr = lr; c.mark("lr") } }
 
 // Momentum sets SGD's momentum factor (default 0: no momentum buffer).

@@ -11,7 +11,7 @@ import (
 func oneParamSGD(t *testing.T, lr float64) *SGD {
 	t.Helper()
 	p := &models.Param{Name: "w", Value: tensor.New(tensor.WithShape(2), tensor.WithBacking([]float64{1, 2}))}
-	o, err := NewSGD([]*models.Param{p}, lr)
+	o, err := NewSGD([]*models.Param{p}, LR(lr))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,7 +119,7 @@ func New(name string, params []*models.Param, settings map[string]any) (Optimize
 		if !hasLR {
 			return nil, fmt.Errorf("optim: sgd: setting \"lr\" is required: %w", ErrInvalidArgument)
 		}
-		return NewSGD(params, 0, opts...)
+		return NewSGD(params, opts...)
 	case "adam":
 		return NewAdam(params, opts...)
 	default:

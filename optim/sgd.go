@@ -26,15 +26,22 @@ type SGD struct {
 
 var sgdSettings = []string{"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"}
 
-// NewSGD returns an SGD optimizer over params with learning rate lr. Options:
-// Momentum, Dampening, Nesterov, WeightDecay, Maximize (and LR, which
-// overrides lr). Invalid settings (negative lr, momentum or weight decay;
+// NewSGD returns an SGD optimizer over params. Options: LR (required, as
+// torch 1.13's lr has no default for SGD), Momentum, Dampening, Nesterov,
+// WeightDecay, Maximize:
+//
+//	opt, err := optim.NewSGD(model.Params(), optim.LR(0.1), optim.Momentum(0.9))
+//
+// A missing LR and invalid settings (negative lr, momentum or weight decay;
 // Nesterov without momentum or with dampening) are errors wrapping
 // ErrInvalidArgument, as torch's constructor raises on them.
-func NewSGD(params []*models.Param, lr float64, opts ...Option) (*SGD, error) {
-	c := config{lr: lr}
+func NewSGD(params []*models.Param, opts ...Option) (*SGD, error) {
+	var c config
 	if err := c.apply("SGD", sgdSettings, opts); err != nil {
 		return nil, err
+	}
+	if !c.set["lr"] {
+		return nil, fmt.Errorf("optim: SGD: the learning rate is required (pass optim.LR(x)): %w", ErrInvalidArgument)
 	}
 	for _, kv := range []struct {
 		n string

@@ -273,7 +273,7 @@ func ddpBenchWorker(ctx context.Context, cfg ddpBenchConfig, stdout io.Writer) e
 			return err
 		}
 	}
-	opt, err := optim.NewSGD(model.Params(), 0.01)
+	opt, err := optim.NewSGD(model.Params(), optim.LR(0.01))
 	if err != nil {
 		return err
 	}

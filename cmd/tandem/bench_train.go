@@ -124,7 +124,7 @@ func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int) (time.Du
 	if err != nil {
 		return 0, err
 	}
-	opt, err := optim.NewSGD(model.Params(), 0.01)
+	opt, err := optim.NewSGD(model.Params(), optim.LR(0.01))
 	if err != nil {
 		return 0, err
 	}

@@ -76,7 +76,7 @@ func newScheduler(cfg config, opt optim.Optimizer) (optim.Scheduler, error) {
 func newOptimizer(cfg config, params []*models.Param) (optim.Optimizer, error) {
 	switch cfg.Optimizer {
 	case "sgd":
-		return optim.NewSGD(params, cfg.LR, optim.Momentum(0.9))
+		return optim.NewSGD(params, optim.LR(cfg.LR), optim.Momentum(0.9))
 	case "adam":
 		return optim.NewAdam(params, optim.LR(cfg.LR))
 	}

@@ -103,7 +103,7 @@ type stageConfig struct {
 func registry() (*rpc.Registry, error) {
 	reg := rpc.NewRegistry()
 	err := autograd.RegisterModule(reg, "pipeline.stage", func(ctx context.Context, c stageConfig) (models.Module, error) {
-		lin, err := models.NewLinear(c.In, c.Out, models.WithRand(rand.New(rand.NewPCG(c.Seed, 1))))
+		lin, err := models.NewLinear(c.In, c.Out, models.WithRand(rand.New(rand.NewPCG(c.Seed, 1))), models.WithDtype(tensor.Float64))
 		if err != nil || !c.Tanh {
 			return lin, err
 		}
