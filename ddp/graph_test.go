@@ -13,6 +13,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/ddp"
 	"github.com/tandemml/tandem/models"
 	"github.com/tandemml/tandem/optim"
@@ -207,11 +208,17 @@ type parityCase struct {
 // and the final weights of every rank with one process on the full batch.
 func runParity(t *testing.T, world int, c parityCase) (lossDiff, weightDiff float64, stats ddp.Stats) {
 	t.Helper()
+	return runParityOn(t, localWorld(t, world), c)
+}
+
+// runParityOn is runParity over the given groups.
+func runParityOn(t *testing.T, pgs []*comm.ProcessGroup, c parityCase) (lossDiff, weightDiff float64, stats ddp.Stats) {
+	t.Helper()
+	world := len(pgs)
 	const b, steps, eta = 4, 5, 0.1
 	data := dataFor(c.build(b*world, 1), steps, b*world, 42)
 	refLoss, refW := reference(t, c.build(b*world, 1), data, eta, c.adam)
 
-	pgs := localWorld(t, world)
 	ctx := testCtx(t, 60*time.Second)
 	losses := make([][]float64, world)
 	weights := make([][][]float64, world)
