@@ -95,7 +95,8 @@
 // Prepare and Finish instead of Run; Finish then reads each gradient from
 // its gradient node and reduces after the run. NoSync accumulates: passes
 // inside it add this rank's gradients into the buckets without
-// communicating, and the next synchronized pass reduces the sum.
+// communicating, and the next synchronized pass reduces the sum. Join
+// lets ranks run different numbers of steps, as for New.
 //
 // gorgonia's BindDualValues adds every run's gradient to the node's dual
 // value, so a dual value can hold the sum of several runs; averaging that
@@ -211,8 +212,8 @@
 //
 // # Not built yet
 //
-//   - GraphDDP has no Join (uneven inputs) and no SyncBatchNorm: both work
-//     with New over a models.Module only.
+//   - GraphDDP has no SyncBatchNorm: it works with New over a
+//     models.Module only.
 //   - GraphDDP does not compute gradients into the buckets: each gradient
 //     is copied into its bucket (scaled by 1/world) from the executor's
 //     buffer, and the reduced gradient is copied once more into the tensor

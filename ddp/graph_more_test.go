@@ -138,3 +138,81 @@ func TestGraphBuffers(t *testing.T) {
 		return nil
 	})
 }
+
+// TestGraphJoin: rank 0 has three batches, rank 1 two. Inside Join, rank 1
+// shadows rank 0's third step with zero gradients, and both end with rank
+// 0's weights: those of one process that trains on both shards twice and
+// then on rank 0's third shard alone, at half the rate (the average is
+// still over two ranks).
+func TestGraphJoin(t *testing.T) {
+	const world, b, eta = 2, 4, 0.1
+	data := dataFor(plainNet(b*world, 1), 3, b*world, 11)
+
+	full, half := plainNet(b*world, 1), plainNet(b, 1)
+	for i, p := range half.params {
+		if err := G.Let(p, full.params[i].Value()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var vms []G.VM
+	for _, n := range []*gnet{full, half} {
+		if _, err := G.Grad(n.loss, n.params...); err != nil {
+			t.Fatal(err)
+		}
+		vms = append(vms, G.NewTapeMachine(n.g, G.BindDualValues(n.params...)))
+	}
+	run := func(k int, n *gnet, f ddp.ByName, lr float64) {
+		for name, v := range f {
+			G.Let(n.inputs[name], v)
+		}
+		if err := vms[k].RunAll(); err != nil {
+			t.Fatal(err)
+		}
+		vms[k].Reset()
+		if err := G.NewVanillaSolver(G.WithLearnRate(lr)).Step(G.NodesToValueGrads(n.params)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(0, full, shard(data[0], 0, b*world), eta)
+	run(0, full, shard(data[1], 0, b*world), eta)
+	run(1, half, shard(data[2], 0, b), eta/2)
+	refW := valuesOf(full.params)
+
+	pgs := localWorld(t, world)
+	ctx := testCtx(t, 30*time.Second)
+	weights := make([][][]float64, world)
+	mustEachRank(t, world, func(r int) error {
+		net := plainNet(b, 1+uint64(r))
+		n, err := ddp.NewGraph(ctx, pgs[r], ddp.GraphSpec{Graph: net.g, Loss: net.loss, Params: net.params})
+		if err != nil {
+			return err
+		}
+		solver := G.NewVanillaSolver(G.WithLearnRate(eta))
+		err = n.Join(ctx, func() error {
+			for s := range 3 - r {
+				if _, err := n.Step(ctx, shard(data[s], r, b)); err != nil {
+					return err
+				}
+				if err := n.Apply(solver); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		weights[r] = valuesOf(net.params)
+		if st := n.Stats(); st.Steps != int64(3-r) || st.ShadowSteps != int64(r) {
+			return fmt.Errorf("stats: %d steps, %d shadowed; want %d and %d", st.Steps, st.ShadowSteps, 3-r, r)
+		}
+		return nil
+	})
+	for r := range world {
+		if d := maxAbs(weights[r], refW); d > 1e-12 {
+			t.Errorf("rank %d: weights differ by %.3g from one process", r, d)
+		} else {
+			t.Logf("join, rank %d: max |weight - reference| %.3g", r, d)
+		}
+	}
+}

@@ -569,6 +569,13 @@ func (n *GraphDDP) Step(ctx context.Context, feeds Feeds) (float64, error) {
 // adds its own and reduces the sum. See DDP.NoSync.
 func (n *GraphDDP) NoSync(fn func() error) error { return n.core.NoSync(fn) }
 
+// Join runs fn, this rank's training loop, tolerating uneven inputs: ranks
+// may run different numbers of steps (or passes) inside fn. A rank whose fn
+// has returned shadows the others' steps with zero gradients until every
+// rank is done; then every rank takes the weights (and buffers) of the last
+// rank to finish. See DDP.Join for the details.
+func (n *GraphDDP) Join(ctx context.Context, fn func() error) error { return n.core.Join(ctx, fn) }
+
 // Params returns the learnable nodes as models.Params, in the order of
 // GraphSpec.Params: what Tandem's optimizers take. Value is the node's
 // value tensor (updated in place), Grad the node's averaged gradient after

@@ -76,6 +76,15 @@ func (n *GraphDDP) prepare(ctx context.Context) (*Pass, error) {
 		}
 	}
 	pl := d.localPlan()
+	if d.joined {
+		flags, err := d.exchangeFlags(ctx, pl, true)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := d.agreePlan(flags, &pl); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.prepare(ctx, pl); err != nil {
 		return nil, err
 	}
