@@ -107,6 +107,7 @@ func (n *GraphDDP) prepare(ctx context.Context) (*Pass, error) {
 	n.open = p
 	if pl.sync {
 		if err := s.begin(); err != nil {
+			s.abandon()
 			n.close(p)
 			return nil, err
 		}
