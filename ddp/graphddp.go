@@ -166,10 +166,10 @@ func (n *GraphDDP) collect(spec GraphSpec, sig *replicaSig) error {
 		return err
 	}
 	if !spec.Loss.IsScalar() {
-		return fmt.Errorf("ddp: NewGraph: the loss %q has shape %v; it must be a scalar (take G.Mean or G.Sum of it): %w", spec.Loss.Name(), spec.Loss.Shape(), ErrInvalidArgument)
+		return fmt.Errorf("ddp: NewGraph: the loss%s has shape %v; it must be a scalar (take G.Mean or G.Sum of it): %w", nodeLabel(spec.Loss), spec.Loss.Shape(), ErrInvalidArgument)
 	}
 	if dt := spec.Loss.Dtype(); dt != tensor.Float64 && dt != tensor.Float32 {
-		return fmt.Errorf("ddp: NewGraph: the loss %q has dtype %v; want float32 or float64: %w", spec.Loss.Name(), dt, ErrInvalidArgument)
+		return fmt.Errorf("ddp: NewGraph: the loss%s has dtype %v; want float32 or float64: %w", nodeLabel(spec.Loss), dt, ErrInvalidArgument)
 	}
 	n.loss = spec.Loss
 	if len(spec.Params) == 0 {
@@ -245,8 +245,8 @@ func (n *GraphDDP) collect(spec GraphSpec, sig *replicaSig) error {
 		}
 	}
 	if len(unreached) > 0 && !d.cfg.findUnused && !d.cfg.staticGraph {
-		return fmt.Errorf("ddp: NewGraph: no gradient reaches learnable node %s: the loss %q does not depend on it; remove it from Params, or pass ddp.FindUnusedParameters(true) to train with parameters a step does not use: %w",
-			strings.Join(unreached, ", "), spec.Loss.Name(), ErrInvalidArgument)
+		return fmt.Errorf("ddp: NewGraph: no gradient reaches learnable node %s: the loss%s does not depend on it; remove it from Params, or pass ddp.FindUnusedParameters(true) to train with parameters a step does not use: %w",
+			strings.Join(unreached, ", "), nodeLabel(spec.Loss), ErrInvalidArgument)
 	}
 	n.grads = make(G.Nodes, len(n.nodes))
 	if spec.Grads != nil {
@@ -275,7 +275,7 @@ func (n *GraphDDP) collect(spec GraphSpec, sig *replicaSig) error {
 		gs, err := G.Grad(spec.Loss, wrt...)
 		buildMu.Unlock()
 		if err != nil {
-			return fmt.Errorf("ddp: NewGraph: building the backward pass of %q: %v: %w", spec.Loss.Name(), err, ErrInvalidArgument)
+			return fmt.Errorf("ddp: NewGraph: building the backward pass of the loss%s: %v: %w", nodeLabel(spec.Loss), err, ErrInvalidArgument)
 		}
 		k := 0
 		for pi := range n.nodes {
@@ -400,6 +400,17 @@ func (n *GraphDDP) compile() error {
 	}
 	n.prog = prog
 	return nil
+}
+
+// nodeLabel returns " \"name\"" for a node the user named, and nothing
+// for one that carries gorgonia's generated name (its op and its
+// children's ids), which would only confuse an error message.
+func nodeLabel(nd *G.Node) string {
+	name := nd.Name()
+	if name == "" || !nd.IsVar() && strings.Contains(name, "(%") {
+		return ""
+	}
+	return fmt.Sprintf(" %q", name)
 }
 
 // reachable returns the nodes that root depends on, root included.
