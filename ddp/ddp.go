@@ -105,14 +105,25 @@ func New(ctx context.Context, pg *comm.ProcessGroup, model models.Module, opts .
 
 	sig := replicaSig{Options: cfg.optionsSig()}
 	localErr := d.collectState(&sig)
+	if err := d.setup(ctx, sig, localErr); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// setup checks the replicas against each other (sig, or localErr when this
+// rank could not describe its replica), copies rank 0's parameters and
+// buffers to every rank and lays out the buckets.
+func (d *DDP) setup(ctx context.Context, sig replicaSig, localErr error) error {
+	pg := d.pg
 	if localErr != nil {
 		sig.Err = localErr.Error()
 	}
 	if err := verifyReplicas(ctx, pg, sig); err != nil {
 		if localErr != nil {
-			return nil, localErr
+			return localErr
 		}
-		return nil, err
+		return err
 	}
 
 	state := make([]*tensor.Dense, 0, len(d.allParams)+len(d.buffers))
@@ -123,7 +134,7 @@ func New(ctx context.Context, pg *comm.ProcessGroup, model models.Module, opts .
 		state = append(state, b.Value)
 	}
 	if err := broadcastTensors(ctx, pg, state, 0); err != nil {
-		return nil, fmt.Errorf("ddp: broadcasting rank 0's parameters and buffers: %w", err)
+		return fmt.Errorf("ddp: broadcasting rank 0's parameters and buffers: %w", err)
 	}
 
 	order := make([]int, len(d.params))
@@ -131,10 +142,10 @@ func New(ctx context.Context, pg *comm.ProcessGroup, model models.Module, opts .
 		order[i] = len(d.params) - 1 - i
 	}
 	if err := d.setLayout(order); err != nil {
-		return nil, err
+		return err
 	}
 	d.hasGrad = make([]bool, len(d.params))
-	return d, nil
+	return nil
 }
 
 // collectState lists the model's parameters and buffers, checks them and

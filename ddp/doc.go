@@ -3,7 +3,9 @@
 // and keeps the replicas identical by averaging their gradients after every
 // backward pass. The averaging is bucketed and overlapped with the backward
 // pass exactly as PyTorch's c10d Reducer does it, and the arithmetic matches
-// PyTorch's to the last bit where float64 allows (see "Numerics").
+// PyTorch's to the last bit where float64 allows (see "Numerics"). The
+// model is a models.Module (New) or a gorgonia graph of the user's own
+// (NewGraph; see "DDP over a gorgonia graph").
 //
 // # Use
 //
@@ -27,6 +29,90 @@
 // bucket as soon as its gradients are ready. It returns once every bucket is
 // reduced, with each parameter's Grad holding the averaged gradient; the
 // optimizer's Step comes next.
+//
+// # DDP over a gorgonia graph
+//
+// A program that builds its own gorgonia graph, rather than a
+// models.Module, gets the same DDP from NewGraph. It names the graph's
+// loss and learnable nodes (and the gradient nodes G.Grad returned, or
+// leaves NewGraph to call G.Grad); a step feeds the inputs by name or by
+// node, and a gorgonia Solver or a Tandem optimizer updates the weights:
+//
+//	grads, err := G.Grad(loss, w1, w2)
+//	net, err := ddp.NewGraph(ctx, pg, ddp.GraphSpec{Graph: g, Loss: loss, Params: G.Nodes{w1, w2}, Grads: grads})
+//	solver := G.NewAdamSolver(G.WithLearnRate(1e-3))
+//	for ... {
+//		l, err := net.Step(ctx, ddp.ByName{"x": xb, "y": yb}) // or ddp.ByNode{x: xb, y: yb}
+//		err = net.Apply(solver)                             // or optim.NewAdam(net.Params(), ...).Step()
+//	}
+//
+// NewGraph checks that every rank built the same graph: the learnable
+// nodes (names, dtypes, shapes, in order; an error names the first that
+// differs) and every node's op, dtype and shape in execution order (an
+// error names the first node that differs and the two ranks). It copies
+// rank 0's values of the learnable nodes (and of GraphSpec.Buffers) to
+// every rank and lays out the buckets as New does, the last learnable node
+// first.
+//
+// Any number of inputs, outputs and losses: GraphSpec.Inputs lists the
+// nodes fed at every step (by default every variable that is neither
+// learnable nor a buffer); variables outside the lists keep their values,
+// which lets a second graph read a first model's weights through shared
+// tensors (the generator step of a GAN, with a GraphDDP per model over one
+// group). A feed that is missing, unknown, learnable or of another dtype or
+// shape than its node is an error naming the node. The loss is whatever
+// scalar node the user names, several losses being summed in the graph
+// (G.Add); after a step every node's value is bound to it (node.Value()) until the
+// next step, so other losses and outputs are read from their nodes.
+//
+// Executors: by default the graph runs on Tandem's graph executor, whose
+// gradient hooks hand each gradient to its bucket the moment it is computed,
+// so buckets are all-reduced while the backward pass goes on (overlap;
+// Stats.BucketsOverlapped counts the buckets that started before it ended).
+// WithTapeMachine runs it on gorgonia's TapeMachine instead, which has no
+// hooks: every bucket is reduced after the backward pass, with no overlap,
+// and the same result.
+//
+// Where the gradients land: NewGraph binds a dual value to every learnable
+// node, and each synchronized step leaves the averaged gradient in it, so
+// node.Grad() returns it (what gorgonia's solvers read and zero), and
+// Params()[i].Grad is the same tensor (what Tandem's optimizers read).
+// Apply runs a gorgonia Solver with checks: a node that is not one of the
+// DDP's learnable nodes, or whose gradient has not been reduced since its
+// last update (after a NoSync step, say), is refused with an error naming
+// it. ParamsOf gives the models.Params of some nodes, for an optimizer over
+// part of the model; it refuses unknown nodes the same way.
+//
+// The reducer by hand: Step is Prepare, Pass.Run and Pass.Finish, which a
+// custom loop may call itself, in the spirit of c10d's Reducer
+// (prepare_for_backward, the autograd hooks, finalize_backward). Prepare
+// broadcasts the buffers and arms the buckets; Run feeds the inputs and
+// runs forward and backward, starting each bucket's reduction from the
+// gradient hooks; between Run and Finish the loop reads outputs and losses;
+// Finish waits for every bucket; after it the loop may inspect or clip the
+// averaged gradients (the same on every rank) before the update. A loop
+// that drives its own executor (its own TapeMachine, say) runs it between
+// Prepare and Finish instead of Run; Finish then reads each gradient from
+// its gradient node and reduces after the run. NoSync accumulates: passes
+// inside it add this rank's gradients into the buckets without
+// communicating, and the next synchronized pass reduces the sum. Join
+// lets ranks run different numbers of steps, as for New.
+//
+// gorgonia's BindDualValues adds every run's gradient to the node's dual
+// value, so a dual value can hold the sum of several runs; averaging that
+// sum silently trains the wrong model. DDP never reads a gradient from a
+// dual value: it reads each run's own gradient from the gradient nodes and
+// overwrites the dual value with the reduced one. Finish refuses, naming
+// the node, a dual value that holds anything but nothing or the run's
+// gradient (the graph ran twice in one pass): accumulation goes through
+// NoSync.
+//
+// Gorgonia graphs have fixed shapes: a batch of another size (the short
+// last batch of an epoch) needs a graph and a GraphDDP of its own, or is
+// dropped. Learnable nodes must hold tensors (a scalar parameter is a
+// tensor of shape (1)) and keep them: a value replaced with G.Let after
+// NewGraph is an error naming the node, since DDP and optimizers update
+// the tensor in place.
 //
 // # Buckets
 //
@@ -123,6 +209,23 @@
 //     point-to-point messages (collectives here carry no 16-bit types); the
 //     rounding after each addition is PyTorch's, the order of the additions
 //     is gloo's ring order only by design, not bit for bit.
+//
+// # Not built yet
+//
+//   - GraphDDP has no SyncBatchNorm: it works with New over a
+//     models.Module only.
+//   - GraphDDP does not compute gradients into the buckets: each gradient
+//     is copied into its bucket (scaled by 1/world) from the executor's
+//     buffer, and the reduced gradient is copied once more into the tensor
+//     node.Grad() returns. New's models compute Linear, Conv2d and norm
+//     gradients straight into the buckets.
+//   - Under TapeMachine, Step ignores its context while the graph runs
+//     (gorgonia's RunAll takes none); the reductions honour it.
+//   - GraphDDP compiles the whole graph: nodes that neither the loss nor its
+//     gradients need (a metric) run at every step too.
+//   - One GraphDDP per graph: two models trained in turn over one graph
+//     (both backward passes in one ExprGraph) need a graph each, sharing
+//     weights by tensor.
 //
 // # Failure
 //

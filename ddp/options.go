@@ -54,6 +54,7 @@ type config struct {
 	workers        int
 	builderOpts    []models.BuilderOption
 	maxPrograms    int
+	tape           bool // NewGraph: run under gorgonia's TapeMachine
 }
 
 func defaultConfig() config {

@@ -47,9 +47,13 @@ type stepState struct {
 	inBucket, copied int64 // gradients computed in their views, copied in
 
 	backwardEnd time.Time
-	stop        chan struct{}
-	watchers    sync.WaitGroup
-	sent        int64
+	// afterBackward: the gradients are marked ready after the pass that
+	// computed them (TapeMachine, a graph the user ran), so no bucket
+	// overlaps with it.
+	afterBackward bool
+	stop          chan struct{}
+	watchers      sync.WaitGroup
+	sent          int64
 }
 
 func (d *DDP) newStepState(ctx context.Context, pl plan, prog *program) *stepState {
@@ -162,7 +166,7 @@ func (s *stepState) launch(bi int) {
 	gb.seq = s.d.launches
 	s.d.launches++
 	s.launchAt[bi] = time.Now()
-	if s.left > 0 {
+	if s.left > 0 && !s.afterBackward {
 		s.overlapped++
 	}
 	f := s.d.reduce(s.ctx, gb)

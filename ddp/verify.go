@@ -18,6 +18,9 @@ type replicaSig struct {
 	Entries []entrySig
 	Options string
 	Err     string
+	// Graph describes a user's graph (NewGraph), one line per node in
+	// execution order; empty for a models.Module.
+	Graph []string
 }
 
 type entrySig struct {
@@ -95,6 +98,9 @@ func verifyReplicas(ctx context.Context, pg *comm.ProcessGroup, mine replicaSig)
 			}
 			return fmt.Errorf("ddp: models differ across ranks: entry %d of the state is %s on rank 0 but %s on rank %d (rank 0 has %d parameters and buffers, rank %d has %d): every rank must build the same model: %w",
 				i, a, b, r, len(ref.Entries), r, len(s.Entries), ErrMismatch)
+		}
+		if err := sameGraph(ref.Graph, s.Graph, r); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -204,4 +210,31 @@ func joinNames(ps []*models.Param) string {
 		names[i] = p.Name
 	}
 	return strings.Join(names, ", ")
+}
+
+// sameGraph compares rank r's graph description with rank 0's and names
+// the first node where they differ.
+func sameGraph(ref, other []string, r int) error {
+	n := max(len(ref), len(other))
+	for i := 0; i < n; i++ {
+		var a, b string
+		if i < len(ref) {
+			a = ref[i]
+		}
+		if i < len(other) {
+			b = other[i]
+		}
+		if a == b {
+			continue
+		}
+		if a == "" {
+			a = "nothing"
+		}
+		if b == "" {
+			b = "nothing"
+		}
+		return fmt.Errorf("ddp: graphs differ across ranks: node %d is %s on rank 0 but %s on rank %d (rank 0's graph has %d nodes, rank %d's has %d): every rank must build the same graph: %w",
+			i, a, b, r, len(ref), r, len(other), ErrMismatch)
+	}
+	return nil
 }
