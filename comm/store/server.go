@@ -47,9 +47,10 @@ const (
 // ending Serve's context). Clients connect with Dial; NewTCP embeds a server
 // in rank 0.
 //
-// A connection costs the server little until its client has said hello with
-// the right token: a 512-byte read buffer and one goroutine, for at most 5
-// seconds. At most WithMaxPending connections may be in that state at once
+// A connection costs the server little until its client has proved that it
+// holds the token (see wire.go for the challenge-response): a 512-byte read
+// buffer and one goroutine, for at most 5 seconds, the two round trips of
+// the handshake included. At most WithMaxPending connections may be in that state at once
 // (in all, and from one remote host); the server closes any other new
 // connection at once, and a client turned away that way dials again.
 // Warnings about connections that never authenticated (junk, wrong tokens,
@@ -79,7 +80,7 @@ type Server struct {
 
 // NewServer listens on addr (host:port; port 0 picks a free port, see Addr)
 // and returns a server that answers clients once Serve runs. Options:
-// WithToken (clients must present it; default from TANDEM_TOKEN),
+// WithToken (clients must prove they hold it; default from TANDEM_TOKEN),
 // WithTimeout (the default bound of blocking requests that name none),
 // WithMaxFrame, WithMaxValue, WithMaxPending, WithLogger.
 func NewServer(addr string, opts ...Option) (*Server, error) {
