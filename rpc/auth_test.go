@@ -281,4 +281,28 @@ func TestOldProtocolRefused(t *testing.T) {
 	if err != nil || status != statusBadHello || !strings.Contains(msg, "RPC protocol version 2, this worker version 3") {
 		t.Fatalf("version-2 hello: status %d %q %v", status, msg, err)
 	}
+
+	// A worker of version 2 reads the first 14 bytes and refuses the
+	// version as version 2 did.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		var h [helloHeaderLen]byte
+		io.ReadFull(c, h[:])
+		msg := "not a Tandem RPC hello of version 2 (another program, or a worker of another Tandem version)"
+		c.Write(append([]byte{statusBadHello, byte(len(msg)), 0}, msg...))
+	}()
+	agents[0].addrs[1] = ln.Addr().String()
+	_, err = Sync[int](context.Background(), agents[0], "w1", "add", [2]int{1, 2})
+	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "version 2") || !strings.Contains(err.Error(), "RPC protocol version 3") {
+		t.Fatalf("calling a version-2 worker: %v, want ErrMismatch naming both versions", err)
+	}
 }
