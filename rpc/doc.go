@@ -138,9 +138,14 @@
 // fails as well, and connecting to a worker, handshake included, is bounded
 // by twice it. Every worker of a group should use the same setting.
 //
-// Every connection presents a shared token (WithToken, TANDEM_TOKEN, or one
-// the workers create through the store when neither is set); a wrong token
-// is refused at the handshake. Until a connection has presented the token
+// Both ends of every connection prove that they hold a shared token
+// (WithToken, TANDEM_TOKEN, or one the workers create through the store when
+// neither is set) by a challenge-response with fresh nonces on both sides
+// (internal/tokenauth): the token never crosses the wire, a recorded
+// handshake does not open another connection, and a listener that does not
+// hold the token is refused by the caller. A wrong token is refused at the
+// handshake with ErrUnauthorized; workers of different RPC protocol versions
+// refuse each other naming the versions. Until a connection has proved the token
 // it gets a small read buffer and five seconds, and at most 256 such
 // connections (64 from one host) are served at once; more are closed as
 // soon as they are accepted, and the warnings about them are

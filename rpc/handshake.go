@@ -3,7 +3,6 @@ package rpc
 import (
 	"bufio"
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -13,44 +12,129 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/tokenauth"
 )
 
-// The connection handshake (version 2). The dialler sends
+// The connection handshake (version 3). Both sides prove that they hold
+// the shared token by the challenge-response of internal/tokenauth
+// (protocol name "tandem-rpc"), with fresh nonces on both sides; the token
+// never crosses the wire. The dialler sends a hello
 //
-//	"TNDMRPC" version(1 byte) caller id (u32) token length (u16) token
-//	same-host offer (cmaHelloLen bytes: see cma.go)
+//	"TNDMRPC" version(1 byte) caller id (u32) 0 (u16) dialler nonce (32 bytes)
 //
-// and the acceptor answers one status byte (0 accepted, 1 wrong token, 2 bad
-// hello), a u16 length and a message; when accepted, its own same-host
-// offer, whose flags say whether it has already proved itself to the
-// dialler's challenge. The dialler then proves itself to the acceptor's
-// challenge where both offer same-host copies, takes the acceptor's proof,
-// and sends one byte: bit 0 "I have proved myself to you", bit 1 "I read
-// your tensors from your memory". The acceptor takes the dialler's proof if
-// there is one and answers one byte, bit 1 meaning the same. Neither side
-// waits for the other to prove itself before proving itself, and each
-// proof is made before the byte that announces it, so the kernel has it
-// queued when it is taken. After that the dialler sends requests and the
-// acceptor sends replies, as frames (see frame.go).
+// and the acceptor answers a status: one byte (0 accepted, 1 wrong token, 2
+// bad hello), a u16 length and a message; when accepted, its nonce (32
+// bytes). The dialler sends its MAC (32 bytes) and its same-host offer
+// (cmaHelloLen bytes: see cma.go). The acceptor checks the MAC and answers
+// a second status; when accepted, its own MAC and its same-host offer, whose
+// flags say whether it has already proved itself to the dialler's
+// challenge. Both MACs bind the hello's first 14 bytes (magic, version,
+// caller id). The dialler checks the acceptor's MAC, proves itself to the
+// acceptor's same-host challenge where both offer same-host copies, takes
+// the acceptor's proof, and sends one byte: bit 0 "I have proved myself to
+// you", bit 1 "I read your tensors from your memory". The acceptor takes the
+// dialler's proof if there is one and answers one byte, bit 1 meaning the
+// same. Neither side waits for the other to prove itself before proving
+// itself, and each proof is made before the byte that announces it, so the
+// kernel has it queued when it is taken. After that the dialler sends
+// requests and the acceptor sends replies, as frames (see frame.go).
 //
-// Version 1 carried each side's process id in its offer, and the other side
-// read that process's memory if 16 bytes it named were there: a token
-// holder could name any process. Version 2 carries no process id.
+// Version 2 sent the token itself in the hello (where version 3 has zero
+// and the nonce); version 1 also carried each side's process id in its
+// offer, and the other side read that process's memory if 16 bytes it named
+// were there: a token holder could name any process. A worker refuses a
+// hello of another version with a status naming both versions; the first 14
+// bytes of the hello have kept their layout, so workers of versions 2 and 3
+// refuse each other that way.
 //
-// Until the token is checked, the acceptor reads through a small buffer
-// (admit.HelloBuffer), allows admit.HandshakeTimeout for the whole
-// handshake, and counts the connection against the agent's admission gate
+// Until the dialler's MAC is checked, the acceptor reads through a small
+// buffer (admit.HelloBuffer) and nothing it reads has a size the dialler
+// chose; it allows admit.HandshakeTimeout for the whole handshake, and
+// counts the connection against the agent's admission gate
 // (admit.MaxPending in all, admit.MaxPendingPerHost from one host); a
 // connection over the gate's limits is closed as soon as it is accepted.
 // Warnings about refused connections are rate-limited (admit.Warner).
 const (
 	helloMagic   = "TNDMRPC"
-	helloVersion = 2
+	helloVersion = 3 // 3: the token is proved by challenge-response (internal/tokenauth), never sent
 
 	statusOK       = 0
 	statusBadToken = 1
 	statusBadHello = 2
+
+	// helloHeaderLen is the part of the hello whose layout every version
+	// shares: magic, version, caller id and a u16 (version 2's token length).
+	helloHeaderLen = len(helloMagic) + 7
+	// authProtocol names RPC's key derivation in internal/tokenauth.
+	authProtocol = "tandem-rpc"
 )
+
+// helloHeader returns the first helloHeaderLen bytes of a hello from caller id.
+func helloHeader(id int) [helloHeaderLen]byte {
+	var h [helloHeaderLen]byte
+	copy(h[:], helloMagic)
+	h[len(helloMagic)] = helloVersion
+	binary.LittleEndian.PutUint32(h[len(helloMagic)+1:], uint32(id))
+	return h
+}
+
+// readStatus reads a status of the handshake: its byte and its message.
+func readStatus(br *bufio.Reader) (byte, string, error) {
+	var h [3]byte
+	if _, err := io.ReadFull(br, h[:]); err != nil {
+		return 0, "", err
+	}
+	m := make([]byte, binary.LittleEndian.Uint16(h[1:]))
+	if _, err := io.ReadFull(br, m); err != nil {
+		return 0, "", err
+	}
+	return h[0], string(m), nil
+}
+
+// errImpostor is the dialler's finding that the acceptor's MAC does not
+// verify.
+var errImpostor = errors.New("the worker could not prove that it holds this worker's token")
+
+// dialAuth runs the dialler's side of the token's challenge-response on w
+// and br as caller id, sending offer (a same-host offer) with its MAC. It
+// returns the acceptor's status and message; statusOK means that both sides
+// have proved themselves, and the acceptor's same-host offer is next in br.
+// An acceptor that accepts without a valid MAC yields errImpostor.
+func dialAuth(w io.Writer, br *bufio.Reader, token []byte, id int, offer []byte) (byte, string, error) {
+	mine, err := tokenauth.NewNonce()
+	if err != nil {
+		return 0, "", err
+	}
+	hdr := helloHeader(id)
+	hello := append(hdr[:], mine[:]...)
+	if _, err := w.Write(hello); err != nil {
+		return 0, "", err
+	}
+	status, msg, err := readStatus(br)
+	if err != nil || status != statusOK {
+		return status, msg, err
+	}
+	var theirs tokenauth.Nonce
+	if _, err := io.ReadFull(br, theirs[:]); err != nil {
+		return 0, "", err
+	}
+	key := tokenauth.NewKey(token, authProtocol)
+	mac := key.Prove(tokenauth.Dialer, mine, theirs, hdr[:])
+	if _, err := w.Write(append(mac[:], offer...)); err != nil {
+		return 0, "", err
+	}
+	if status, msg, err = readStatus(br); err != nil || status != statusOK {
+		return status, msg, err
+	}
+	var verdict tokenauth.MAC
+	if _, err := io.ReadFull(br, verdict[:]); err != nil {
+		return 0, "", err
+	}
+	if !key.Verify(tokenauth.Acceptor, mine, theirs, verdict, hdr[:]) {
+		return 0, "", errImpostor
+	}
+	return statusOK, "", nil
+}
 
 func (a *Agent) tuneSocket(nc net.Conn) {
 	tc, ok := nc.(*net.TCPConn)
@@ -130,32 +214,15 @@ func (a *Agent) dial(ctx context.Context, id int) (*conn, error) {
 		}
 		nc = tc
 	}
-	hello := make([]byte, 0, len(helloMagic)+7+len(a.token)+cmaHelloLen)
-	hello = append(hello, helloMagic...)
-	hello = append(hello, helloVersion)
-	hello = binary.LittleEndian.AppendUint32(hello, uint32(a.self.ID))
-	hello = binary.LittleEndian.AppendUint16(hello, uint16(len(a.token)))
-	hello = append(hello, a.token...)
 	side := a.newCMASide()
 	defer side.close()
-	hello = side.hello.append(hello)
 	br := bufio.NewReaderSize(nc, 64<<10)
 	var peerPID int
 	var sendByRef bool
 	status, msg, err := func() (byte, string, error) {
-		if _, err := nc.Write(hello); err != nil {
-			return 0, "", err
-		}
-		var h [3]byte
-		if _, err := io.ReadFull(br, h[:]); err != nil {
-			return 0, "", err
-		}
-		m := make([]byte, binary.LittleEndian.Uint16(h[1:]))
-		if _, err := io.ReadFull(br, m); err != nil {
-			return 0, "", err
-		}
-		if h[0] != statusOK {
-			return h[0], string(m), nil
+		status, msg, err := dialAuth(nc, br, a.token, a.self.ID, side.hello.append(nil))
+		if err != nil || status != statusOK {
+			return status, msg, err
 		}
 		theirs, err := readCMAHello(br)
 		if err != nil {
@@ -181,6 +248,11 @@ func (a *Agent) dial(ctx context.Context, id int) (*conn, error) {
 		sendByRef = b&cmaReadsYou != 0 && mine&cmaSentProof != 0
 		return statusOK, "", nil
 	}()
+	if errors.Is(err, errImpostor) {
+		nc.Close()
+		return nil, fmt.Errorf("%w: rpc: worker %s at %s could not prove that it holds this worker's token; "+
+			"is another program listening there? (all workers need the same WithToken or TANDEM_TOKEN)", ErrUnauthorized, peer, addr)
+	}
 	if err != nil {
 		nc.Close()
 		if ctx.Err() != nil {
@@ -195,7 +267,7 @@ func (a *Agent) dial(ctx context.Context, id int) (*conn, error) {
 		return nil, fmt.Errorf("%w: rpc: worker %s refused this worker's token: %s (all workers need the same WithToken or TANDEM_TOKEN)", ErrUnauthorized, peer, msg)
 	default:
 		nc.Close()
-		return nil, fmt.Errorf("%w: rpc: worker %s refused the connection: %s", ErrMismatch, peer, msg)
+		return nil, fmt.Errorf("%w: rpc: worker %s refused the connection: %s (this worker speaks RPC protocol version %d)", ErrMismatch, peer, msg, helloVersion)
 	}
 	nc.SetDeadline(time.Time{})
 	return newConn(a, nc, peer, true, br, peerPID, sendByRef, peerPID != 0), nil
@@ -302,32 +374,47 @@ func (a *Agent) handshake(nc net.Conn, admitted func()) *conn {
 		reply(status, msg)
 		nc.Close()
 	}
-	var h [len(helloMagic) + 7]byte
+	var h [helloHeaderLen]byte
 	if _, err := io.ReadFull(small, h[:]); err != nil {
 		a.m.refused.Add(1)
 		nc.Close()
 		return nil
 	}
-	if string(h[:len(helloMagic)]) != helloMagic || h[len(helloMagic)] != helloVersion {
-		refuse(statusBadHello, fmt.Sprintf("not a Tandem RPC hello of version %d (another program, or a worker of another Tandem version)", helloVersion))
+	if string(h[:len(helloMagic)]) != helloMagic {
+		refuse(statusBadHello, fmt.Sprintf("not a Tandem RPC hello (another program?); this worker speaks RPC protocol version %d", helloVersion))
+		return nil
+	}
+	if v := h[len(helloMagic)]; v != helloVersion {
+		refuse(statusBadHello, fmt.Sprintf("the caller speaks RPC protocol version %d, this worker version %d; "+
+			"run the same Tandem version on every worker", v, helloVersion))
 		return nil
 	}
 	id := int(binary.LittleEndian.Uint32(h[len(helloMagic)+1:]))
-	n := int(binary.LittleEndian.Uint16(h[len(helloMagic)+5:]))
-	if n != len(a.token) {
-		// Not the token (ConstantTimeCompare would say so at once too);
-		// nothing is allocated for what the peer announces.
-		refuse(statusBadToken, "wrong token")
-		return nil
-	}
-	tok := make([]byte, n)
-	if _, err := io.ReadFull(small, tok); err != nil {
+	var dn tokenauth.Nonce
+	if _, err := io.ReadFull(small, dn[:]); err != nil {
 		a.m.refused.Add(1)
 		nc.Close()
 		return nil
 	}
-	if subtle.ConstantTimeCompare(tok, a.token) != 1 {
-		refuse(statusBadToken, "wrong token")
+	an, err := tokenauth.NewNonce()
+	if err != nil {
+		refuse(statusBadHello, err.Error())
+		return nil
+	}
+	if _, err := nc.Write(append([]byte{statusOK, 0, 0}, an[:]...)); err != nil {
+		a.m.refused.Add(1)
+		nc.Close()
+		return nil
+	}
+	var mac tokenauth.MAC
+	if _, err := io.ReadFull(small, mac[:]); err != nil {
+		a.m.refused.Add(1)
+		nc.Close()
+		return nil
+	}
+	key := tokenauth.NewKey(a.token, authProtocol)
+	if !key.Verify(tokenauth.Dialer, dn, an, mac, h[:]) {
+		refuse(statusBadToken, "wrong token: the caller could not prove that it holds this worker's token")
 		return nil
 	}
 	if id < 0 || id >= len(a.workers) {
@@ -348,7 +435,8 @@ func (a *Agent) handshake(nc net.Conn, admitted func()) *conn {
 	if side.prove(ctx, theirs, nc) {
 		offer.flags |= cmaProved
 	}
-	ok := []byte{statusOK, 0, 0}
+	verdict := key.Prove(tokenauth.Acceptor, dn, an, h[:])
+	ok := append([]byte{statusOK, 0, 0}, verdict[:]...)
 	ok = offer.append(ok)
 	if _, err := nc.Write(ok); err != nil {
 		nc.Close()

@@ -161,22 +161,14 @@ func stealSecret(addr string, token []byte, v victim, prove bool, before func())
 	defer nc.Close()
 	nc.SetDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(nc)
-	hello := append([]byte(helloMagic), helloVersion, 0, 0, 0, 0, 0, 0)
-	binary.LittleEndian.PutUint16(hello[len(helloMagic)+5:], uint16(len(token)))
-	hello = append(hello, token...)
 	mine := cmaHello{flags: cmaEnabled, boot: bootID, addr: v.addr, probe: v.probe}
 	rand.Read(mine.challenge[:])
-	hello = mine.append(hello)
-	if _, err := nc.Write(hello); err != nil {
+	status, _, err := dialAuth(nc, br, token, 0, mine.append(nil))
+	if err != nil {
 		return nil, err
 	}
-	var h [3]byte
-	if _, err := io.ReadFull(br, h[:]); err != nil {
-		return nil, err
-	}
-	io.CopyN(io.Discard, br, int64(binary.LittleEndian.Uint16(h[1:])))
-	if h[0] != statusOK {
-		return nil, fmt.Errorf("hello refused: status %d", h[0])
+	if status != statusOK {
+		return nil, fmt.Errorf("hello refused: status %d", status)
 	}
 	theirs, err := readCMAHello(br)
 	if err != nil {

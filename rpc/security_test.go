@@ -43,24 +43,16 @@ func rawConnTo(t *testing.T, addr string, token []byte) (net.Conn, *bufio.Reader
 	if token == nil {
 		return nc, br, 0
 	}
-	hello := append([]byte(helloMagic), helloVersion, 0, 0, 0, 0, 0, 0)
-	binary.LittleEndian.PutUint16(hello[len(helloMagic)+5:], uint16(len(token)))
-	hello = append(hello, token...)
-	hello = cmaHello{}.append(hello) // no same-host copies
-	if _, err := nc.Write(hello); err != nil {
+	status, _, err := dialAuth(nc, br, token, 0, cmaHello{}.append(nil)) // no same-host copies
+	if err != nil {
 		t.Fatal(err)
 	}
-	var h [3]byte
-	if _, err := io.ReadFull(br, h[:]); err != nil {
-		t.Fatal(err)
-	}
-	io.CopyN(io.Discard, br, int64(binary.LittleEndian.Uint16(h[1:])))
-	if h[0] == statusOK {
+	if status == statusOK {
 		io.CopyN(io.Discard, br, cmaHelloLen)
 		nc.Write([]byte{0})
 		br.ReadByte()
 	}
-	return nc, br, h[0]
+	return nc, br, status
 }
 
 // closedByPeer reports whether the peer closes nc (reading hits EOF).

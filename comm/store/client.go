@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/internal/liveness"
+	"github.com/tandemml/tandem/internal/tokenauth"
 )
 
 // replyGrace is how long a client waits past a blocking request's own
@@ -96,8 +97,9 @@ var _ Store = (*TCPStore)(nil)
 // the server is not up yet, until ctx's deadline (the store's timeout when
 // ctx has none).
 // Options: WithToken (default from TANDEM_TOKEN), WithTimeout, WithMaxFrame,
-// WithMaxValue, WithLogger. A server that refuses the token yields an error
-// wrapping ErrUnauthorized.
+// WithMaxValue, WithLogger. A server that refuses the token, or that cannot
+// prove it holds the client's token, yields an error wrapping
+// ErrUnauthorized.
 func Dial(ctx context.Context, addr string, opts ...Option) (Store, error) {
 	s, err := dial(ctx, addr, newConfig(opts))
 	if err != nil {
@@ -425,32 +427,86 @@ func (s *TCPStore) noteRefused(err error) error {
 		ErrPeerLost, s.addr, s.refusedSince.Format("15:04:05.000"), now.Sub(s.refusedSince).Round(100*time.Millisecond))
 }
 
+// hello runs the client's side of the handshake (see wire.go): it proves
+// that it holds the token and makes the server prove it too, without either
+// sending it.
 func (s *TCPStore) hello(ctx context.Context, c net.Conn) (*clientConn, error) {
 	dl := time.Now().Add(handshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 		dl = d
 	}
 	c.SetDeadline(dl)
-	h := message{op: opHello, id: s.session, num: protoVersion, keys: []string{protoMagic, s.cfg.token}}
+	mine, err := tokenauth.NewNonce()
+	if err != nil {
+		return nil, fmt.Errorf("store: connecting to %s: %w", s.addr, err)
+	}
+	h := message{op: opHello, id: s.session, num: protoVersion, keys: []string{protoMagic, authScheme}, vals: [][]byte{mine[:]}}
 	if _, err := c.Write(appendFrame(nil, &h)); err != nil {
 		return nil, err
 	}
+	// The challenge: the server's nonce, or a refusal (another version).
+	r, err := s.readHelloReply(c)
+	if err != nil {
+		return nil, err
+	}
+	if r.code == codeInvalid {
+		return nil, fmt.Errorf("store: server %s refused the connection (this client speaks store protocol version %d): %w",
+			s.addr, protoVersion, replyError(&r))
+	}
+	if r.code != codeOK {
+		return nil, fmt.Errorf("store: server %s refused the connection: %w", s.addr, replyError(&r))
+	}
+	if len(r.vals) != 1 || len(r.vals[0]) != tokenauth.NonceSize || r.num < 0 || r.num > 1 {
+		return nil, fmt.Errorf("%w: store server %s answered hello with a malformed challenge; "+
+			"is it a Tandem store of store protocol version %d?", ErrInvalidArgument, s.addr, protoVersion)
+	}
+	theirs := tokenauth.Nonce(r.vals[0])
+	serverHasToken := r.num == 1
+	key := tokenauth.NewKey([]byte(s.cfg.token), protoMagic)
+	if !key.Empty() && !serverHasToken {
+		return nil, fmt.Errorf("%w: store: server %s has no token but this client has one, so the server cannot prove "+
+			"that it is the job's store; give the server the same token (WithToken or %s), or this client none",
+			ErrUnauthorized, s.addr, TokenEnv)
+	}
+	bind := helloBind(s.session, serverHasToken)
+	proof := message{op: opHello, id: s.session, num: protoVersion}
+	if !key.Empty() {
+		mac := key.Prove(tokenauth.Dialer, mine, theirs, bind)
+		proof.vals = [][]byte{mac[:]}
+	}
+	if _, err := c.Write(appendFrame(nil, &proof)); err != nil {
+		return nil, err
+	}
+	// The verdict: the server's proof, or a refusal (the token).
+	if r, err = s.readHelloReply(c); err != nil {
+		return nil, err
+	}
+	if r.code != codeOK {
+		return nil, fmt.Errorf("store: server %s refused the connection: %w", s.addr, replyError(&r))
+	}
+	if len(r.vals) != 1 || len(r.vals[0]) != tokenauth.MACSize ||
+		!key.Verify(tokenauth.Acceptor, mine, theirs, tokenauth.MAC(r.vals[0]), bind) {
+		return nil, fmt.Errorf("%w: store: server %s could not prove that it holds this client's token; "+
+			"give the client and the server the same token (WithToken or %s)", ErrUnauthorized, s.addr, TokenEnv)
+	}
+	c.SetDeadline(time.Time{})
+	return &clientConn{c: c, pending: map[uint64]chan message{}, dead: make(chan struct{})}, nil
+}
+
+// readHelloReply reads one reply of the handshake.
+func (s *TCPStore) readHelloReply(c net.Conn) (message, error) {
 	p, err := readFrame(c, 64<<10)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = fmt.Errorf("server closed the connection during the handshake: %w", err)
 		}
-		return nil, err
+		return message{}, err
 	}
 	r, err := decodeMessage(p)
 	if err != nil || r.op != opReply {
-		return nil, fmt.Errorf("%w: store server %s answered hello with a malformed frame (%v)", ErrInvalidArgument, s.addr, err)
+		return message{}, fmt.Errorf("%w: store server %s answered hello with a malformed frame (%v)", ErrInvalidArgument, s.addr, err)
 	}
-	if r.code != codeOK {
-		return nil, fmt.Errorf("store: server %s refused the connection: %w", s.addr, replyError(&r))
-	}
-	c.SetDeadline(time.Time{})
-	return &clientConn{c: c, pending: map[uint64]chan message{}, dead: make(chan struct{})}, nil
+	return r, nil
 }
 
 // remoteError is an error reported by the server: its text, and the sentinel

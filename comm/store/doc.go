@@ -42,14 +42,21 @@
 // # TCP store protocol
 //
 // One connection per client carries length-prefixed binary frames with
-// request ids, so any number of goroutines share it. The first frame is a
-// hello with the shared token (WithToken, default $TANDEM_TOKEN); a wrong one
-// is refused with ErrUnauthorized and logged by the server. The server parks
+// request ids, so any number of goroutines share it. It opens with a
+// handshake in which client and server each prove that they hold the shared
+// token (WithToken, default $TANDEM_TOKEN) by a challenge-response with fresh
+// nonces on both sides (internal/tokenauth): the token never crosses the
+// wire, and a recorded handshake does not open another connection. A wrong
+// or missing token is refused with ErrUnauthorized on both sides and logged
+// by the server; a server without a token accepts every client, but a
+// client with a token refuses such a server, which cannot prove it is the
+// job's. A client and a server of different store protocol versions refuse
+// each other with a message naming the versions. The server parks
 // blocked requests on per-key waiter lists (no goroutine or polling per
 // waiting request) and answers them when the keys appear or their timeout
 // ends. A peer that sends a malformed, truncated or oversized frame
 // (WithMaxFrame, WithMaxValue; 64 MiB by default) is disconnected with a
-// logged reason while everyone else is served on. Until its hello is
+// logged reason while everyone else is served on. Until its proof is
 // checked, a connection gets a 512-byte buffer and 5 seconds; at most 256
 // connections (64 from one remote host, WithMaxPending) may be in that state
 // at once, others are closed at once and their clients dial again, and the

@@ -3,7 +3,6 @@ package store
 import (
 	"bufio"
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -14,12 +13,14 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/tokenauth"
 )
 
 // handshakeTimeout bounds how long a new connection may take to say hello.
 const handshakeTimeout = admit.HandshakeTimeout
 
-// maxHello bounds the hello frame (magic, token, session id and version).
+// maxHello bounds a frame of the handshake (a hello of store protocol
+// version 1 carried the token, of any length; version 2's are under 100 bytes).
 const maxHello = 64 << 10
 
 // connBuffer is the read and write buffer of an authenticated connection.
@@ -46,9 +47,10 @@ const (
 // ending Serve's context). Clients connect with Dial; NewTCP embeds a server
 // in rank 0.
 //
-// A connection costs the server little until its client has said hello with
-// the right token: a 512-byte read buffer and one goroutine, for at most 5
-// seconds. At most WithMaxPending connections may be in that state at once
+// A connection costs the server little until its client has proved that it
+// holds the token (see wire.go for the challenge-response): a 512-byte read
+// buffer and one goroutine, for at most 5 seconds, the two round trips of
+// the handshake included. At most WithMaxPending connections may be in that state at once
 // (in all, and from one remote host); the server closes any other new
 // connection at once, and a client turned away that way dials again.
 // Warnings about connections that never authenticated (junk, wrong tokens,
@@ -78,7 +80,7 @@ type Server struct {
 
 // NewServer listens on addr (host:port; port 0 picks a free port, see Addr)
 // and returns a server that answers clients once Serve runs. Options:
-// WithToken (clients must present it; default from TANDEM_TOKEN),
+// WithToken (clients must prove they hold it; default from TANDEM_TOKEN),
 // WithTimeout (the default bound of blocking requests that name none),
 // WithMaxFrame, WithMaxValue, WithMaxPending, WithLogger.
 func NewServer(addr string, opts ...Option) (*Server, error) {
@@ -410,58 +412,101 @@ func (sc *serverConn) readLoop(admitted func()) {
 	}
 }
 
-// handshake reads the client's hello and checks its token; it answers and
-// reports whether the connection may go on.
+// handshake runs the server's side of the handshake (see wire.go): it
+// challenges the client to prove that it holds the token, then proves it in
+// turn; it reports whether the connection may go on. Every frame it reads
+// goes through br, the small buffer, and grows only as its bytes arrive.
 func (sc *serverConn) handshake(br *bufio.Reader) bool {
 	noHello := func(err error) bool {
 		sc.s.warn.hello.Warn("store server: dropping connection", "remote", sc.remote, "reason", "no valid hello", "err", err)
 		sc.close()
 		return false
 	}
-	// The hello's buffer grows only as its bytes arrive, so that a client
-	// announcing a large hello and sending nothing holds no memory.
-	p, err := readFrameChunked(br, min(sc.s.cfg.maxFrame, maxHello), admit.HelloBuffer)
-	if err != nil {
-		if errors.Is(err, io.EOF) || isReset(err) {
-			sc.close()
-			return false
+	read := func() (message, bool) {
+		p, err := readFrameChunked(br, min(sc.s.cfg.maxFrame, maxHello), admit.HelloBuffer)
+		if err != nil {
+			if errors.Is(err, io.EOF) || isReset(err) {
+				sc.close() // a client that gave up, or refused this server
+				return message{}, false
+			}
+			return message{}, noHello(err)
 		}
-		return noHello(err)
+		m, err := decodeMessage(p)
+		if err != nil || m.op != opHello {
+			return message{}, noHello(fmt.Errorf("%w: not a store hello (%v)", errMalformed, err))
+		}
+		return m, true
 	}
-	m, err := decodeMessage(p)
-	if err != nil || m.op != opHello || len(m.keys) != 2 || m.keys[0] != protoMagic {
-		return noHello(fmt.Errorf("%w: first frame is not a store hello (%v)", errMalformed, err))
+	m, ok := read()
+	if !ok {
+		return false
 	}
+	if len(m.keys) != 2 || m.keys[0] != protoMagic {
+		return noHello(fmt.Errorf("%w: first frame is not a store hello", errMalformed))
+	}
+	session := m.id
 	refuse := func(w *admit.Warner, code byte, reason string) bool {
 		w.Warn("store server: refusing connection", "remote", sc.remote, "reason", reason)
-		reply := message{op: opReply, code: code, id: m.id, vals: [][]byte{[]byte("store server: " + reason)}}
+		reply := message{op: opReply, code: code, id: session, vals: [][]byte{[]byte("store server: " + reason)}}
 		sc.c.SetWriteDeadline(time.Now().Add(time.Second))
 		sc.c.Write(appendFrame(nil, &reply))
 		sc.close()
 		return false
 	}
+	// The version first: a client of another version gets an answer it can
+	// read whatever else its hello holds.
 	if m.num != protoVersion {
-		return refuse(sc.s.warn.version, codeInvalid, fmt.Sprintf("client speaks store protocol %d, server speaks %d", m.num, protoVersion))
+		return refuse(sc.s.warn.version, codeInvalid, fmt.Sprintf(
+			"client speaks store protocol version %d, server version %d; run the same Tandem version on both", m.num, protoVersion))
 	}
-	if tok := sc.s.cfg.token; tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(m.keys[1])) != 1 {
-		w, reason := sc.s.warn.wrongToken, "wrong token"
-		if m.keys[1] == "" {
-			w, reason = sc.s.warn.missingToken, "missing token"
+	if m.keys[1] != authScheme || len(m.vals) != 1 || len(m.vals[0]) != tokenauth.NonceSize {
+		return noHello(fmt.Errorf("%w: store hello without a challenge", errMalformed))
+	}
+	theirs := tokenauth.Nonce(m.vals[0])
+	mine, err := tokenauth.NewNonce()
+	if err != nil {
+		return refuse(sc.s.warn.hello, codeFailed, err.Error())
+	}
+	key := tokenauth.NewKey([]byte(sc.s.cfg.token), protoMagic)
+	hasToken := int64(0)
+	if !key.Empty() {
+		hasToken = 1
+	}
+	send := func(r message) bool {
+		sc.c.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+		if _, err := sc.c.Write(appendFrame(nil, &r)); err != nil {
+			sc.s.warn.hello.Warn("store server: dropping connection", "remote", sc.remote, "reason", "cannot answer hello", "err", err)
+			sc.close()
+			return false
 		}
-		return refuse(w, codeUnauthorized, reason+"; the client must use the server's token (WithToken or "+TokenEnv+")")
+		sc.c.SetWriteDeadline(time.Time{})
+		return true
 	}
-	if !sc.s.attach(sc, m.id) {
+	if !send(message{op: opReply, code: codeOK, id: session, num: hasToken, vals: [][]byte{mine[:]}}) {
 		return false
 	}
-	sc.c.SetWriteDeadline(time.Now().Add(handshakeTimeout))
-	ok := message{op: opReply, code: codeOK, id: m.id}
-	if _, err := sc.c.Write(appendFrame(nil, &ok)); err != nil {
-		sc.s.warn.hello.Warn("store server: dropping connection", "remote", sc.remote, "reason", "cannot answer hello", "err", err)
-		sc.close()
+	if m, ok = read(); !ok {
 		return false
 	}
-	sc.c.SetWriteDeadline(time.Time{})
-	return true
+	if m.id != session || m.num != protoVersion || len(m.keys) != 0 || len(m.vals) > 1 {
+		return noHello(fmt.Errorf("%w: the client's proof is not a store proof", errMalformed))
+	}
+	bind := helloBind(session, !key.Empty())
+	if !key.Empty() {
+		if len(m.vals) == 0 {
+			return refuse(sc.s.warn.missingToken, codeUnauthorized,
+				"missing token: this server requires one; the client must use the server's token (WithToken or "+TokenEnv+")")
+		}
+		if len(m.vals[0]) != tokenauth.MACSize || !key.Verify(tokenauth.Dialer, theirs, mine, tokenauth.MAC(m.vals[0]), bind) {
+			return refuse(sc.s.warn.wrongToken, codeUnauthorized,
+				"wrong token: the client could not prove that it holds the server's token; the client must use the server's token (WithToken or "+TokenEnv+")")
+		}
+	}
+	if !sc.s.attach(sc, session) {
+		return false
+	}
+	verdict := key.Prove(tokenauth.Acceptor, theirs, mine, bind)
+	return send(message{op: opReply, code: codeOK, id: session, vals: [][]byte{verdict[:]}})
 }
 
 func (sc *serverConn) writeLoop() {

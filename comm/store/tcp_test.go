@@ -229,7 +229,8 @@ func TestTCPTokenFromEnv(t *testing.T) {
 	}
 }
 
-// rawConn opens a connection that has said a valid hello.
+// rawConn opens a connection that has said a valid hello (to a server
+// without a token).
 func rawConn(t *testing.T, addr string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
@@ -237,16 +238,8 @@ func rawConn(t *testing.T, addr string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	h := message{op: opHello, num: protoVersion, keys: []string{protoMagic, ""}}
-	if _, err := c.Write(appendFrame(nil, &h)); err != nil {
-		t.Fatal(err)
-	}
-	p, err := readFrame(c, 1<<16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r, err := decodeMessage(p); err != nil || r.code != codeOK {
-		t.Fatalf("hello refused: %v %v", r, err)
+	if r := rawHello(t, c, 0, ""); r.code != codeOK {
+		t.Fatalf("hello refused: %v", r)
 	}
 	return c
 }

@@ -19,18 +19,52 @@ import (
 // Requests carry a client-chosen id that the reply (op opReply) echoes, so
 // one connection carries many concurrent requests. num holds a delta, a
 // timeout in milliseconds, a count or a boolean; code holds request flags or
-// the reply's status. The connection starts with a hello request (keys: magic,
-// token; num: protocol version; id: the client's session) answered by a reply
-// before anything else is sent. A client that reconnects says hello with the
-// same session id; the server then drops the session's older connection and
-// answers repeated flagOnce requests from its memory of their replies.
+// the reply's status.
+//
+// The connection starts with a handshake (version 2) in which both sides
+// prove that they hold the token without sending it, by the challenge-response
+// of internal/tokenauth (protocol name "tandem-store"):
+//
+//	client: hello     op hello, id session, num 2, keys [magic, "tokenauth"], vals [client nonce]
+//	server: challenge op reply, code OK, id session, num 1 if the server has a token else 0, vals [server nonce]
+//	client: proof     op hello, id session, num 2, vals [client MAC] (no vals: the client has no token)
+//	server: verdict   op reply, code OK, id session, vals [server MAC]
+//
+// Either MAC binds the version, the session id and the server's token flag.
+// The server refuses with a reply carrying an error code and a message
+// instead of the challenge (a hello of another version: codeInvalid) or the
+// verdict (a proof that does not verify, or none: codeUnauthorized); a server
+// without a token accepts any client. A client with a token refuses a server
+// without one, or one whose MAC does not verify, since either may be an
+// impostor. Nothing else is sent before the verdict.
+//
+// Version 1 sent the token itself as the hello's second key. The hello keeps
+// two keys and its version in num so that a server of either version reaches
+// its version check and answers the other with "protocol version" refusal.
+//
+// A client that reconnects says hello with the same session id; the server
+// then drops the session's older connection and answers repeated flagOnce
+// requests from its memory of their replies.
 
 const (
 	frameHeader   = 4
 	frameOverhead = 1 << 10
 	protoMagic    = "tandem-store"
-	protoVersion  = 1
+	protoVersion  = 2 // 2: the token is proved by challenge-response (internal/tokenauth), never sent
+	authScheme    = "tokenauth"
 )
+
+// helloBind returns the bytes that both MACs of a handshake bind: the
+// protocol version, the session id and whether the server has a token.
+func helloBind(session uint64, serverHasToken bool) []byte {
+	b := make([]byte, 0, 10)
+	b = append(b, protoVersion)
+	b = binary.BigEndian.AppendUint64(b, session)
+	if serverHasToken {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
 
 // Operations.
 const (

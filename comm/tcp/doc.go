@@ -24,10 +24,15 @@
 // "tcp/addr/<rank>" in the store; rank 0 publishes a random per-run nonce
 // under "tcp/nonce". Each rank then dials every lower rank and accepts a
 // connection from every higher rank. The dialer opens with a hello carrying its
-// rank, the world size, the nonce and an HMAC-SHA256 of those fields keyed by
-// the shared token (the token itself never crosses the wire); the acceptor
-// answers with its own authenticated reply. A wrong token is refused with
-// ErrUnauthorized, a different world size with ErrMismatch naming both sizes.
+// rank, the world size, the run nonce and a fresh nonce; the acceptor
+// challenges it with a fresh nonce of its own; the dialer proves that it
+// holds the shared token with an HMAC-SHA256 over both records, and the
+// acceptor answers with a reply that proves the same over all three
+// (internal/tokenauth: the token itself never crosses the wire, and a
+// recorded handshake does not open another connection). A wrong token is
+// refused with ErrUnauthorized on both sides, a different world size with
+// ErrMismatch naming both sizes, a rank of another protocol version with
+// ErrMismatch naming both versions.
 // The listener lives only until every higher rank has connected. While it
 // lives, at most 256 connections (64 from one remote host) may be in their
 // handshake at once, each for at most 5 seconds; others are closed at once

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/tokenauth"
 )
 
 func TestWrongTokenIsRefused(t *testing.T) {
@@ -120,9 +121,12 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestHelloRoundTripAndTamper(t *testing.T) {
+	key := tokenauth.NewKey([]byte("tok"), authProtocol)
 	h := hello{kind: kindHello, rank: 3, size: 8, peer: 1}
 	copy(h.nonce[:], "0123456789abcdef")
-	h.sign("tok", nil)
+	h.data, _ = tokenauth.NewNonce()
+	ch := hello{kind: kindChallenge, rank: 1, size: 8, peer: 3, nonce: h.nonce}
+	ch.data, _ = tokenauth.NewNonce()
 	var buf bytes.Buffer
 	if err := writeHello(&buf, &h); err != nil {
 		t.Fatal(err)
@@ -132,19 +136,27 @@ func TestHelloRoundTripAndTamper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *got != h || !got.verify("tok", nil) {
+	if *got != h {
 		t.Fatalf("round trip changed the hello: %+v vs %+v", got, h)
 	}
-	if got.verify("other", nil) {
-		t.Fatal("a hello verified under another token")
+	mac := proveDialer(key, &h, &ch)
+	if !key.Verify(tokenauth.Dialer, got.data, ch.data, mac, got.body(), ch.body()) {
+		t.Fatal("the proof does not verify over the decoded hello")
+	}
+	if tokenauth.NewKey([]byte("other"), authProtocol).Verify(tokenauth.Dialer, got.data, ch.data, mac, got.body(), ch.body()) {
+		t.Fatal("a proof verified under another token")
 	}
 	wire[12]++ // change the world size
 	tampered, err := readHello(bytes.NewReader(wire), kindHello)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tampered.verify("tok", nil) {
-		t.Fatal("a tampered hello verified")
+	if key.Verify(tokenauth.Dialer, tampered.data, ch.data, mac, tampered.body(), ch.body()) {
+		t.Fatal("a proof verified over a tampered hello")
+	}
+	wire[4] = 3
+	if _, err := readHello(bytes.NewReader(wire), kindHello); !errors.Is(err, errVersion) || !errors.Is(err, transport.ErrMismatch) {
+		t.Fatalf("version 3: want errVersion and ErrMismatch, got %v", err)
 	}
 	wire[0] = 'X'
 	if _, err := readHello(bytes.NewReader(wire), kindHello); !errors.Is(err, transport.ErrMismatch) {
@@ -154,7 +166,7 @@ func TestHelloRoundTripAndTamper(t *testing.T) {
 
 func FuzzReadHello(f *testing.F) {
 	h := hello{kind: kindHello, rank: 1, size: 2}
-	h.sign("", nil)
+	h.data, _ = tokenauth.NewNonce()
 	var buf bytes.Buffer
 	writeHello(&buf, &h)
 	f.Add(buf.Bytes())

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/transport"
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/tokenauth"
 )
 
 // Store keys; every key this backend writes is under "tcp/".
@@ -381,15 +382,35 @@ func (m *meshState) accept(ctx context.Context, c *net.TCPConn, admitted func())
 
 func (m *meshState) acceptHandshake(c *net.TCPConn) link {
 	from := c.RemoteAddr().String()
+	me, size := m.cfg.Rank, m.cfg.Size
 	h, err := readHello(c, kindHello)
 	if err != nil {
+		if errors.Is(err, errVersion) {
+			// Tell the dialer, in this version's records, why.
+			writeHello(c, &hello{kind: kindReply, status: statusVersion, rank: uint32(me), size: uint32(size), nonce: m.nonce})
+		}
 		return link{note: fmt.Sprintf("%s: bad hello: %v", from, err)}
 	}
-	me, size := m.cfg.Rank, m.cfg.Size
+	// Challenge the dialer with a fresh nonce; look at nothing in its hello
+	// until its proof verifies.
+	ch := hello{kind: kindChallenge, rank: uint32(me), size: uint32(size), peer: h.rank, nonce: m.nonce}
+	an, err := tokenauth.NewNonce()
+	if err != nil {
+		return link{note: fmt.Sprintf("%s: %v", from, err)}
+	}
+	ch.data = an
+	if err := writeHello(c, &ch); err != nil {
+		return link{note: fmt.Sprintf("%s claiming rank %d: sending the challenge: %v", from, h.rank, err)}
+	}
+	proof, err := readHello(c, kindProof)
+	if err != nil {
+		return link{note: fmt.Sprintf("%s claiming rank %d: no proof of the token: %v", from, h.rank, err)}
+	}
+	key := tokenauth.NewKey([]byte(m.cfg.Token), authProtocol)
 	reply := hello{kind: kindReply, rank: uint32(me), size: uint32(size), peer: h.rank, nonce: m.nonce}
 	var l link
 	switch {
-	case !h.verify(m.cfg.Token, nil):
+	case !key.Verify(tokenauth.Dialer, h.data, ch.data, proof.data, h.body(), ch.body()):
 		reply.status = statusUnauthorized
 		l.note = fmt.Sprintf("%s claiming rank %d: token does not match", from, h.rank)
 	case h.size != uint32(size):
@@ -414,7 +435,9 @@ func (m *meshState) acceptHandshake(c *net.TCPConn) link {
 			l.rank, l.conn = int(h.rank), c
 		}
 	}
-	reply.sign(m.cfg.Token, h.mac[:])
+	if reply.status == statusOK {
+		reply.data = proveAcceptor(key, h, &ch, &reply)
+	}
 	if err := writeHello(c, &reply); err != nil {
 		if l.conn != nil {
 			m.mu.Lock()
@@ -485,14 +508,32 @@ func (m *meshState) dialPeer(ctx context.Context, p int) {
 func (m *meshState) dialHandshake(ctx context.Context, c *net.TCPConn, p int, addr string) (l link, retry bool) {
 	me, size := m.cfg.Rank, m.cfg.Size
 	h := hello{kind: kindHello, rank: uint32(me), size: uint32(size), peer: uint32(p), nonce: m.nonce}
-	h.sign(m.cfg.Token, nil)
+	dn, err := tokenauth.NewNonce()
+	if err != nil {
+		return link{err: fmt.Errorf("tcp: rank %d: %w", me, err)}, false
+	}
+	h.data = dn
+	key := tokenauth.NewKey([]byte(m.cfg.Token), authProtocol)
 	done := guard(ctx, c)
-	err := writeHello(c, &h)
-	var r *hello
+	var ch, r *hello
+	err = writeHello(c, &h)
+	if err == nil {
+		ch, err = readHello(c, kindChallenge)
+	}
+	if err == nil {
+		proof := hello{kind: kindProof, rank: h.rank, size: h.size, peer: h.peer, nonce: h.nonce, data: proveDialer(key, &h, ch)}
+		err = writeHello(c, &proof)
+	}
 	if err == nil {
 		r, err = readHello(c, kindReply)
 	}
-	if done() || err != nil {
+	if done() {
+		return link{}, true
+	}
+	if errors.Is(err, errVersion) {
+		return link{err: fmt.Errorf("tcp: rank %d at %s: %w", p, addr, err)}, false
+	}
+	if err != nil {
 		return link{}, true
 	}
 	switch r.status {
@@ -508,13 +549,16 @@ func (m *meshState) dialHandshake(ctx context.Context, c *net.TCPConn, p int, ad
 			p, addr, me, transport.ErrMismatch)}, false
 	case statusWrongRank:
 		return link{}, true
+	case statusVersion:
+		return link{err: fmt.Errorf("tcp: rank %d at %s refused the connection: it speaks another process-group protocol version than this rank's %d; "+
+			"run the same Tandem version on every rank: %w", p, addr, protoVersion, transport.ErrMismatch)}, false
 	case statusDuplicate:
 		return link{err: fmt.Errorf("tcp: rank %d already has a connection from a process claiming rank %d: two processes were given rank %d: %w",
 			p, me, me, transport.ErrMismatch)}, false
 	default:
 		return link{err: fmt.Errorf("tcp: rank %d answered with unknown status %d: %w", p, r.status, transport.ErrMismatch)}, false
 	}
-	if !r.verify(m.cfg.Token, h.mac[:]) {
+	if !key.Verify(tokenauth.Acceptor, h.data, ch.data, r.data, h.body(), ch.body(), r.body()) {
 		return link{err: fmt.Errorf("tcp: rank %d at %s could not prove it holds the token; give every rank the same token (TANDEM_TOKEN): %w",
 			p, addr, transport.ErrUnauthorized)}, false
 	}
