@@ -118,10 +118,30 @@ func withLookupEnv(f func(string) (string, bool)) InitOption {
 	return func(c *initConfig) { c.lookup = f }
 }
 
-// InitFromEnv is Init(ctx, "env://", opts...): it reads RANK, WORLD_SIZE,
-// MASTER_ADDR and MASTER_PORT (see EnvFromOS for the fallbacks), rendezvous
-// with the other ranks through the TCP store that rank 0 serves at
-// MASTER_ADDR:MASTER_PORT, connects the backend and returns the world group.
+// InitFromEnv is Init(ctx, "env://", opts...): it reads this process's
+// place in the job through package launch (RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT as tandem run, torchrun and Kubeflow set them, or the
+// variables of Open MPI, PMI, Slurm and Kubernetes indexed Jobs; see
+// EnvFromOS and the launch package), rendezvous with the other ranks through
+// the TCP store that rank 0 serves at MASTER_ADDR:MASTER_PORT, connects the
+// backend and returns the world group. Its errors name the launcher that
+// launch detected and how to supply what is missing under it.
+//
+// Under torchrun's static rendezvous, its default, torchrun's agent already
+// serves a PyTorch TCPStore at MASTER_ADDR:MASTER_PORT and says so with
+// TORCHELASTIC_USE_AGENT_STORE=True. Then no rank binds the port: every rank
+// dials the agent's store (comm/store/torchstore, counted in as torch's
+// workers are) and meets under torch's own prefix for the attempt,
+// "/worker/attempt_N" with N from TORCHELASTIC_RESTART_COUNT, so that a
+// restarted job starts from empty keys. Waiting there polls (torch 1.13's
+// server does not wake a WAIT when COMPARE_SET creates the key). The
+// PyTorch protocol carries no token: a token given for the job
+// (WithToken, TANDEM_TOKEN) still guards the connections between ranks, and
+// Init logs one warning that the store itself is open to whoever can reach
+// it (to the group's WithLogger, else slog.Default()). torchrun
+// --rdzv_backend c10d or --standalone leaves MASTER_PORT free
+// (TORCHELASTIC_USE_AGENT_STORE=False), and rank 0 serves Tandem's own
+// store there, which checks the token.
 func InitFromEnv(ctx context.Context, opts ...InitOption) (*ProcessGroup, error) {
 	return Init(ctx, "env://", opts...)
 }
