@@ -84,22 +84,33 @@ func TestTorchrun(t *testing.T) {
 	needTorchrun(t)
 	bin := buildForTorchrun(t)
 	for _, tc := range []struct {
-		name  string
-		flags func() []string
-		env   []string
-		warns int // warnings that the store cannot check the token
+		name    string
+		flags   func() []string
+		env     []string
+		warns   int  // warnings that the store cannot check the token
+		restart bool // rank 1 fails attempt 0
 	}{
 		{name: "agent-store", flags: func() []string { return []string{"--master_port", torchrunFreePort(t)} }},
 		{name: "agent-store-token", flags: func() []string { return []string{"--master_port", torchrunFreePort(t)} },
 			env: []string{"TANDEM_TOKEN=s3cret"}, warns: 2},
 		{name: "standalone", flags: func() []string { return []string{"--standalone"} }, env: []string{"TANDEM_TOKEN=s3cret"}},
+		// Rank 1 fails the first attempt; torchrun restarts both ranks with
+		// TORCHELASTIC_RESTART_COUNT=1, and they meet under a fresh prefix
+		// of the agent's store, where attempt 0's claims do not collide.
+		{name: "agent-store-restart", restart: true, flags: func() []string {
+			return []string{"--master_port", torchrunFreePort(t), "--max_restarts", "1"}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			args := append([]string{"-m", "torch.distributed.run", "--nproc_per_node", "2", "--no_python", "-r", "1", "-t", "1",
 				"--monitor_interval", "0.2", "--log_dir", t.TempDir()}, tc.flags()...)
-			cmd := exec.CommandContext(ctx, torchPython, append(args, bin, "-timeout", "60s")...)
+			argv := []string{bin, "-timeout", "60s"}
+			if tc.restart {
+				argv = []string{"sh", "-c", `if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then echo "rank 1 fails attempt 0"; exit 3; fi; exec "$0" -timeout 60s`, bin}
+			}
+			cmd := exec.CommandContext(ctx, torchPython, append(args, argv...)...)
 			cmd.Env = torchrunEnv(tc.env...)
 			cmd.WaitDelay = 5 * time.Second
 			out, err := cmd.CombinedOutput()
@@ -112,6 +123,9 @@ func TestTorchrun(t *testing.T) {
 						t.Errorf("rank %d printed no %q:\n%s", r, want, out)
 					}
 				}
+			}
+			if tc.restart && !strings.Contains(string(out), "[default1]:rank 1 fails attempt 0") {
+				t.Errorf("rank 1 did not fail the first attempt:\n%s", out)
 			}
 			if got := strings.Count(string(out), "cannot check TANDEM_TOKEN"); got != tc.warns {
 				t.Errorf("%d warnings that the store cannot check the token, want %d:\n%s", got, tc.warns, out)
