@@ -20,6 +20,22 @@
 // In tests and single-process programs, local.NewGroups(ctx, n) returns n
 // groups whose ranks are goroutines.
 //
+// # Joining a job
+//
+// A program started by a launcher joins its job with one call,
+// comm.InitFromEnv(ctx), whatever the launcher: package launch reads the
+// environment of tandem run, torchrun, Kubeflow's PyTorchJob and TrainJob,
+// Kubernetes indexed Jobs and JobSets, Open MPI's mpirun, MPICH's mpiexec
+// (PMI) and Slurm's srun, by one set of rules that rpc.InitFromEnv and
+// tandem run share, and its errors name the launcher it detected, what is
+// missing and how to set it under that launcher. Rank 0 serves the
+// rendezvous store at MASTER_ADDR:MASTER_PORT (derived from the job id
+// under Slurm and Open MPI when not set) and the others dial it; under
+// torchrun's static rendezvous (its default, TORCHELASTIC_USE_AGENT_STORE=
+// True) torchrun's agent already serves a PyTorch TCPStore there, and every
+// rank joins that one instead (see InitFromEnv). Init with tcp:// or
+// file:// URLs, or WithStore, meets elsewhere.
+//
 // # Semantics
 //
 // Every operation returns at once; the returned Work completes when the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -12,8 +13,10 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/comm/store/torchstore"
 	"github.com/tandemml/tandem/comm/tcp"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/launch"
 )
 
 // The TCP backend is built in: comm imports comm/tcp (which imports neither
@@ -27,8 +30,8 @@ func init() { Register("tcp", tcp.Backend{}) }
 const DefaultBackend = "tcp"
 
 // TokenEnv names the environment variable holding the job's shared secret,
-// the default of WithToken.
-const TokenEnv = "TANDEM_TOKEN"
+// the default of WithToken: launch.TokenEnv.
+const TokenEnv = launch.TokenEnv
 
 // InitOption configures Init and InitFromEnv.
 type InitOption func(*initConfig)
@@ -115,10 +118,30 @@ func withLookupEnv(f func(string) (string, bool)) InitOption {
 	return func(c *initConfig) { c.lookup = f }
 }
 
-// InitFromEnv is Init(ctx, "env://", opts...): it reads RANK, WORLD_SIZE,
-// MASTER_ADDR and MASTER_PORT (see EnvFromOS for the fallbacks), rendezvous
-// with the other ranks through the TCP store that rank 0 serves at
-// MASTER_ADDR:MASTER_PORT, connects the backend and returns the world group.
+// InitFromEnv is Init(ctx, "env://", opts...): it reads this process's
+// place in the job through package launch (RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT as tandem run, torchrun and Kubeflow set them, or the
+// variables of Open MPI, PMI, Slurm and Kubernetes indexed Jobs; see
+// EnvFromOS and the launch package), rendezvous with the other ranks through
+// the TCP store that rank 0 serves at MASTER_ADDR:MASTER_PORT, connects the
+// backend and returns the world group. Its errors name the launcher that
+// launch detected and how to supply what is missing under it.
+//
+// Under torchrun's static rendezvous, its default, torchrun's agent already
+// serves a PyTorch TCPStore at MASTER_ADDR:MASTER_PORT and says so with
+// TORCHELASTIC_USE_AGENT_STORE=True. Then no rank binds the port: every rank
+// dials the agent's store (comm/store/torchstore, counted in as torch's
+// workers are) and meets under torch's own prefix for the attempt,
+// "/worker/attempt_N" with N from TORCHELASTIC_RESTART_COUNT, so that a
+// restarted job starts from empty keys. Waiting there polls (torch 1.13's
+// server does not wake a WAIT when COMPARE_SET creates the key). The
+// PyTorch protocol carries no token: a token given for the job
+// (WithToken, TANDEM_TOKEN) still guards the connections between ranks, and
+// Init logs one warning that the store itself is open to whoever can reach
+// it (to the group's WithLogger, else slog.Default()). torchrun
+// --rdzv_backend c10d or --standalone leaves MASTER_PORT free
+// (TORCHELASTIC_USE_AGENT_STORE=False), and rank 0 serves Tandem's own
+// store there, which checks the token.
 func InitFromEnv(ctx context.Context, opts ...InitOption) (*ProcessGroup, error) {
 	return Init(ctx, "env://", opts...)
 }
@@ -229,6 +252,12 @@ type initPlan struct {
 	storeAddr string // tcp: host:port of rank 0's store
 	filePath  string // file: the store's path
 	where     string // the store, for error messages
+	// agentStore: torchrun's agent already serves a PyTorch TCPStore at
+	// storeAddr (TORCHELASTIC_USE_AGENT_STORE=True); every rank dials it
+	// and meets under torch's prefix for this attempt, agentPrefix.
+	agentStore  bool
+	agentPrefix string
+	launcher    launch.Launcher
 }
 
 func planInit(rawURL string, cfg *initConfig) (*initPlan, error) {
@@ -332,11 +361,18 @@ func planInit(rawURL string, cfg *initConfig) (*initPlan, error) {
 		return nil, fmt.Errorf("comm: init: %w", err)
 	}
 	p.env = found.Env
+	p.launcher = found.job.Launcher
 	if p.scheme == "env" {
-		if found.WorldSize == 1 && found.MasterPort == 0 {
+		switch {
+		case found.WorldSize == 1 && found.MasterPort == 0:
 			p.scheme = "" // nothing to meet: a private in-memory store
 			p.where = "an in-memory store"
-		} else {
+		case found.job.AgentStore:
+			p.agentStore = true
+			p.agentPrefix = agentStorePrefix(found.job.RestartCount)
+			p.storeAddr = found.MasterHostPort()
+			p.where = fmt.Sprintf("torchrun's agent store at MASTER_ADDR:MASTER_PORT = %s", p.storeAddr)
+		default:
 			p.storeAddr = found.MasterHostPort()
 			p.where = fmt.Sprintf("the TCP store at MASTER_ADDR:MASTER_PORT = %s", p.storeAddr)
 		}
@@ -344,10 +380,108 @@ func planInit(rawURL string, cfg *initConfig) (*initPlan, error) {
 	return p, nil
 }
 
+// agentStorePrefix is where torch's own workers keep their keys in
+// torchrun's agent store during restart attempt n (torch 1.13's
+// _create_c10d_store: a PrefixStore "/worker/attempt_N"), so that a
+// restarted job starts from an empty namespace.
+func agentStorePrefix(attempt int) string {
+	return "/worker/attempt_" + strconv.Itoa(attempt)
+}
+
+// dialAgentStore joins torchrun's agent store at addr as torch's workers do
+// (a TCPStore client counted in with the world size), under the attempt's
+// prefix. The store speaks PyTorch's protocol, which carries no token: a
+// token given for the job still guards the backend's connections, and
+// logger says that the store is not guarded.
+func dialAgentStore(ctx context.Context, addr, prefix string, rank int, token string, timeout time.Duration, logger *slog.Logger) (store.Store, error) {
+	if token != "" {
+		logger.Warn("comm: init: torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) speaks PyTorch's TCPStore protocol, which cannot check "+TokenEnv+
+			": the token still guards the connections between ranks, but anyone who can reach the store can read and change the rendezvous; "+
+			"run under `torchrun --rdzv_backend c10d` or `tandem run` for a store that checks it",
+			"store", addr)
+	}
+	c, err := torchstore.Dial(ctx, addr, torchstore.CountIn(), torchstore.WithTimeout(timeout), torchstore.WithLogger(logger))
+	if err != nil {
+		return nil, fmt.Errorf("comm: init: rank %d (detected torchrun) could not reach torchrun's agent store at MASTER_ADDR:MASTER_PORT = %s: %w "+
+			"(torchrun's agent serves it while TORCHELASTIC_USE_AGENT_STORE=True: start the program with torchrun, or unset TORCHELASTIC_USE_AGENT_STORE to serve Tandem's own store at MASTER_PORT)",
+			rank, addr, err)
+	}
+	return &agentStoreView{Store: store.NewPrefix(prefix, c), under: c, timeout: timeout}, nil
+}
+
+// agentStoreView is the attempt's prefix of torchrun's agent store, closing
+// the client under it with itself. torch 1.13's TCPStore server wakes the
+// clients waiting for a key when SET or ADD creates it, but not when
+// COMPARE_SET does, and the rendezvous claims ranks with CompareSet: a WAIT
+// (and a GET, which waits first) for a key that does not exist yet could
+// sleep through its creation until its timeout. So the view waits by polling
+// CHECK, every 5 ms at first and every 100 ms at most, and only then asks
+// the server, when the keys exist and its WAIT returns at once.
+type agentStoreView struct {
+	store.Store
+	under   store.Store
+	timeout time.Duration // the default of Wait's zero timeout
+}
+
+// Close closes the view and the client under it.
+func (v *agentStoreView) Close() error { return errors.Join(v.Store.Close(), v.under.Close()) }
+
+// Wait implements store.Store by polling Check.
+func (v *agentStoreView) Wait(ctx context.Context, keys []string, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = v.timeout
+	}
+	return v.until(ctx, keys, timeout)
+}
+
+// Get implements store.Store: it waits for key by polling, then reads it.
+func (v *agentStoreView) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := v.until(ctx, []string{key}, v.timeout); err != nil {
+		return nil, err
+	}
+	return v.Store.Get(ctx, key)
+}
+
+// MultiGet implements store.Store: it waits for keys by polling, then reads
+// them.
+func (v *agentStoreView) MultiGet(ctx context.Context, keys []string) ([][]byte, error) {
+	if err := v.until(ctx, keys, v.timeout); err != nil {
+		return nil, err
+	}
+	return v.Store.MultiGet(ctx, keys)
+}
+
+// until polls Check until every key exists, ctx ends or timeout passes.
+func (v *agentStoreView) until(ctx context.Context, keys []string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	pause := 5 * time.Millisecond
+	for {
+		ok, err := v.Store.Check(ctx, keys)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("%w: comm: waiting for keys %q in torchrun's agent store: not set within %v", store.ErrTimeout, keys, timeout)
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w: comm: waiting for keys %q in torchrun's agent store: %w", store.ErrTimeout, keys, context.Cause(ctx))
+		case <-t.C:
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}
+
 // servesStore reports whether this rank runs the TCP store server that the
-// others depend on.
+// others depend on (under torchrun's agent store, none does).
 func (p *initPlan) servesStore() bool {
-	return p.env.Rank == 0 && (p.scheme == "env" || p.scheme == "tcp")
+	return p.env.Rank == 0 && !p.agentStore && (p.scheme == "env" || p.scheme == "tcp")
 }
 
 // masterIsLoopback reports whether the store lives on this machine's loopback,
@@ -385,6 +519,11 @@ func (p *initPlan) openStore(ctx context.Context, cfg *initConfig) (store.Store,
 		return cfg.st, false, nil
 	case "":
 		return store.NewMemory(sopts...), true, nil
+	case "env":
+		if p.agentStore {
+			st, err := dialAgentStore(ctx, p.storeAddr, p.agentPrefix, p.env.Rank, cfg.token, cfg.timeout, cfg.logger())
+			return st, err == nil, err
+		}
 	case "file":
 		st, err := store.NewFile(p.filePath, sopts...)
 		if err != nil {
@@ -402,17 +541,53 @@ func (p *initPlan) openStore(ctx context.Context, cfg *initConfig) (store.Store,
 		}
 		st, err := store.NewTCP(ctx, listen, true, sopts...)
 		if err != nil {
-			return nil, false, fmt.Errorf("comm: init: rank 0 could not serve the store at %s (is the port taken by another job? pick another MASTER_PORT): %w",
-				listen, err)
+			return nil, false, fmt.Errorf("comm: init: rank 0 (detected %s) could not serve the store at %s: %w (is the port taken by another job? %s)",
+				p.launcher, listen, err, p.portAdvice())
 		}
 		return st, true, nil
 	}
 	st, err := store.NewTCP(ctx, p.storeAddr, false, sopts...)
 	if err != nil {
-		return nil, false, fmt.Errorf("comm: init: rank %d could not reach rank 0's store at %s (is rank 0 running, with the same MASTER_ADDR and MASTER_PORT?): %w",
-			p.env.Rank, p.storeAddr, err)
+		return nil, false, fmt.Errorf("comm: init: rank %d (detected %s) could not reach rank 0's store at %s: %w (is rank 0 running, with the same MASTER_ADDR and MASTER_PORT?)",
+			p.env.Rank, p.launcher, p.storeAddr, err)
 	}
 	return st, true, nil
+}
+
+// portAdvice says how to move rank 0's store to another port under the
+// detected launcher.
+func (p *initPlan) portAdvice() string {
+	if p.scheme == "tcp" {
+		return "pick another port in the URL"
+	}
+	switch p.launcher {
+	case launch.TandemRun:
+		return "pass another port with `tandem run -master HOST:PORT`, or leave -master out on a single node for a free one"
+	case launch.Torchrun:
+		return "pass another `torchrun --master_port PORT`"
+	case launch.OpenMPI:
+		return "pass another one to every rank: `mpirun -x MASTER_PORT=PORT ...`"
+	case launch.PMI:
+		return "pass another one to every rank: `mpiexec -genv MASTER_PORT PORT ...`"
+	case launch.Slurm:
+		return "export another MASTER_PORT before srun (the derived one collides with another job on rank 0's node)"
+	}
+	return "set MASTER_PORT to a free port, the same on every rank"
+}
+
+// logger is where Init reports what it does not fail on: the group's logger
+// (WithGroupOptions(WithLogger(l))), else slog.Default().
+func (c *initConfig) logger() *slog.Logger {
+	var o options
+	for _, opt := range c.groupOpts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.logger == nil {
+		return slog.Default()
+	}
+	return o.logger
 }
 
 // owningTransport closes the stores Init opened once the group closes its

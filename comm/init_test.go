@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/comm/store/torchstore"
 	"gorgonia.org/tensor"
 )
 
@@ -440,4 +442,93 @@ func ExampleInit() {
 	}
 	wg.Wait()
 	// Output: sum: [1 2 4]
+}
+
+// TestInitJoinsTorchrunAgentStore: with TORCHELASTIC_USE_AGENT_STORE=True,
+// as torchrun's static rendezvous sets it, no rank binds MASTER_PORT (a
+// PyTorch TCPStore, standing in for the agent's, already serves it); every
+// rank joins it, counts itself in as torch's workers do, and meets under
+// "/worker/attempt_N" for TORCHELASTIC_RESTART_COUNT=N. A token set for the
+// job draws one warning per rank: the store cannot check it.
+func TestInitJoinsTorchrunAgentStore(t *testing.T) {
+	srv, err := torchstore.NewServer("127.0.0.1:0", torchstore.Unauthenticated())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+	defer func() { srv.Close(); <-served }()
+
+	var logs safeBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	const n = 2
+	pgs, errs := initAll(n, func(r int) (*ProcessGroup, error) {
+		env := map[string]string{"RANK": strconv.Itoa(r), "WORLD_SIZE": "2", "LOCAL_RANK": strconv.Itoa(r),
+			"LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1",
+			"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": strconv.Itoa(srv.Port()),
+			"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "3",
+			"TORCHELASTIC_MAX_RESTARTS": "3", "TORCHELASTIC_RUN_ID": "none", "TANDEM_TOKEN": "secret"}
+		return InitFromEnv(ctx, withLookupEnv(lookupMap(env)), WithoutDefault(),
+			WithGroupOptions(WithLogger(logger)))
+	})
+	requireAll(t, pgs, errs)
+	checkAllReduce(t, pgs)
+
+	// What a torch worker of attempt 3 would see, and the count torch's
+	// TCPStore clients keep.
+	raw, err := torchstore.Dial(ctx, srv.Addr(), torchstore.WithKeyPrefix(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if v, err := raw.Add(ctx, torchstore.InitKey, 0); err != nil || v != n {
+		t.Errorf("init/ counter = %d, %v; want %d (every rank counted in)", v, err, n)
+	}
+	for r := range n {
+		key := "//worker/attempt_3/tandem/rdzv/rank/" + strconv.Itoa(r)
+		if ok, err := raw.Check(ctx, []string{key}); err != nil || !ok {
+			t.Errorf("key %q in the agent store: %v, %v; want it there", key, ok, err)
+		}
+	}
+	if got := strings.Count(logs.String(), "cannot check TANDEM_TOKEN"); got != n {
+		t.Errorf("%d warnings about the unauthenticated store, want one per rank (%d):\n%s", got, n, logs.String())
+	}
+	closeAll(pgs)
+}
+
+// TestInitAgentStoreUnreachable: a rank told that torchrun's agent serves
+// the store, where nothing listens, fails naming torchrun and the fix.
+func TestInitAgentStoreUnreachable(t *testing.T) {
+	env := map[string]string{"RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+		"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": strconv.Itoa(freePort(t)),
+		"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0"}
+	_, err := InitFromEnv(context.Background(), withLookupEnv(lookupMap(env)), WithoutDefault(), WithInitTimeout(500*time.Millisecond))
+	if err == nil {
+		t.Fatal("InitFromEnv succeeded with no agent store")
+	}
+	for _, want := range []string{"detected torchrun", "torchrun's agent store", "TORCHELASTIC_USE_AGENT_STORE"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+}
+
+// safeBuffer is a bytes.Buffer for concurrent writers.
+type safeBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *safeBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *safeBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

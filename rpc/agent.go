@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/comm/store/torchstore"
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/launch"
 )
 
 // WorkerInfo names one worker of the group: its unique name and its id (its
@@ -43,9 +45,11 @@ type Agent struct {
 	st      store.Store
 	ownSt   store.Store // the TCP store the agent made, closed at shutdown
 	token   []byte
-	ln      net.Listener
-	gate    *admit.Gate   // connections in their handshake (handshake.go)
-	warn    *admit.Warner // warnings about refused connections
+	// envToken is the job's TANDEM_TOKEN, the token unless WithToken.
+	envToken string
+	ln       net.Listener
+	gate     *admit.Gate   // connections in their handshake (handshake.go)
+	warn     *admit.Warner // warnings about refused connections
 
 	baseCtx    context.Context
 	cancelBase context.CancelFunc
@@ -125,7 +129,13 @@ func Init(ctx context.Context, name string, rank, worldSize int, opts ...Option)
 	a.serverIC.Store(&sics)
 	a.m.init()
 
-	if err := a.openStore(ctx, rank); err != nil {
+	j, err := o.jobFor(rank, worldSize)
+	if err != nil {
+		a.cancelBase()
+		return nil, err
+	}
+	a.envToken = j.Token
+	if err := a.openStore(ctx, j); err != nil {
 		a.cancelBase()
 		return nil, err
 	}
@@ -135,7 +145,7 @@ func Init(ctx context.Context, name string, rank, worldSize int, opts ...Option)
 			a.abandon()
 		}
 	}()
-	if err := a.listen(); err != nil {
+	if err := a.listen(j); err != nil {
 		return nil, err
 	}
 	if err := a.agreeToken(ctx); err != nil {
@@ -155,63 +165,133 @@ func Init(ctx context.Context, name string, rank, worldSize int, opts ...Option)
 	return a, nil
 }
 
-// InitFromEnv is Init with rank and world size from the environment: RANK
-// and WORLD_SIZE (else OMPI_COMM_WORLD_RANK/SIZE as mpirun sets them, else
-// PMI_RANK/PMI_SIZE, else SLURM_PROCID and SLURM_NTASKS), the variables and
-// order comm.EnvFromOS uses. Without WithStore it rendezvouses through a TCP
-// store at MASTER_ADDR:MASTER_PORT (rank 0 serves it; MASTER_ADDR defaults to
-// 127.0.0.1 when LOCAL_WORLD_SIZE equals WORLD_SIZE). An empty name means
-// "worker<rank>". In a process that also runs a process group, pass the
-// group's store with WithStore rather than serving a second store on the
-// same port.
+// InitFromEnv is Init with this process's place in the job read from the
+// environment by package launch, with the same rules as comm.InitFromEnv:
+// RANK and WORLD_SIZE as tandem run, torchrun and Kubeflow set them, or
+// Open MPI's OMPI_COMM_WORLD_*, PMI's PMI_RANK/PMI_SIZE, Slurm's
+// SLURM_PROCID and step sizes, a Kubernetes indexed Job's
+// JOB_COMPLETION_INDEX (see the launch package for every variable). Without
+// WithStore the workers meet through a TCP store at MASTER_ADDR:MASTER_PORT
+// that rank 0 serves; MASTER_ADDR defaults to 127.0.0.1 when every worker
+// runs on this machine, to the first host of the step's node list under
+// Slurm, and MASTER_PORT to a port derived from the job id under Slurm and
+// Open MPI. Under torchrun's static rendezvous
+// (TORCHELASTIC_USE_AGENT_STORE=True) torchrun's agent already serves a
+// PyTorch TCPStore there: every worker joins it instead, under torch's
+// prefix for the attempt ("/worker/attempt_N", N from
+// TORCHELASTIC_RESTART_COUNT). That store cannot check a token: a token set
+// for the job (WithToken, TANDEM_TOKEN) still guards the agents'
+// connections, and a warning says that the store is open to whoever can
+// reach it.
+//
+// An empty name means "worker<rank>". Errors wrap ErrInvalidArgument and
+// name the launcher detected, what is missing and how to set it. In a
+// process that also runs a process group, pass the group's store with
+// WithStore rather than opening a second one.
 func InitFromEnv(ctx context.Context, name string, opts ...Option) (*Agent, error) {
-	rank, world, err := rankFromEnv()
+	o := newOptions(opts)
+	j, err := launch.Read(os.LookupEnv)
+	if err == nil {
+		err = j.Resolve(o.store == nil)
+	}
 	if err != nil {
-		return nil, err
+		if o.store == nil {
+			return nil, fmt.Errorf("rpc: %w (or pass rpc.WithStore)", err)
+		}
+		return nil, fmt.Errorf("rpc: %w", err)
 	}
-	return Init(ctx, name, rank, world, opts...)
+	return Init(ctx, name, j.Rank, j.WorldSize, append(opts[:len(opts):len(opts)], withJob(j))...)
 }
 
-func rankFromEnv() (rank, world int, err error) {
-	pairs := [][2]string{{"RANK", "WORLD_SIZE"}, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}, {"SLURM_PROCID", "SLURM_NTASKS"}}
-	for _, p := range pairs {
-		r, w := os.Getenv(p[0]), os.Getenv(p[1])
-		if r == "" && w == "" {
-			continue
+// jobFor is the job Init runs in: the one InitFromEnv read, else the
+// environment's, with Init's rank and world size, checked and, when the
+// agent needs a store of its own, with rank 0's address resolved.
+func (o *options) jobFor(rank, world int) (launch.Job, error) {
+	j := launch.Job{}
+	if o.job != nil {
+		j = *o.job
+	} else {
+		var err error
+		// With WithStore only the token and rank 0's host (to pick the
+		// listening address) come from the environment: a launcher's
+		// variables that do not fit Init's rank and world size are no error.
+		if j, err = launch.Read(os.LookupEnv); err != nil && o.store == nil {
+			return j, fmt.Errorf("rpc: %w (or pass rpc.WithStore)", err)
 		}
-		rank, err1 := strconv.Atoi(r)
-		world, err2 := strconv.Atoi(w)
-		if err1 != nil || err2 != nil {
-			return 0, 0, fmt.Errorf("%w: rpc: %s=%q and %s=%q must be integers", ErrInvalidArgument, p[0], r, p[1], w)
-		}
-		return rank, world, nil
 	}
-	return 0, 0, fmt.Errorf("%w: rpc: RANK and WORLD_SIZE are not set (launch with tandem run, torchrun-style variables, mpirun or Slurm, or call Init)", ErrInvalidArgument)
+	if j.Rank != rank || j.WorldSize != world {
+		j.Rank, j.WorldSize = rank, world
+		j.Sources.Rank, j.Sources.WorldSize = "rpc.Init's rank", "rpc.Init's world size"
+	}
+	if o.store != nil {
+		return j, nil
+	}
+	if err := j.Resolve(true); err != nil {
+		return j, fmt.Errorf("rpc: %w (or pass rpc.WithStore)", err)
+	}
+	return j, nil
 }
 
-func (a *Agent) openStore(ctx context.Context, rank int) error {
+// agentStorePrefix is where torch's workers keep their keys in torchrun's
+// agent store during restart attempt n (torch 1.13: a PrefixStore
+// "/worker/attempt_N"), as comm does too.
+func agentStorePrefix(attempt int) string {
+	return "/worker/attempt_" + strconv.Itoa(attempt)
+}
+
+func (a *Agent) openStore(ctx context.Context, j launch.Job) error {
 	if a.opts.store != nil {
 		a.st = a.opts.store
 		return nil
 	}
-	host, port := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT")
-	if host == "" && os.Getenv("LOCAL_WORLD_SIZE") != "" && os.Getenv("LOCAL_WORLD_SIZE") == os.Getenv("WORLD_SIZE") {
-		host = "127.0.0.1" // every worker runs on this machine
+	if j.WorldSize == 1 && j.MasterPort == 0 {
+		// A world of one that was given no store meets nobody.
+		s := store.NewMemory()
+		a.st, a.ownSt = s, s
+		return nil
 	}
-	if host == "" || port == "" {
-		return fmt.Errorf("%w: rpc: no store: pass WithStore, or set MASTER_ADDR and MASTER_PORT (tandem run does)", ErrInvalidArgument)
+	addr := j.MasterHostPort()
+	if j.AgentStore {
+		if a.opts.tokenSet && a.opts.token != "" || !a.opts.tokenSet && j.Token != "" {
+			a.opts.logger.Warn("rpc: torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) speaks PyTorch's TCPStore protocol, which cannot check "+TokenEnv+
+				": the token still guards the connections between workers, but anyone who can reach the store can read and change the rendezvous; "+
+				"run under `torchrun --rdzv_backend c10d` or `tandem run` for a store that checks it",
+				"store", addr)
+		}
+		c, err := torchstore.Dial(ctx, addr, torchstore.CountIn(), torchstore.WithTimeout(a.opts.timeout), torchstore.WithLogger(a.opts.logger))
+		if err != nil {
+			return fmt.Errorf("rpc: worker %d (detected torchrun) could not reach torchrun's agent store at MASTER_ADDR:MASTER_PORT = %s: %w "+
+				"(torchrun's agent serves it while TORCHELASTIC_USE_AGENT_STORE=True: start the program with torchrun, or unset TORCHELASTIC_USE_AGENT_STORE to serve Tandem's own store at MASTER_PORT)",
+				j.Rank, addr, err)
+		}
+		a.st = store.NewPrefix(agentStorePrefix(j.RestartCount), c)
+		a.ownSt = &closeBoth{Store: a.st, under: c}
+		return nil
 	}
 	sopts := []store.Option{store.WithTimeout(a.opts.timeout), store.WithLogger(a.opts.logger)}
 	if a.opts.tokenSet {
 		sopts = append(sopts, store.WithToken(a.opts.token))
 	}
-	s, err := store.NewTCP(ctx, net.JoinHostPort(host, port), rank == 0, sopts...)
+	s, err := store.NewTCP(ctx, addr, j.Rank == 0, sopts...)
 	if err != nil {
-		return fmt.Errorf("rpc: store at %s:%s: %w", host, port, err)
+		if j.Rank == 0 {
+			return fmt.Errorf("rpc: worker 0 (detected %s) could not serve the store at MASTER_ADDR:MASTER_PORT = %s: %w (is the port taken? give the job another MASTER_PORT, or pass rpc.WithStore)",
+				j.Launcher, addr, err)
+		}
+		return fmt.Errorf("rpc: worker %d (detected %s) could not reach worker 0's store at MASTER_ADDR:MASTER_PORT = %s: %w (is worker 0 running, with the same MASTER_ADDR and MASTER_PORT?)",
+			j.Rank, j.Launcher, addr, err)
 	}
 	a.st, a.ownSt = s, s
 	return nil
 }
+
+// closeBoth is a prefix view that closes the store under it with itself.
+type closeBoth struct {
+	store.Store
+	under store.Store
+}
+
+func (c *closeBoth) Close() error { return errors.Join(c.Store.Close(), c.under.Close()) }
 
 // abandon releases what a failed Init had opened.
 func (a *Agent) abandon() {
@@ -224,10 +304,10 @@ func (a *Agent) abandon() {
 	}
 }
 
-func (a *Agent) listen() error {
+func (a *Agent) listen(j launch.Job) error {
 	addr := a.opts.listenAddr
 	if addr == "" {
-		addr = net.JoinHostPort(defaultHost(), "0")
+		addr = net.JoinHostPort(defaultHost(j), "0")
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -237,20 +317,21 @@ func (a *Agent) listen() error {
 	return nil
 }
 
-// defaultHost is the local address that reaches MASTER_ADDR, or loopback.
-func defaultHost() string {
-	m := os.Getenv("MASTER_ADDR")
+// defaultHost is the local address that reaches rank 0's host (the job's
+// MASTER_ADDR), or loopback.
+func defaultHost(j launch.Job) string {
+	m := j.MasterAddr
 	if m == "" || m == "localhost" {
 		return "127.0.0.1"
 	}
 	if ip := net.ParseIP(m); ip != nil && ip.IsLoopback() {
 		return "127.0.0.1"
 	}
-	port := os.Getenv("MASTER_PORT")
-	if port == "" {
-		port = "29500"
+	port := 29500
+	if j.MasterPort > 0 {
+		port = j.MasterPort
 	}
-	c, err := net.Dial("udp", net.JoinHostPort(m, port)) // sends nothing
+	c, err := net.Dial("udp", net.JoinHostPort(m, strconv.Itoa(port))) // sends nothing
 	if err != nil {
 		return "127.0.0.1"
 	}
@@ -278,7 +359,7 @@ func (a *Agent) key(k string) string { return a.opts.storePrefix + k }
 func (a *Agent) agreeToken(ctx context.Context) error {
 	tok := a.opts.token
 	if !a.opts.tokenSet {
-		tok = os.Getenv(TokenEnv)
+		tok = a.envToken
 	}
 	if tok == "" {
 		var b [32]byte

@@ -16,10 +16,17 @@
 //	agent, err := rpc.InitFromEnv(ctx, "worker1", rpc.WithRegistry(reg))
 //	defer agent.Shutdown(ctx, true)
 //
-// InitFromEnv reads RANK and WORLD_SIZE and meets the others through a TCP
-// store at MASTER_ADDR:MASTER_PORT (rank 0 serves it); Init takes rank and
-// world size explicitly, and WithStore passes a store already open (one
-// shared with a process group, say).
+// InitFromEnv reads this process's place in the job through package launch,
+// by the rules comm.InitFromEnv uses (tandem run, torchrun, Kubeflow,
+// Kubernetes indexed Jobs, Open MPI, PMI, Slurm; its errors name the
+// launcher detected and the fix), and meets the others through a TCP store
+// at MASTER_ADDR:MASTER_PORT (rank 0 serves it). Under torchrun's static
+// rendezvous (TORCHELASTIC_USE_AGENT_STORE=True) every worker joins the
+// PyTorch TCPStore that torchrun's agent serves there instead, under torch's
+// "/worker/attempt_N" prefix; that store cannot check a token (a warning
+// says so when one is set), while the agents' own connections still prove
+// it. Init takes rank and world size explicitly, and WithStore passes a
+// store already open (one shared with a process group, say).
 //
 // # Calling
 //

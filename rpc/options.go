@@ -10,6 +10,7 @@ import (
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/internal/admit"
 	"github.com/tandemml/tandem/internal/liveness"
+	"github.com/tandemml/tandem/launch"
 )
 
 // Defaults.
@@ -25,8 +26,8 @@ const (
 	// DefaultMaxMessageSize bounds one frame (head and tensor data).
 	DefaultMaxMessageSize = 1 << 30
 	// TokenEnv names the variable that supplies the shared token when
-	// WithToken is not given.
-	TokenEnv = "TANDEM_TOKEN"
+	// WithToken is not given: launch.TokenEnv.
+	TokenEnv = launch.TokenEnv
 )
 
 // Option configures an agent (Init, InitFromEnv).
@@ -50,6 +51,7 @@ type options struct {
 	handshakeLimit time.Duration
 	sameHostCopy   bool
 	live           liveness.Config
+	job            *launch.Job // the job InitFromEnv read; nil: read the environment
 }
 
 func newOptions(opts []Option) options {
@@ -75,6 +77,10 @@ func newOptions(opts []Option) options {
 	}
 	return o
 }
+
+// withJob hands Init the job InitFromEnv read, so that the environment is
+// read once.
+func withJob(j launch.Job) Option { return func(o *options) { o.job = &j } }
 
 // WithStore makes the agent rendezvous through s (shared with a process
 // group, say) instead of a TCP store built from MASTER_ADDR and MASTER_PORT.

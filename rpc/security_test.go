@@ -14,7 +14,6 @@ import (
 	"io"
 	"math/big"
 	"net"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -368,26 +367,45 @@ func TestNoGoroutineLeak(t *testing.T) {
 	checkGoroutines(t, before)
 }
 
-func TestRankFromEnv(t *testing.T) {
-	for _, v := range []string{"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"} {
-		t.Setenv(v, "")
-		os.Unsetenv(v)
+// TestInitFromEnvReadsLaunch: InitFromEnv reads the job through package
+// launch, whose errors name the launcher and the fix.
+func TestInitFromEnvReadsLaunch(t *testing.T) {
+	for _, v := range []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+		"MASTER_ADDR", "MASTER_PORT", "TANDEM_RESTART_COUNT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
+		"TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE", "PET_NODE_RANK", "PET_NNODES", "PET_NPROC_PER_NODE",
+		"PET_MASTER_ADDR", "JOB_COMPLETION_INDEX", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+		"OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK",
+		"SLURM_PROCID", "SLURM_STEP_ID", "SLURM_NTASKS", TokenEnv} {
+		t.Setenv(v, "") // empty reads as unset
 	}
-	if _, _, err := rankFromEnv(); !errors.Is(err, ErrInvalidArgument) {
+	ctx := context.Background()
+	_, err := InitFromEnv(ctx, "")
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "no launcher detected") || !strings.Contains(err.Error(), "tandem run") {
 		t.Fatalf("no variables: %v", err)
 	}
-	t.Setenv("SLURM_PROCID", "3")
-	t.Setenv("SLURM_NTASKS", "4")
-	if r, w, err := rankFromEnv(); err != nil || r != 3 || w != 4 {
-		t.Fatalf("slurm: %d %d %v", r, w, err)
+	t.Setenv("RANK", "x")
+	t.Setenv("WORLD_SIZE", "2")
+	if _, err := InitFromEnv(ctx, ""); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), `RANK="x"`) {
+		t.Fatalf("bad RANK: %v", err)
 	}
 	t.Setenv("RANK", "1")
-	t.Setenv("WORLD_SIZE", "2")
-	if r, w, err := rankFromEnv(); err != nil || r != 1 || w != 2 {
-		t.Fatalf("RANK wins: %d %d %v", r, w, err)
+	if _, err := InitFromEnv(ctx, ""); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "MASTER_ADDR") ||
+		!strings.Contains(err.Error(), "rpc.WithStore") {
+		t.Fatalf("no master: %v", err)
 	}
-	t.Setenv("RANK", "x")
-	if _, _, err := rankFromEnv(); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "RANK") {
-		t.Fatalf("bad RANK: %v", err)
+	t.Setenv("RANK", "")
+	t.Setenv("WORLD_SIZE", "")
+	// mpirun -np 1: a world of one needs no store.
+	t.Setenv("OMPI_COMM_WORLD_RANK", "0")
+	t.Setenv("OMPI_COMM_WORLD_SIZE", "1")
+	a, err := InitFromEnv(ctx, "")
+	if err != nil {
+		t.Fatalf("Open MPI world of one: %v", err)
+	}
+	if a.Self() != (WorkerInfo{Name: "worker0", ID: 0}) || len(a.Workers()) != 1 {
+		t.Errorf("self %v, workers %v", a.Self(), a.Workers())
+	}
+	if err := a.Shutdown(ctx, true); err != nil {
+		t.Fatal(err)
 	}
 }

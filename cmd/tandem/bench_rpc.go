@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/launch"
 	"github.com/tandemml/tandem/rpc"
 	"github.com/tandemml/tandem/rref"
 	"gorgonia.org/tensor"
@@ -206,8 +207,13 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 			return nil, fmt.Errorf("finding this executable to start the peer: %w", err)
 		}
 		_, port, _ := net.SplitHostPort(st.Addr())
+		portNum, _ := strconv.Atoi(port)
 		cmd := exec.CommandContext(ctx, exe, "bench", "rpc", "-peer", "-no-same-host-copy="+strconv.FormatBool(!cfg.sameHostCopy))
-		cmd.Env = append(os.Environ(), "RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, rpc.TokenEnv+"="+token)
+		peer := launch.Job{
+			Launcher: launch.TandemRun, Rank: 1, WorldSize: 2, LocalRank: 1, LocalWorldSize: 2, NodeRank: 0, NumNodes: 1,
+			MasterAddr: "127.0.0.1", MasterPort: portNum, MaxRestarts: 0, Token: token,
+		}
+		cmd.Env = launch.Overlay(os.Environ(), peer.Environ())
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
 			return nil, fmt.Errorf("starting the peer: %w", err)

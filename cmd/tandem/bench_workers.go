@@ -16,8 +16,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"sync"
+
+	"github.com/tandemml/tandem/launch"
 )
 
 // workerLauncher builds the command that runs one worker process of a
@@ -40,10 +41,11 @@ func selfLauncher(bench string) workerLauncher {
 
 // runBenchWorkers runs n worker processes on this machine, all with the
 // flags args and the environment env plus their rank's (RANK, WORLD_SIZE,
-// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TANDEM_TOKEN), and
+// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TANDEM_TOKEN...:
+// launch.Job.Environ of a one-node job, as tandem run sets them), and
 // returns every line rank 0 printed, decoded from JSON. Their stderr goes to
 // ours. When one rank fails the others are killed, as they are when ctx ends.
-func runBenchWorkers[T any](ctx context.Context, n int, launch workerLauncher, args, env []string) ([]T, error) {
+func runBenchWorkers[T any](ctx context.Context, n int, start workerLauncher, args, env []string) ([]T, error) {
 	port, err := benchMasterPort()
 	if err != nil {
 		return nil, err
@@ -59,12 +61,12 @@ func runBenchWorkers[T any](ctx context.Context, n int, launch workerLauncher, a
 		wg       sync.WaitGroup
 	)
 	for r := range n {
-		cmd, err := launch(args, append(env[:len(env):len(env)],
-			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
-			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(n),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			"TANDEM_TOKEN="+hex.EncodeToString(secret[:]),
-		))
+		job := launch.Job{
+			Launcher: launch.TandemRun, Rank: r, WorldSize: n, LocalRank: r, LocalWorldSize: n,
+			NodeRank: 0, NumNodes: 1, MasterAddr: "127.0.0.1", MasterPort: port,
+			MaxRestarts: 0, Token: hex.EncodeToString(secret[:]),
+		}
+		cmd, err := start(args, launch.Overlay(env, job.Environ()))
 		if err != nil {
 			cancel()
 			wg.Wait()

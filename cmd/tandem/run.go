@@ -17,11 +17,11 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/launch"
 )
 
 func init() {
@@ -34,7 +34,7 @@ func init() {
 // Defaults of `tandem run`.
 const (
 	defaultGrace = 5 * time.Second
-	tokenEnv     = "TANDEM_TOKEN"
+	tokenEnv     = launch.TokenEnv
 )
 
 // runConfig is a parsed and checked `tandem run` command line.
@@ -61,38 +61,23 @@ func (c runConfig) worldSize() int { return c.nproc * c.nnodes }
 func (c runConfig) rank(local int) int { return c.nodeRank*c.nproc + local }
 
 // workerEnv is the environment of this node's worker number local: the
-// launcher's own environment with the job's variables set over it.
+// launcher's own environment with the job's variables (launch.Job.Environ)
+// set over it.
 func (c runConfig) workerEnv(base []string, local int) []string {
-	set := [][2]string{
-		{"RANK", strconv.Itoa(c.rank(local))},
-		{"WORLD_SIZE", strconv.Itoa(c.worldSize())},
-		{"LOCAL_RANK", strconv.Itoa(local)},
-		{"LOCAL_WORLD_SIZE", strconv.Itoa(c.nproc)},
-		{"GROUP_RANK", strconv.Itoa(c.nodeRank)},
-		{"MASTER_ADDR", c.masterAddr},
-		{"MASTER_PORT", strconv.Itoa(c.masterPort)},
-		{tokenEnv, c.token},
-		{"TANDEM_RESTART_COUNT", strconv.Itoa(c.restart)},
-		{"TANDEM_MAX_RESTARTS", strconv.Itoa(c.maxRestarts)},
+	return launch.Overlay(base, c.job(local).Environ())
+}
+
+// job is this node's worker number local as package launch describes it.
+func (c runConfig) job(local int) launch.Job {
+	return launch.Job{
+		Launcher: launch.TandemRun,
+		Rank:     c.rank(local), WorldSize: c.worldSize(),
+		LocalRank: local, LocalWorldSize: c.nproc,
+		NodeRank: c.nodeRank, NumNodes: c.nnodes,
+		MasterAddr: c.masterAddr, MasterPort: c.masterPort,
+		RestartCount: c.restart, MaxRestarts: c.maxRestarts,
+		Token: c.token,
 	}
-	env := make([]string, 0, len(base)+len(set))
-	for _, kv := range base {
-		name, _, _ := strings.Cut(kv, "=")
-		overridden := false
-		for _, s := range set {
-			if name == s[0] {
-				overridden = true
-				break
-			}
-		}
-		if !overridden {
-			env = append(env, kv)
-		}
-	}
-	for _, s := range set {
-		env = append(env, s[0]+"="+s[1])
-	}
-	return env
 }
 
 // usageError is a mistake on the command line: it wraps errs.InvalidArgument
@@ -295,7 +280,7 @@ func runRun(ctx context.Context, args []string) error {
 // worker that cannot be started ends the job without a restart.
 func runJob(ctx context.Context, cfg runConfig, stdout, stderr io.Writer, signals <-chan os.Signal) error {
 	for {
-		err := launch(ctx, cfg, stdout, stderr, signals)
+		err := startWorkers(ctx, cfg, stdout, stderr, signals)
 		var ee *exitError
 		if err == nil || cfg.restart >= cfg.maxRestarts || !errors.As(err, &ee) || !ee.workerFailed || ctx.Err() != nil {
 			if err != nil && cfg.restart > 0 && errors.As(err, &ee) {

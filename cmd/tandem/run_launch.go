@@ -81,12 +81,12 @@ type supervisor struct {
 	killed   bool
 }
 
-// launch starts cfg.nproc workers, prefixes their output onto stdout and
+// startWorkers starts cfg.nproc workers, prefixes their output onto stdout and
 // stderr, and waits for them all. Signals arriving on signals are passed on
 // to the workers; a cancelled ctx stops them with SIGTERM. The returned error
 // carries the job's exit status in its ExitCode method; nil means every
 // worker exited with status 0.
-func launch(ctx context.Context, cfg runConfig, stdout, stderr io.Writer, signals <-chan os.Signal) error {
+func startWorkers(ctx context.Context, cfg runConfig, stdout, stderr io.Writer, signals <-chan os.Signal) error {
 	path, err := exec.LookPath(cfg.argv[0])
 	if err != nil {
 		return &exitError{code: 127, msg: fmt.Sprintf("cannot run %q: %v", cfg.argv[0], err), err: err}

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/launch"
 )
 
 // syncBuffer is an io.Writer the launcher writes to while the test reads.
@@ -57,7 +58,7 @@ func launchArgs(t *testing.T, ctx context.Context, signals <-chan os.Signal, arg
 	mustNoErr(t, err)
 	mustNoErr(t, cfg.defaultMaster())
 	var out, errOut syncBuffer
-	err = launch(ctx, cfg, &out, &errOut, signals)
+	err = startWorkers(ctx, cfg, &out, &errOut, signals)
 	return out.String(), errOut.String(), err
 }
 
@@ -508,9 +509,17 @@ func TestRunWorkerEnvOverridesInherited(t *testing.T) {
 	env := cfg.workerEnv([]string{"PATH=/bin", "RANK=99", "MASTER_PORT=1", "A=b=c", "TANDEM_RESTART_COUNT=9"}, 1)
 	checkEqual(t, []string{
 		"PATH=/bin", "A=b=c",
-		"RANK=5", "WORLD_SIZE=6", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "GROUP_RANK=2",
-		"MASTER_ADDR=m", "MASTER_PORT=7", "TANDEM_TOKEN=t", "TANDEM_RESTART_COUNT=1", "TANDEM_MAX_RESTARTS=4",
+		"RANK=5", "WORLD_SIZE=6", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "GROUP_RANK=2", "GROUP_WORLD_SIZE=3",
+		"MASTER_ADDR=m", "MASTER_PORT=7", "TANDEM_TOKEN=t", "TANDEM_RESTART_COUNT=1", "TANDEM_MAX_RESTARTS=4", "TANDEM_RUN_ID=",
 	}, env)
+	// What a worker reads back through package launch is what was meant.
+	j, err := launch.From(launch.Lookup(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEqual(t, launch.TandemRun, j.Launcher)
+	checkEqual(t, [8]int{5, 6, 1, 2, 2, 3, 1, 4}, [8]int{j.Rank, j.WorldSize, j.LocalRank, j.LocalWorldSize, j.NodeRank, j.NumNodes, j.RestartCount, j.MaxRestarts})
+	checkEqual(t, "m:7 t", j.MasterHostPort()+" "+j.Token)
 }
 
 // waitForFiles waits (at most 10 s) until every named file exists in dir.

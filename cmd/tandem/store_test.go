@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/comm/store/torchstore"
 )
 
 // storeProcess starts `tandem store` with args and environment entries env
@@ -166,4 +168,66 @@ func TestBenchStoreRejectsBadFlags(t *testing.T) {
 		err := benchStore(context.Background(), args)
 		mustTrue(t, err != nil, "bench store %q succeeded", args)
 	}
+}
+
+func TestStoreCommandTorchProtocolNeedsInsecure(t *testing.T) {
+	_, err := parseStoreFlags([]string{"-torch-protocol"})
+	mustTrue(t, errors.Is(err, errTorchNeedsInsecure), "-torch-protocol alone: %v", err)
+	_, err = parseStoreFlags([]string{"-torch-protocol", "-insecure", "-token", "t"})
+	mustTrue(t, errors.Is(err, errTorchNeedsInsecure), "-torch-protocol -token: %v", err)
+	f, err := parseStoreFlags([]string{"-torch-protocol", "-insecure"})
+	mustNoErr(t, err)
+	mustTrue(t, f.torch && f.insecure, "flags %+v", f)
+
+	cmd, out, errOut := tandemProcess(t, "store", "-torch-protocol", "-addr", "127.0.0.1:0")
+	cmd.Env = append(cmd.Env, store.TokenEnv+"=set")
+	mustTrue(t, cmd.Run() != nil, "tandem store -torch-protocol without -insecure succeeded")
+	checkEqual(t, "", out.String())
+	for _, hint := range []string{"cannot authenticate", "-insecure", "drop -torch-protocol"} {
+		checkContains(t, errOut.String(), hint)
+	}
+}
+
+// TestStoreCommandTorchProtocol: `tandem store -torch-protocol -insecure`
+// serves PyTorch's TCPStore protocol, says loudly that it is
+// unauthenticated, and a Go torchstore client and (where torch is
+// installed) a Python torch.distributed.TCPStore share its keys.
+func TestStoreCommandTorchProtocol(t *testing.T) {
+	cmd, addr, out, errOut := storeProcess(t, []string{store.TokenEnv + "=ignored"}, "-addr", "127.0.0.1:0", "-torch-protocol", "-insecure")
+	checkContains(t, out.String(), "(PyTorch TCPStore protocol; UNAUTHENTICATED")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := torchstore.Dial(ctx, addr)
+	mustNoErr(t, err)
+	defer c.Close()
+	mustNoErr(t, c.Set(ctx, "from-go", []byte("hello python")))
+	n, err := c.Add(ctx, "counter", 2)
+	mustNoErr(t, err)
+	checkEqual(t, int64(2), n)
+
+	if py, err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").CombinedOutput(); err != nil {
+		if os.Getenv("CI") == "" {
+			t.Logf("not checking a Python client: /usr/bin/python3 cannot import torch.distributed (%v: %s)", err, strings.TrimSpace(string(py)))
+		} else {
+			t.Fatalf("/usr/bin/python3 cannot import torch.distributed under CI: %v: %s", err, py)
+		}
+	} else {
+		host, port, _ := net.SplitHostPort(addr)
+		script := `import sys, datetime, torch.distributed as d
+s = d.TCPStore(sys.argv[1], int(sys.argv[2]), None, False, datetime.timedelta(seconds=30))
+print(s.get("from-go").decode())
+print(s.add("counter", 3))
+s.set("from-python", "hello go")`
+		got, err := exec.CommandContext(ctx, "/usr/bin/python3", "-c", script, host, port).CombinedOutput()
+		mustNoErr(t, err, "python: %s", got)
+		checkEqual(t, "hello python\n5\n", string(got))
+		v, err := c.Get(ctx, "from-python")
+		mustNoErr(t, err)
+		checkEqual(t, "hello go", string(v))
+	}
+
+	mustNoErr(t, cmd.Process.Signal(os.Interrupt))
+	mustNoErr(t, cmd.Wait(), "stderr: %s", errOut)
+	checkContains(t, errOut.String(), "WITHOUT AUTHENTICATION")
+	checkContains(t, errOut.String(), store.TokenEnv+" is set but ignored")
 }

@@ -4,11 +4,13 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/tandemml/tandem/launch"
 )
 
 // TokenEnv names the environment variable that supplies the default shared
-// secret of TCP stores when WithToken is not given.
-const TokenEnv = "TANDEM_TOKEN"
+// secret of TCP stores when WithToken is not given: launch.TokenEnv.
+const TokenEnv = launch.TokenEnv
 
 // Default size limits of the TCP store protocol.
 const (

@@ -35,6 +35,7 @@ import (
 	"github.com/tandemml/tandem/data"
 	"github.com/tandemml/tandem/ddp"
 	"github.com/tandemml/tandem/internal/blas"
+	"github.com/tandemml/tandem/launch"
 )
 
 // Fashion-MNIST's pixel mean and standard deviation over the training set
@@ -119,13 +120,21 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return nil
 	}
 
-	pg, err := joinJob(ctx, stdout)
+	job, err := launch.Read(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	pg, err := joinJob(ctx, job, stdout)
 	if err != nil {
 		return err
 	}
 	defer pg.Close()
+	note := resumeOnRestart(&cfg, job)
 	if pg.Rank() == 0 {
 		fmt.Fprintf(stdout, "ddp_fashion: %d rank(s), BLAS %s\n", pg.Size(), blas.Name)
+		if note != "" {
+			fmt.Fprintln(stdout, "ddp_fashion: "+note)
+		}
 	}
 	trainSet, testSet, err := loadFashion(ctx, *dataDir, *download)
 	if err != nil {
@@ -136,13 +145,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 // joinJob returns the world group: from the launcher's environment (tandem
-// run, torchrun, mpirun, Slurm), or a group of one when no launcher started
-// this process.
-func joinJob(ctx context.Context, stdout io.Writer) (*comm.ProcessGroup, error) {
-	for _, v := range []string{"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"} {
-		if _, ok := os.LookupEnv(v); ok {
-			return comm.InitFromEnv(ctx)
-		}
+// run, torchrun, mpirun, Slurm, Kubeflow: whatever package launch
+// recognised in job), or a group of one when no launcher started this
+// process.
+func joinJob(ctx context.Context, job launch.Job, stdout io.Writer) (*comm.ProcessGroup, error) {
+	if job.Launcher != launch.Unknown {
+		return comm.InitFromEnv(ctx)
 	}
 	fmt.Fprintln(stdout, "ddp_fashion: no launcher environment (RANK, WORLD_SIZE); training in this process alone")
 	groups, err := local.NewGroups(ctx, 1)
@@ -150,6 +158,38 @@ func joinJob(ctx context.Context, stdout io.Writer) (*comm.ProcessGroup, error) 
 		return nil, err
 	}
 	return groups[0], nil
+}
+
+// restartVar names the variable that counts restarts under job's launcher.
+func restartVar(l launch.Launcher) string {
+	switch l {
+	case launch.Torchrun:
+		return "TORCHELASTIC_RESTART_COUNT"
+	case launch.Slurm:
+		return "SLURM_RESTART_COUNT"
+	}
+	return launch.RestartCountEnv
+}
+
+// resumeOnRestart turns on cfg.Resume when the launcher restarted this job
+// (job.RestartCount > 0: TORCHELASTIC_RESTART_COUNT under torchrun,
+// TANDEM_RESTART_COUNT under tandem run, SLURM_RESTART_COUNT under Slurm):
+// the checkpoints in cfg.Out are then this run's, written before the
+// failure, and a restart that started over would delete them. It returns
+// what it did, for rank 0 to print, or "" on a first start.
+func resumeOnRestart(cfg *config, job launch.Job) string {
+	if job.RestartCount == 0 {
+		return ""
+	}
+	what := fmt.Sprintf("restart %d (%s=%d, %s)", job.RestartCount, restartVar(job.Launcher), job.RestartCount, job.Launcher)
+	switch {
+	case cfg.Out == "":
+		return what + ", but -out is empty: no checkpoint to resume from, starting over"
+	case cfg.Resume:
+		return what + ": resuming from the newest checkpoint in " + cfg.Out
+	}
+	cfg.Resume = true
+	return what + ": resuming from the newest checkpoint in " + cfg.Out + " (as -resume would)"
 }
 
 // loadFashion loads both splits, normalised, from dir or the default places.
