@@ -1,7 +1,6 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strconv"
@@ -12,24 +11,6 @@ import (
 
 	"github.com/tandemml/tandem/comm/store/torchstore"
 )
-
-// lockedBuffer is a bytes.Buffer for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestAgentsJoinTorchrunAgentStore: under torchrun's static rendezvous
 // (TORCHELASTIC_USE_AGENT_STORE=True) the agents join the PyTorch TCPStore
@@ -53,7 +34,7 @@ func TestAgentsJoinTorchrunAgentStore(t *testing.T) {
 		TokenEnv: "agent-store-secret"} {
 		t.Setenv(k, v)
 	}
-	var logs lockedBuffer
+	var logs syncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	agents := make([]*Agent, 2)
 	errs := make([]error, 2)

@@ -77,23 +77,6 @@ func (w *wiretap) bytes() []byte {
 	return bytes.Clone(w.buf.Bytes())
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A call between two workers goes through a wiretap: it works, and the
 // bytes of its handshake (and of the whole connection) hold no trace of the
 // token. A worker with another token, through the same tap, is refused on
@@ -101,7 +84,7 @@ func (l *lockedBuffer) String() string {
 func TestTokenNeverOnTheWire(t *testing.T) {
 	const token = "rpc-tok-5d81e2-never-on-the-wire"
 	const other = "rpc-tok-other-never-on-the-wire"
-	logs := &lockedBuffer{}
+	logs := &syncBuffer{}
 	st := store.NewMemory()
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -104,7 +104,8 @@ func WithListenAddr(addr string) Option { return func(o *options) { o.listenAddr
 // from the listening host (a NAT, a listening address of 0.0.0.0).
 func WithAdvertiseHost(host string) Option { return func(o *options) { o.advertiseHost = host } }
 
-// WithToken sets the shared secret every connection presents. Without it the
+// WithToken sets the shared secret that both ends of every connection prove
+// they know, by a challenge-response that never sends it. Without it the
 // agent uses TANDEM_TOKEN, and if that is unset too, the workers agree on a
 // random token through the store (the first to ask creates it), so that only
 // processes that can reach the store can connect.

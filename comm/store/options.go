@@ -71,9 +71,12 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// WithToken sets the shared secret that TCP store clients present and servers
-// demand. Without it the value of the TANDEM_TOKEN environment variable is used.
-// A server with an empty token accepts every client.
+// WithToken sets the shared secret of TCP store clients and servers. Both
+// sides prove that they know it with a challenge-response (the token itself
+// never crosses the wire). Without it the value of the TANDEM_TOKEN
+// environment variable is used. A server with an empty token accepts every
+// client; a client with a token refuses a server without one, since such a
+// server cannot prove it is the job's store.
 func WithToken(token string) Option {
 	return func(c *config) {
 		c.token = token

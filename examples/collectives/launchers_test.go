@@ -347,9 +347,8 @@ func TestMpirun(t *testing.T) {
 // Std, and Python 3.11 no longer yields the zero member NONE.
 //
 // torchrun's default, static rendezvous (no --standalone, no
-// --rdzv_backend) has its agent serve a PyTorch TCPStore on MASTER_PORT and
-// set TORCHELASTIC_USE_AGENT_STORE=True; Tandem cannot join that store
-// until it speaks PyTorch's store protocol, and that case is not here.
+// --rdzv_backend), where the ranks join the agent's PyTorch TCPStore, is
+// TestTorchrunAgentStore's.
 func TestTorchrun(t *testing.T) {
 	torchrun := need(t, "python3-torch", "torchrun")
 	bin := program(t)

@@ -42,6 +42,12 @@
 //     atomic), and Append returns an error wrapping errors.ErrUnsupported and
 //     store.ErrInvalidArgument: COMPARE_SET does not say whether it swapped,
 //     so no safe append can be built from it.
+//   - torch 1.13's server does not wake a waiting client when COMPARE_SET
+//     creates the key it waits for (checked against Python): a Wait or Get
+//     for a key that another client creates with CompareSet sleeps until its
+//     timeout. Code that meets on such keys polls with Check instead, as
+//     comm's rendezvous does on torchrun's agent store. This package's own
+//     server wakes waiters on every write.
 //
 // Later versions of torch changed the protocol. As read in PyTorch's source,
 // and neither tested here nor claimed to work: torch 2.x added APPEND,
