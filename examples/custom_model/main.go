@@ -246,6 +246,8 @@ func validator(model *Recommender, val *data.TensorDataset, dt tensor.Dtype) (fu
 		}
 		batch = b
 	}
+	buildMu.Lock()
+	defer buildMu.Unlock()
 	b := models.NewBuilder(nil, models.WithMode(models.Eval))
 	user, item := b.Bind("user", batch.Tensor("user")), b.Bind("item", batch.Tensor("item"))
 	target := b.Bind("target", batch.Tensor("target"))
@@ -399,4 +401,3 @@ func paramNames(m models.Module) string {
 	}
 	return strings.Join(s, ", ")
 }
-

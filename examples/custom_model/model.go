@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -159,6 +160,8 @@ type graphs struct {
 // batches of n examples. The input nodes are named "user", "item" and
 // "target", the data set's field names, so a batch feeds them by name.
 func build(m *Recommender, n int, dt tensor.Dtype, decay float64) (*graphs, error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
 	b := models.NewBuilder(nil)
 	g := &graphs{b: b}
 	g.user = b.Bind("user", tensor.New(tensor.Of(dt), tensor.WithShape(n, userDim)))
@@ -190,3 +193,10 @@ func build(m *Recommender, n int, dt tensor.Dtype, decay float64) (*graphs, erro
 	}
 	return g, nil
 }
+
+// buildMu serializes the building of graphs in this process. gorgonia
+// keeps package-level constant nodes (the 1 that seeds every gradient)
+// whose hash it computes lazily on first use, so goroutine ranks of one
+// process (the tests) building graphs at the same moment would race on
+// them. One rank per process, as tandem run starts them, never contends.
+var buildMu sync.Mutex
