@@ -182,7 +182,7 @@ func train(ctx context.Context, pg *comm.ProcessGroup, c config, w io.Writer) (*
 	if res.firstVal, err = evaluate(); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(w, "validation MSE %.4f before training (predicting 0: %.4f)\n", res.firstVal, baseline)
+	fmt.Fprintf(w, "validation MSE %.4f at the start (predicting 0: %.4f)\n", res.firstVal, baseline)
 	res.lastVal = res.firstVal
 
 	// 6. The loop: one DDP step per batch, then Adam's update.
