@@ -18,8 +18,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -285,8 +287,9 @@ const optimPrefix = "optimizer."
 // number of epochs done in the metadata.
 func save(path string, model *Recommender, opt *optim.Adam, epochs int) error {
 	tensors := checkpoint.StateTensors(model)
-	for name, t := range opt.State() {
-		tensors = append(tensors, checkpoint.Named{Name: optimPrefix + name, Tensor: t})
+	state := opt.State()
+	for _, name := range slices.Sorted(maps.Keys(state)) {
+		tensors = append(tensors, checkpoint.Named{Name: optimPrefix + name, Tensor: state[name]})
 	}
 	return checkpoint.Save(path, tensors, map[string]string{"epoch": strconv.Itoa(epochs)})
 }
