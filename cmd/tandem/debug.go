@@ -301,6 +301,19 @@ func (v *groupView) diagnose() (para string, ok bool) {
 	case found:
 		fmt.Fprintf(&b, "every rank entered operation #%d, %s (%s), and it did not finish on %s; they waited in it since %s.",
 			stuck.Seq, stuck.Kind, stuck.Desc, rankList(unfinished(v, present, stuck.Seq)), clock(waitSince))
+		first, lastR, lastT := -1, -1, time.Time{}
+		for _, r := range entered {
+			op, _ := opAt(v.byWorld[r], stuck.Seq)
+			if t := startOf(op); lastR < 0 || t.After(lastT) {
+				lastR, lastT = r, t
+			}
+			if t := startOf(op); first < 0 && t.Equal(waitSince) {
+				first = r
+			}
+		}
+		if d := lastT.Sub(waitSince); d >= lateEntry && lastR != first {
+			fmt.Fprintf(&b, " Rank %d entered it last, at %s, %v after rank %d: it held the others up.", lastR, clock(lastT), d.Round(time.Millisecond), first)
+		}
 	default:
 		fmt.Fprintf(&b, "%s left no record; the others finished every operation they issued.", rankList(absent))
 	}
@@ -326,6 +339,10 @@ func (v *groupView) diagnose() (para string, ok bool) {
 	}
 	return b.String(), false
 }
+
+// lateEntry is how much later than the first rank a rank must enter the
+// stuck operation to be named as the one that held the others up.
+const lateEntry = 100 * time.Millisecond
 
 func startOf(op comm.FlightOp) time.Time {
 	if !op.Started.IsZero() {
