@@ -321,7 +321,7 @@ func (v *groupView) diagnose() (para string, ok bool) {
 		fmt.Fprintf(&b, " %s.", strings.Join(laggard, "; "))
 	}
 	if len(absent) > 0 {
-		fmt.Fprintf(&b, " %s wrote no flight record: stopped, killed, or hung where it could not dump (send it SIGUSR1 to get its view, if it still runs)", rankList(absent))
+		fmt.Fprintf(&b, " %s wrote no flight record: stopped, killed, or hung where it could not dump (send it SIGUSR1 to get its view, if it still runs)", capital(rankList(absent)))
 		b.WriteString(".")
 	}
 	for _, r := range blame {
@@ -343,6 +343,14 @@ func (v *groupView) diagnose() (para string, ok bool) {
 // lateEntry is how much later than the first rank a rank must enter the
 // stuck operation to be named as the one that held the others up.
 const lateEntry = 100 * time.Millisecond
+
+// capital makes s start a sentence.
+func capital(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
 
 func startOf(op comm.FlightOp) time.Time {
 	if !op.Started.IsZero() {

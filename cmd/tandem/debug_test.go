@@ -110,7 +110,7 @@ func TestDebugNamesRankWithoutRecord(t *testing.T) {
 	out := debugReport(t, filepath.Join(dir, "rank0.json"), filepath.Join(dir, "rank2.json"))
 	mustContain(t, out, "2 of 3 ranks wrote flight records",
 		"rank 1 did not reach operation #7, all_reduce", "ranks 0 and 2 entered it and waited for it since 03:04:05.070",
-		"rank 1 wrote no flight record", "About rank 1, rank 0: tandem: peer lost: tcp: rank 0: rank 1 is unresponsive",
+		"Rank 1 wrote no flight record", "About rank 1, rank 0: tandem: peer lost: tcp: rank 0: rank 1 is unresponsive",
 		"1 - (no record)")
 	t.Log("\n" + out)
 }
@@ -328,7 +328,7 @@ func TestDebugFindsStoppedRank(t *testing.T) {
 	if want := map[bool]string{true: "broadcast", false: "all_reduce"}[(seq+1)%10 == 0]; m[2] != want {
 		t.Errorf("operation #%d is a %s, the report says %s", seq, want, m[2])
 	}
-	mustContain(t, out, "2 of 3 ranks wrote flight records", "rank 1 wrote no flight record", "About rank 1", "unresponsive")
+	mustContain(t, out, "2 of 3 ranks wrote flight records", "Rank 1 wrote no flight record", "About rank 1", "unresponsive")
 
 	// Resumed, rank 1 finds its peers gone, fails and dumps.
 	if err := kids[1].cmd.Process.Signal(syscall.SIGCONT); err != nil {
