@@ -327,6 +327,20 @@ func (w *world) dumpFlight(reason string) (string, error) {
 	return path, nil
 }
 
+// flightFailed writes the abort's dump again, once, when the first
+// operation to fail after the abort has recorded its error: the dump taken
+// at the abort shows it still running. The first dump stays in place
+// should the process end before (each dump replaces the file whole).
+func (w *world) flightFailed() {
+	reason := w.abortDump.Load()
+	if reason == nil || !w.redumped.CompareAndSwap(false, true) {
+		return
+	}
+	if _, err := w.dumpFlight(*reason); err != nil {
+		w.logger.Warn("comm: could not dump the flight record", "err", err)
+	}
+}
+
 // DumpOnSignal makes this process write the flight record of pg's world
 // (see DumpFlightRecord) each time it receives SIGUSR1, until stop is
 // called or the world ends. NewProcessGroup installs it by itself at

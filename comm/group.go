@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
@@ -66,6 +67,11 @@ type world struct {
 	flightDir string       // where flight records are dumped
 	logger    *slog.Logger // the world group's
 	dumpMu    sync.Mutex   // one dump at a time
+	// abortDump is the reason of the dump written when the world aborted
+	// (nil before); redumped is set once the dump was written again with
+	// the failed operation's error (see flightFailed).
+	abortDump atomic.Pointer[string]
+	redumped  atomic.Bool
 }
 
 // NewProcessGroup returns the world group over t: every rank of the transport,
@@ -250,9 +256,11 @@ func (w *world) abort(cause error) {
 	w.mu.Unlock()
 	// The record as it stands when the world breaks: the operation that
 	// failed, and those in flight on every group.
-	if _, err := w.dumpFlight("abort: " + cause.Error()); err != nil {
+	reason := "abort: " + cause.Error()
+	if _, err := w.dumpFlight(reason); err != nil {
 		w.logger.Warn("comm: could not dump the flight record", "err", err)
 	}
+	w.abortDump.Store(&reason)
 	w.kill(cause)
 	w.t.Abort(cause)
 }

@@ -149,6 +149,9 @@ func (pg *ProcessGroup) runner() {
 		}
 		err := pg.execute(j.ctx, j.op, j.seq)
 		pg.flight.ended(j.ord, err)
+		if err != nil {
+			pg.world.flightFailed()
+		}
 		if pg.opts.debug >= launch.DebugDetail {
 			pg.opts.logger.Info("comm: collective", "group", pg.name, "rank", pg.rank, "seq", j.seq, "op", j.op.desc,
 				"took", time.Since(t0), "err", err)

@@ -430,7 +430,7 @@ func writeDebugReport(w io.Writer, recs []comm.FlightRecord, last int) error {
 				took := "-"
 				switch {
 				case !op.Ended.IsZero():
-					took = op.Ended.Sub(startOf(op)).Round(time.Microsecond).String()
+					took = roundDur(op.Ended.Sub(startOf(op))).String()
 				case op.State == "running":
 					took = "running " + recTime(recs, r).Sub(startOf(op)).Round(time.Millisecond).String()
 				}
@@ -441,6 +441,14 @@ func writeDebugReport(w io.Writer, recs []comm.FlightRecord, last int) error {
 		fmt.Fprintln(w)
 	}
 	return nil
+}
+
+// roundDur keeps about four significant digits.
+func roundDur(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(time.Microsecond)
 }
 
 func recTime(recs []comm.FlightRecord, rank int) time.Time {

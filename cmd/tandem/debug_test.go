@@ -351,11 +351,12 @@ func TestDebugFindsStoppedRank(t *testing.T) {
 	}
 	for _, rec := range recs {
 		ops := rec.Groups[0].Ops
-		if last := ops[len(ops)-1]; last.Seq != uint32(seq) || last.Kind != m[2] || last.State == "done" {
+		if last := ops[len(ops)-1]; last.Seq != uint32(seq) || last.Kind != m[2] || last.State != "failed" {
 			t.Errorf("rank %d's last operation is #%d %s (%s), the report says #%d %s", rec.Rank, last.Seq, last.Kind, last.State, seq, m[2])
 		}
 	}
-	mustContain(t, out, "2 of 3 ranks wrote flight records", "Rank 1 wrote no flight record", "About rank 1", "unresponsive")
+	mustContain(t, out, "2 of 3 ranks wrote flight records", "Rank 1 wrote no flight record", "About rank 1", "unresponsive",
+		"The operation failed with: (rank 0)")
 
 	// Resumed, rank 1 finds its peers gone, fails and dumps.
 	if err := kids[1].cmd.Process.Signal(syscall.SIGCONT); err != nil {
