@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/launch"
 )
 
 // ProcessGroup is a set of ranks that run collectives together: the world
@@ -40,6 +44,9 @@ type ProcessGroup struct {
 	inflight sync.WaitGroup
 	p2pTails map[p2pKey]chan struct{} // tail of each point-to-point stream
 
+	// flight is the group's flight recorder (nil when turned off).
+	flight *flightRecorder
+
 	// issued checks, under the race detector, that the goroutines issuing
 	// collectives on the group are ordered (see order.go). It is written
 	// before mu is taken, on purpose.
@@ -55,6 +62,16 @@ type world struct {
 	mu       sync.Mutex
 	nextID   uint32 // lowest group id this rank may propose for a new group
 	abortErr error
+	groups   []*ProcessGroup // every group handle made on this world, for the flight record
+
+	flightDir string       // where flight records are dumped
+	logger    *slog.Logger // the world group's
+	dumpMu    sync.Mutex   // one dump at a time
+	// abortDump is the reason of the dump written when the world aborted
+	// (nil before); redumped is set once the dump was written again with
+	// the failed operation's error (see flightFailed).
+	abortDump atomic.Pointer[string]
+	redumped  atomic.Bool
 }
 
 // NewProcessGroup returns the world group over t: every rank of the transport,
@@ -78,13 +95,32 @@ func NewProcessGroup(ctx context.Context, t transport.Transport, opts ...Option)
 	if o.name == "" {
 		o.name = "world"
 	}
-	w := &world{t: t, nextID: 1}
+	if !o.debugSet || o.flightDir == "" {
+		dbg, err := launch.DebugFromEnv()
+		if err != nil {
+			return nil, fmt.Errorf("comm: creating process group: %w", err)
+		}
+		if !o.debugSet {
+			o.debug = dbg.Level
+		}
+		if o.flightDir == "" {
+			o.flightDir = dbg.FlightDir
+		}
+	}
+	if o.debug >= launch.DebugInfo && !o.loggerSet {
+		o.logger = slog.Default()
+	}
+	w := &world{t: t, nextID: 1, flightDir: o.flightDir, logger: o.logger}
 	w.life, w.kill = context.WithCancelCause(context.Background())
 	members := make([]int, n)
 	for i := range members {
 		members[i] = i
 	}
-	return newGroup(w, 0, r, members, w.life, o), nil
+	pg := newGroup(w, 0, r, members, w.life, o)
+	if o.debug >= launch.DebugInfo {
+		w.dumpOnSignal() // ends with the world
+	}
+	return pg, nil
 }
 
 func newGroup(w *world, id uint32, rank int, members []int, parent context.Context, o options) *ProcessGroup {
@@ -94,8 +130,27 @@ func newGroup(w *world, id uint32, rank int, members []int, parent context.Conte
 		pg.index[wr] = g
 	}
 	pg.life, pg.kill = context.WithCancelCause(parent)
+	if rank >= 0 {
+		pg.flight = newFlightRecorder(o.flightSize, o.debug >= launch.DebugDetail)
+		if o.debug >= launch.DebugInfo {
+			o.logger.Info("comm: process group created", "group", o.name, "id", id, "rank", rank, "size", len(members),
+				"world_ranks", members, "debug", o.debug.String(), "flight_recorder", o.flightSize)
+		}
+		w.mu.Lock()
+		w.groups = append(w.groups, pg)
+		w.mu.Unlock()
+	}
 	return pg
 }
+
+// DebugLevel returns the group's debug level (WithDebugLevel, else
+// TANDEM_DEBUG or TORCH_DISTRIBUTED_DEBUG), for layers above that log more
+// at higher levels.
+func (pg *ProcessGroup) DebugLevel() launch.DebugLevel { return pg.opts.debug }
+
+// Logger returns the group's logger (WithLogger; slog.Default() at
+// launch.DebugInfo and above when none was given; otherwise silent).
+func (pg *ProcessGroup) Logger() *slog.Logger { return pg.opts.logger }
 
 // Rank returns this process's rank in the group, or -1 on a handle for a
 // group it is not a member of.
@@ -153,6 +208,13 @@ func (pg *ProcessGroup) Close() error {
 	}
 	pg.closed = true
 	pg.mu.Unlock()
+	if pg.id != 0 {
+		pg.world.mu.Lock()
+		if i := slices.Index(pg.world.groups, pg); i >= 0 {
+			pg.world.groups = slices.Delete(pg.world.groups, i, i+1)
+		}
+		pg.world.mu.Unlock()
+	}
 	pg.kill(fmt.Errorf("%w: process group %q was closed", ErrClosed, pg.name))
 	var err error
 	if pg.id == 0 {
@@ -192,6 +254,13 @@ func (w *world) abort(cause error) {
 	}
 	w.abortErr = cause
 	w.mu.Unlock()
+	// The record as it stands when the world breaks: the operation that
+	// failed, and those in flight on every group.
+	reason := "abort: " + cause.Error()
+	if _, err := w.dumpFlight(reason); err != nil {
+		w.logger.Warn("comm: could not dump the flight record", "err", err)
+	}
+	w.abortDump.Store(&reason)
 	w.kill(cause)
 	w.t.Abort(cause)
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/launch"
 )
 
 // collective describes one collective call: its fingerprint, what it does on
@@ -55,6 +57,7 @@ type job struct {
 	op    collective
 	seq   uint32
 	w     *work
+	ord   uint64      // the job's record in the group's flight recorder
 	taken atomic.Bool // claimed by the runner, or failed while queued
 	// unwatch stops the watch on ctx that fails the job should its
 	// context end while it is still queued; nil when there is none.
@@ -83,7 +86,7 @@ func (pg *ProcessGroup) start(ctx context.Context, op collective) Work {
 	pg.seq++
 	w := newWork(op.desc)
 	w.seq, w.group = int64(seq), pg.name
-	j := &job{ctx: ctx, op: op, seq: seq, w: w}
+	j := &job{ctx: ctx, op: op, seq: seq, w: w, ord: pg.flight.record(seq, &op)}
 	pg.inflight.Add(1)
 	if (pg.busy || len(pg.runq) > 0) && ctx.Done() != nil {
 		// Queued behind another collective: should ctx end first, the
@@ -139,7 +142,21 @@ func (pg *ProcessGroup) runner() {
 		if j.unwatch != nil {
 			j.unwatch()
 		}
-		j.w.finish(pg.execute(j.ctx, j.op, j.seq))
+		pg.flight.started(j.ord)
+		var t0 time.Time
+		if pg.opts.debug >= launch.DebugDetail {
+			t0 = time.Now()
+		}
+		err := pg.execute(j.ctx, j.op, j.seq)
+		pg.flight.ended(j.ord, err)
+		if err != nil {
+			pg.world.flightFailed()
+		}
+		if pg.opts.debug >= launch.DebugDetail {
+			pg.opts.logger.Info("comm: collective", "group", pg.name, "rank", pg.rank, "seq", j.seq, "op", j.op.desc,
+				"took", time.Since(t0), "err", err)
+		}
+		j.w.finish(err)
 		pg.inflight.Done()
 	}
 }
@@ -155,7 +172,9 @@ func (pg *ProcessGroup) expire(j *job) {
 	}
 	pg.mu.Unlock()
 	label := fmt.Sprintf("%s #%d on group %q (rank %d)", j.op.desc, j.seq, pg.name, pg.rank)
-	j.w.finish(pg.fail(j.ctx, label, fmt.Errorf("still queued behind the previous collective: %w", j.ctx.Err())))
+	err := fmt.Errorf("still queued behind the previous collective: %w", j.ctx.Err())
+	pg.flight.ended(j.ord, err)
+	j.w.finish(pg.fail(j.ctx, label, err))
 	pg.inflight.Done()
 }
 

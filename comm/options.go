@@ -3,6 +3,8 @@ package comm
 import (
 	"log/slog"
 	"time"
+
+	"github.com/tandemml/tandem/launch"
 )
 
 // DefaultTimeout bounds an operation whose context carries no deadline, unless
@@ -38,6 +40,12 @@ type options struct {
 	logger        *slog.Logger
 	ringThreshold int
 	chunkSize     int
+
+	loggerSet  bool              // WithLogger was given
+	flightSize int               // operations each group remembers; 0: none
+	flightDir  string            // "": from the environment (launch.Debug)
+	debug      launch.DebugLevel // valid when debugSet
+	debugSet   bool              // WithDebugLevel was given
 }
 
 func defaultOptions() options {
@@ -47,6 +55,7 @@ func defaultOptions() options {
 		logger:        slog.New(slog.DiscardHandler),
 		ringThreshold: DefaultRingThreshold,
 		chunkSize:     DefaultChunkSize,
+		flightSize:    DefaultFlightRecorderSize,
 	}
 }
 
@@ -83,7 +92,7 @@ func WithMaxObjectSize(n int64) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
-			o.logger = l
+			o.logger, o.loggerSet = l, true
 		}
 	}
 }
@@ -108,4 +117,32 @@ func WithChunkSize(n int) Option {
 			o.chunkSize = n
 		}
 	}
+}
+
+// WithFlightRecorder sets how many of its last operations each process
+// group remembers for its flight record (DefaultFlightRecorderSize); n = 0
+// turns the recorder off, n < 0 keeps the default. The world group's value
+// is every subgroup's default.
+func WithFlightRecorder(n int) Option {
+	return func(o *options) {
+		if n >= 0 {
+			o.flightSize = n
+		}
+	}
+}
+
+// WithFlightDir sets the directory that flight records are dumped to
+// (default: $TANDEM_FLIGHT_DIR, else os.TempDir()/tandem-flight-RUNID; see
+// launch.Debug). Each rank writes its own file there, named by
+// FlightFileName. It takes effect on the world group.
+func WithFlightDir(dir string) Option { return func(o *options) { o.flightDir = dir } }
+
+// WithDebugLevel sets the debug level, overriding TANDEM_DEBUG and
+// TORCH_DISTRIBUTED_DEBUG: at launch.DebugInfo the group logs its creation
+// (and DDP its bucket layout), and the process dumps its flight record on
+// SIGUSR1; at launch.DebugDetail every collective is logged as well and the
+// flight recorder keeps the stack that issued it. Without WithLogger, the
+// logs go to slog.Default() at these levels.
+func WithDebugLevel(l launch.DebugLevel) Option {
+	return func(o *options) { o.debug, o.debugSet = l, true }
 }

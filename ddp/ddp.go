@@ -108,6 +108,7 @@ func New(ctx context.Context, pg *comm.ProcessGroup, model models.Module, opts .
 	if err := d.setup(ctx, sig, localErr); err != nil {
 		return nil, err
 	}
+	d.logLayout("initial")
 	return d, nil
 }
 

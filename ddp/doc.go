@@ -190,6 +190,16 @@
 // ops/dist, so its gradient is exact as well; ConvertSyncBatchNorm swaps it
 // in for every BatchNorm2d of a Sequential model, on a group of its own.
 //
+// # Stragglers and debugging
+//
+// Every StragglerEvery synchronized steps (20 by default) the ranks
+// exchange the mean of their own step times (the time each spent outside
+// DDP's waits for its peers) with one small all-gather; Stats.Stragglers
+// names the slowest rank and its factor over the median, and rank 0 logs it
+// (at most once a minute) when it is 1.5 times the median or more. At the
+// debug level INFO (TANDEM_DEBUG, comm.WithDebugLevel) rank 0 logs the
+// bucket layout when it is made and when it is rebuilt.
+//
 // # Where this differs from PyTorch
 //
 //   - Gradients are overwritten, not accumulated: every synchronized Step

@@ -55,6 +55,7 @@ type config struct {
 	builderOpts    []models.BuilderOption
 	maxPrograms    int
 	tape           bool // NewGraph: run under gorgonia's TapeMachine
+	stragglerEvery int  // StragglerEvery; 0: comm.DefaultStragglerEvery
 }
 
 func defaultConfig() config {

@@ -318,7 +318,7 @@ func (p *Pass) finish() error {
 		n.publish()
 		d.accumulated = true
 		d.stats.noSyncStep(s.backwardEnd.Sub(p.runStart), time.Since(p.start))
-		return nil
+		return d.stragglerStep(s.ctx, p.start, p.runStart, s.backwardEnd, false)
 	}
 	if err := s.finish(); err != nil {
 		return err
@@ -329,7 +329,7 @@ func (p *Pass) finish() error {
 		n.fresh[pi] = d.hasGrad[pi]
 	}
 	d.stats.syncStep(s, p.runStart, p.start)
-	return nil
+	return d.stragglerStep(s.ctx, p.start, p.runStart, s.backwardEnd, true)
 }
 
 // publish copies each gradient from its bucket view into the tensor that

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tandemml/tandem/comm"
 )
 
 // Stats are counters of a DDP's work since New, for printing and for
@@ -40,6 +42,11 @@ type Stats struct {
 	// ready); OverlappedTime the part of it during the backward pass, and
 	// WaitTime the time Step waited for reductions after the backward pass.
 	CommTime, OverlappedTime, WaitTime time.Duration
+	// Stragglers is what the last exchange of the ranks' own step times
+	// found (see StragglerEvery): every rank's mean time outside DDP's
+	// waits, the slowest rank and its factor over the median. Zero until
+	// the first exchange.
+	Stragglers comm.StepTimes
 }
 
 // Overlap returns the share of communication time that was hidden behind
@@ -66,6 +73,9 @@ func (s Stats) String() string {
 	fmt.Fprintf(&b, "\nstep %v, compute %v, communication %v (%.0f%% overlapped with backward), waiting %v",
 		s.StepTime.Round(time.Microsecond), s.ComputeTime.Round(time.Microsecond), s.CommTime.Round(time.Microsecond),
 		100*s.Overlap(), s.WaitTime.Round(time.Microsecond))
+	if len(s.Stragglers.Times) > 0 {
+		fmt.Fprintf(&b, "\n%s", s.Stragglers)
+	}
 	return b.String()
 }
 
@@ -83,15 +93,20 @@ func byteSize(n int64) string {
 
 // statsState accumulates Stats.
 type statsState struct {
-	mu sync.Mutex
-	s  Stats
+	mu    sync.Mutex
+	s     Stats
+	strag stragglerState
 }
 
 // Stats returns the counters so far and the current bucket layout.
 func (d *DDP) Stats() Stats {
 	d.stats.mu.Lock()
 	s := d.stats.s
+	timer := d.stats.strag.timer
 	d.stats.mu.Unlock()
+	if timer != nil {
+		s.Stragglers = timer.Last()
+	}
 	s.Buckets = d.Buckets()
 	d.layoutMu.Lock()
 	s.Rebuilt = d.rebuiltFlag

@@ -128,14 +128,14 @@ func (d *DDP) step(ctx context.Context, x, y *tensor.Dense) (float64, error) {
 		}
 		d.accumulated = true
 		d.stats.noSyncStep(s.backwardEnd.Sub(runStart), time.Since(start))
-		return loss, nil
+		return loss, d.stragglerStep(ctx, start, runStart, s.backwardEnd, false)
 	}
 	if err := s.finish(); err != nil {
 		return 0, err
 	}
 	d.afterSync(s, pl)
 	d.stats.syncStep(s, runStart, start)
-	return loss, nil
+	return loss, d.stragglerStep(ctx, start, runStart, s.backwardEnd, true)
 }
 
 // prepare does a step's collectives that come before the forward pass:
@@ -145,6 +145,7 @@ func (d *DDP) prepare(ctx context.Context, pl plan) error {
 		if err := d.rebuildBuckets(ctx); err != nil {
 			return err
 		}
+		d.logLayout("rebuilt in the order gradients became ready")
 	}
 	if pl.buffers {
 		ts := make([]*tensor.Dense, len(d.buffers))

@@ -102,6 +102,14 @@
 //
 // A world of one needs neither.
 //
+// # Debugging
+//
+// DebugFrom reads the debug level from TANDEM_DEBUG, else PyTorch's
+// TORCH_DISTRIBUTED_DEBUG (OFF, INFO or DETAIL), and the directory for
+// flight-recorder dumps from TANDEM_FLIGHT_DIR, else one under
+// os.TempDir() named after the run id (TANDEM_RUN_ID, TORCHELASTIC_RUN_ID)
+// or, without one, this process. comm.NewProcessGroup reads them through it.
+//
 // # Errors
 //
 // Read fails on values that cannot be read; Resolve on jobs that are

@@ -1,5 +1,6 @@
 // Command tandem is Tandem's command-line tool: the launcher (`tandem run`), a
-// standalone store server (`tandem store`) and the benchmarks (`tandem bench`).
+// standalone store server (`tandem store`), the benchmarks (`tandem bench`)
+// and the reader of the ranks' flight records after a hang (`tandem debug`).
 package main
 
 import (

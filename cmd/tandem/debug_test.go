@@ -1,0 +1,381 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	mrand "math/rand/v2"
+
+	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/comm/tcp"
+	"github.com/tandemml/tandem/ddp"
+	tlaunch "github.com/tandemml/tandem/launch"
+	"github.com/tandemml/tandem/models"
+	"github.com/tandemml/tandem/optim"
+)
+
+// synthRecord is a rank's record with ops #0..done-1 done and, when
+// pending, #done running since 10 ms after the last ended.
+func synthRecord(rank, world, done int, pending bool, base time.Time) comm.FlightRecord {
+	g := comm.FlightGroup{Name: "world", Rank: rank, Size: world, NextSeq: uint32(done)}
+	for i := range world {
+		g.Members = append(g.Members, i)
+	}
+	for i := range done {
+		t := base.Add(time.Duration(i) * 10 * time.Millisecond)
+		g.Ops = append(g.Ops, comm.FlightOp{Seq: uint32(i), Kind: "all_reduce", Desc: "all_reduce(float32,[1024],sum)", State: "done",
+			Enqueued: t, Started: t, Ended: t.Add(time.Millisecond)})
+	}
+	if pending {
+		t := base.Add(time.Duration(done) * 10 * time.Millisecond)
+		g.Ops = append(g.Ops, comm.FlightOp{Seq: uint32(done), Kind: "all_reduce", Desc: "all_reduce(float32,[1024],sum)", State: "running",
+			Enqueued: t, Started: t})
+		g.NextSeq++
+	}
+	g.Recorded = uint64(len(g.Ops))
+	return comm.FlightRecord{Version: 1, Rank: rank, WorldSize: world, PID: 100 + rank, Host: "node", Time: base.Add(time.Minute),
+		Reason: "abort: test", Groups: []comm.FlightGroup{g}}
+}
+
+func writeRecords(t *testing.T, recs ...comm.FlightRecord) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, r := range recs {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, comm.FlightFileName(r.Rank)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func debugReport(t *testing.T, paths ...string) string {
+	t.Helper()
+	recs, err := loadFlightRecords(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := writeDebugReport(&out, recs, 3); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
+func mustContain(t *testing.T, out string, parts ...string) {
+	t.Helper()
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, p := range parts {
+		if !strings.Contains(flat, p) {
+			t.Errorf("report lacks %q:\n%s", p, out)
+		}
+	}
+}
+
+func TestDebugNamesLaggingRank(t *testing.T) {
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	dir := writeRecords(t, synthRecord(0, 3, 10, true, base), synthRecord(1, 3, 10, false, base), synthRecord(2, 3, 10, true, base))
+	out := debugReport(t, dir)
+	mustContain(t, out, `Group "world" (3 ranks): rank 1 did not reach operation #10, all_reduce (all_reduce(float32,[1024],sum)): ranks 0 and 2 entered it and waited for it since 03:04:05.100.`,
+		"rank 1's last operation was #9 all_reduce, done at 03:04:05.091",
+		"rank seq kind", "1 #9 all_reduce done")
+	if strings.Contains(out, "no flight record") {
+		t.Errorf("every rank wrote a record:\n%s", out)
+	}
+	t.Log("\n" + out)
+}
+
+func TestDebugNamesRankWithoutRecord(t *testing.T) {
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r0, r2 := synthRecord(0, 3, 7, true, base), synthRecord(2, 3, 7, true, base)
+	r0.PeerErrors = map[string]string{"1": "tandem: peer lost: tcp: rank 0: rank 1 is unresponsive: nothing received for 5s (since 03:04:05.050)"}
+	dir := writeRecords(t, r0, r2)
+	// Files named one by one work as a directory does.
+	out := debugReport(t, filepath.Join(dir, "rank0.json"), filepath.Join(dir, "rank2.json"))
+	mustContain(t, out, "2 of 3 ranks wrote flight records",
+		"rank 1 did not reach operation #7, all_reduce", "ranks 0 and 2 entered it and waited for it since 03:04:05.070",
+		"Rank 1 wrote no flight record", "About rank 1, rank 0: tandem: peer lost: tcp: rank 0: rank 1 is unresponsive",
+		"1 - (no record)")
+	t.Log("\n" + out)
+}
+
+func TestDebugNamesDisagreement(t *testing.T) {
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	recs := []comm.FlightRecord{synthRecord(0, 3, 8, true, base), synthRecord(1, 3, 8, true, base), synthRecord(2, 3, 8, true, base)}
+	op := &recs[2].Groups[0].Ops[5]
+	op.Kind, op.Desc = "broadcast", "broadcast(float32,[1024],root=0)"
+	out := debugReport(t, writeRecords(t, recs...))
+	mustContain(t, out, "the ranks disagree at operation #5: ranks 0 and 1 called all_reduce(float32,[1024],sum); rank 2 called broadcast(float32,[1024],root=0) (since 03:04:05.050)")
+	t.Log("\n" + out)
+}
+
+func TestDebugHealthyAndLateRank(t *testing.T) {
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	out := debugReport(t, writeRecords(t, synthRecord(0, 2, 4, false, base), synthRecord(1, 2, 4, false, base)))
+	mustContain(t, out, `every rank finished every operation up to #3; nothing is stuck.`)
+	// Every rank entered the stuck operation, one of them long after the
+	// others: it is named.
+	recs := []comm.FlightRecord{synthRecord(0, 3, 4, true, base), synthRecord(1, 3, 4, true, base), synthRecord(2, 3, 4, true, base)}
+	late := &recs[1].Groups[0].Ops[4]
+	late.Enqueued, late.Started = late.Started.Add(2*time.Second), late.Started.Add(2*time.Second)
+	out = debugReport(t, writeRecords(t, recs...))
+	mustContain(t, out, "every rank entered operation #4, all_reduce", "Rank 1 entered it last, at 03:04:07.040, 2s after rank 0")
+}
+
+func TestDebugRejectsOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := loadFlightRecords([]string{dir}); err == nil || !strings.Contains(err.Error(), "no flight records") {
+		t.Fatalf("empty directory: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "x.json"), []byte(`{"hello":1}`), 0o644)
+	if _, err := loadFlightRecords([]string{dir}); err == nil || !strings.Contains(err.Error(), "not a flight record") {
+		t.Fatalf("foreign JSON: %v", err)
+	}
+	if err := runDebug(context.Background(), nil); err == nil {
+		t.Fatal("no arguments accepted")
+	}
+}
+
+// debugRankEnv makes a re-executed test binary one rank of
+// TestDebugFindsStoppedRank; its value is "STOREADDR RANK".
+const debugRankEnv = "TANDEM_DEBUG_TEST_RANK"
+
+// debugBackend is the TCP backend on loopback, for the ranks of these tests.
+const debugBackend = "tcp-debug-loopback"
+
+func init() { comm.Register(debugBackend, tcp.NewBackend(tcp.WithHost("127.0.0.1"))) }
+
+// TestHelperDebugRank is not a test: it is one rank of
+// TestDebugFindsStoppedRank, in a process of its own. It trains a small
+// MLP with DDP and SGD until its group fails, and prints "ok N" after each
+// step, N being the number of collectives the step brought it to.
+func TestHelperDebugRank(t *testing.T) {
+	v := os.Getenv(debugRankEnv)
+	if v == "" {
+		t.Skip("a rank of TestDebugFindsStoppedRank")
+	}
+	addr, rs, _ := strings.Cut(v, " ")
+	rank, _ := strconv.Atoi(rs)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := store.NewTCP(ctx, addr, false, store.WithToken("debug"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pg, err := comm.Init(ctx, "env://", comm.WithStore(st), comm.WithRank(rank), comm.WithWorldSize(3),
+		comm.WithBackend(debugBackend), comm.WithToken("debug"), comm.WithoutDefault(),
+		comm.WithGroupOptions(comm.WithTimeout(debugGroupTimeout)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close()
+	sizes := []int{32, 64, 10}
+	model, err := models.NewMLP(sizes, models.ActReLU, true, mrand.New(mrand.NewPCG(0, 0)), models.WithDtype(tensor.Float32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	net, err := ddp.New(ctx, pg, model, ddp.StragglerEvery(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := optim.NewSGD(model.Params(), optim.LR(0.01))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := mrand.New(mrand.NewPCG(uint64(rank), 1))
+	x := tensor.New(tensor.WithShape(16, sizes[0]), tensor.Of(tensor.Float32))
+	for i := range x.Float32s() {
+		x.Float32s()[i] = float32(rng.NormFloat64())
+	}
+	y := tensor.New(tensor.WithShape(16), tensor.Of(tensor.Int64))
+	for {
+		if _, err := net.Step(ctx, x, y); err != nil {
+			fmt.Printf("failed %v\n", err)
+			return
+		}
+		if err := opt.Step(); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("ok %d\n", pg.FlightRecord().Groups[0].NextSeq)
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// debugGroupTimeout is the ranks' operation timeout in
+// TestDebugFindsStoppedRank: the survivors must have dumped within it.
+const debugGroupTimeout = 20 * time.Second
+
+// Three ranks train with DDP in processes of their own; one is stopped with SIGSTOP
+// mid-training. Within the group's timeout both survivors have dumped
+// their flight records (the stopped one cannot), and `tandem debug` on the
+// directory names the stopped rank and the operation it did not reach.
+// Resumed, the stopped rank finds its group gone and dumps its own view.
+func TestDebugFindsStoppedRank(t *testing.T) {
+	if runtime.GOOS != "linux" && runtime.GOOS != "darwin" {
+		t.Skip("needs SIGSTOP")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := store.NewTCP(ctx, "127.0.0.1:0", true, store.WithToken("debug"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	dir := t.TempDir()
+	type child struct {
+		cmd   *exec.Cmd
+		mu    sync.Mutex
+		lines []string
+		done  chan struct{}
+		ok    chan int // each "ok N"
+	}
+	kids := make([]*child, 3)
+	for r := range 3 {
+		c := &child{done: make(chan struct{}), ok: make(chan int, 1024)}
+		c.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperDebugRank$", "-test.timeout=3m")
+		c.cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", debugRankEnv, srv.Addr(), r), tlaunch.FlightDirEnv+"="+dir,
+			tlaunch.DebugEnv+"=OFF")
+		out, err := c.cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.cmd.Stderr = io.Discard
+		if err := c.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			defer close(c.done)
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				line := sc.Text()
+				c.mu.Lock()
+				c.lines = append(c.lines, line)
+				c.mu.Unlock()
+				if n, err := strconv.Atoi(strings.TrimPrefix(line, "ok ")); err == nil {
+					select {
+					case c.ok <- n:
+					default:
+					}
+				}
+			}
+		}()
+		pid := c.cmd.Process.Pid
+		t.Cleanup(func() {
+			syscall.Kill(pid, syscall.SIGCONT)
+			c.cmd.Process.Kill()
+			c.cmd.Wait()
+		})
+		kids[r] = c
+	}
+	// Stop rank 1 once it is well into training.
+	stopAfter := 40
+	for n := 0; n < stopAfter; {
+		select {
+		case n = <-kids[1].ok:
+		case <-ctx.Done():
+			t.Fatalf("rank 1 never reached step %d: %v", stopAfter, kids[1].lines)
+		}
+	}
+	if err := kids[1].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	for _, r := range []int{0, 2} {
+		select {
+		case <-kids[r].done:
+		case <-time.After(debugGroupTimeout + 10*time.Second):
+			t.Fatalf("rank %d still runs %v after rank 1 was stopped", r, time.Since(stopped))
+		}
+		took := time.Since(stopped)
+		kids[r].cmd.Wait()
+		kids[r].mu.Lock()
+		last := kids[r].lines[len(kids[r].lines)-1]
+		kids[r].mu.Unlock()
+		t.Logf("rank %d ended %v after the stop: %s", r, took.Round(10*time.Millisecond), last)
+		if _, err := os.Stat(filepath.Join(dir, comm.FlightFileName(r))); err != nil {
+			t.Fatalf("rank %d left no dump: %v", r, err)
+		}
+		if took > debugGroupTimeout {
+			t.Errorf("rank %d dumped %v after the stop, beyond the group timeout %v", r, took, debugGroupTimeout)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, comm.FlightFileName(1))); err == nil {
+		t.Fatal("the stopped rank dumped while stopped")
+	}
+	// Rank 1 finished steps up to collective N (ops #0..#N-1) before it
+	// stopped; it may have gone on into the next step, doing its part of
+	// a collective or two, so the survivors wait in #N, #N+1 or #N+2.
+	kids[1].mu.Lock()
+	lastOK := 0
+	for _, l := range kids[1].lines {
+		if n, err := strconv.Atoi(strings.TrimPrefix(l, "ok ")); err == nil {
+			lastOK = n
+		}
+	}
+	kids[1].mu.Unlock()
+	out := debugReport(t, dir)
+	t.Logf("rank 1 printed ok %d before it stopped; tandem debug says:\n%s", lastOK, out)
+	m := regexp.MustCompile(`rank 1 did not reach operation #(\d+), (\w+)`).FindStringSubmatch(strings.Join(strings.Fields(out), " "))
+	if m == nil {
+		t.Fatalf("the report does not name rank 1 and the operation it did not reach")
+	}
+	seq, _ := strconv.Atoi(m[1])
+	if seq < lastOK || seq > lastOK+2 {
+		t.Errorf("the report names #%d; rank 1 had finished #0..#%d", seq, lastOK-1)
+	}
+	recs, err := loadFlightRecords([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		ops := rec.Groups[0].Ops
+		if last := ops[len(ops)-1]; last.Seq != uint32(seq) || last.Kind != m[2] || last.State != "failed" {
+			t.Errorf("rank %d's last operation is #%d %s (%s), the report says #%d %s", rec.Rank, last.Seq, last.Kind, last.State, seq, m[2])
+		}
+	}
+	mustContain(t, out, "2 of 3 ranks wrote flight records", "Rank 1 wrote no flight record", "About rank 1", "unresponsive",
+		"The operation failed with: (rank 0)")
+
+	// Resumed, rank 1 finds its peers gone, fails and dumps.
+	if err := kids[1].cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-kids[1].done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("rank 1 did not end after it was resumed")
+	}
+	kids[1].cmd.Wait()
+	if _, err := os.Stat(filepath.Join(dir, comm.FlightFileName(1))); err != nil {
+		t.Fatalf("resumed rank 1 left no dump: %v", err)
+	}
+	out = debugReport(t, dir)
+	t.Logf("with rank 1's own record:\n%s", out)
+	mustContain(t, out, "3 of 3 ranks wrote flight records")
+	flat := strings.Join(strings.Fields(out), " ")
+	if !strings.Contains(flat, "rank 1 did not reach operation #"+m[1]) && !strings.Contains(flat, "Rank 1 entered it last") {
+		t.Errorf("with every record, the report no longer blames rank 1")
+	}
+}
