@@ -153,9 +153,8 @@ func FromBFloat16(dst []float32, src []BFloat16) int {
 	return n
 }
 
-// The portable conversion loops; the amd64 build replaces the float16 ones
-// with F16C instructions where the processor has them (kernels_half_amd64.go),
-// which give the same bits.
+// The portable loops; the amd64 build runs AVX2 and F16C kernels where the
+// processor has them (kernels_half_amd64.go), which give the same bits.
 
 func narrowF16Go(dst []uint16, src []float32) {
 	src = src[:len(dst)]
@@ -171,17 +170,31 @@ func widenF16Go(dst []float32, src []uint16) {
 	}
 }
 
-func narrowBF16(dst []uint16, src []float32) {
+func addWidenF16Go(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] += Float16(v).Float32()
+	}
+}
+
+func narrowBF16Go(dst []uint16, src []float32) {
 	src = src[:len(dst)]
 	for i, v := range src {
 		dst[i] = uint16(BFloat16From(v))
 	}
 }
 
-func widenBF16(dst []float32, src []uint16) {
+func widenBF16Go(dst []float32, src []uint16) {
 	src = src[:len(dst)]
 	for i, v := range src {
 		dst[i] = math.Float32frombits(uint32(v) << 16)
+	}
+}
+
+func addWidenBF16Go(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] += math.Float32frombits(uint32(v) << 16)
 	}
 }
 
@@ -200,5 +213,14 @@ func narrowHalf(dst []byte, src []float32, dt dtype) {
 		narrowF16(typed[uint16](dst), src)
 	} else {
 		narrowBF16(typed[uint16](dst), src)
+	}
+}
+
+// addWidenHalf sets dst[i] += widen(src[i]).
+func addWidenHalf(dst []float32, src []byte, dt dtype) {
+	if dt == dtFloat16 {
+		addWidenF16(dst, typed[uint16](src))
+	} else {
+		addWidenBF16(dst, typed[uint16](src))
 	}
 }

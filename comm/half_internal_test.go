@@ -194,7 +194,7 @@ func TestHalfSliceConversions(t *testing.T) {
 		all[i] = uint16(i)
 	}
 	var fs []float32
-	for _, r := range []*refFormat{f16Ref} {
+	for _, r := range []*refFormat{f16Ref, bf16Ref} {
 		for h := 0; h+1 < len(r.values); h++ {
 			mid := float32((r.values[h] + r.values[h+1]) / 2)
 			fs = append(fs, mid, -mid, math.Nextafter32(mid, 0), math.Nextafter32(mid, 1e9))
@@ -230,6 +230,21 @@ func TestHalfSliceConversions(t *testing.T) {
 			}
 			if out[n] != 0 || out[n+2] != 0 {
 				t.Fatalf("ToFloat16 wrote past %d elements", n)
+			}
+		}
+		// the fused widen-and-add, on float32s of every kind
+		for _, dt := range []dtype{dtFloat16, dtBFloat16} {
+			acc := append([]float32(nil), fs[:len(all)]...)
+			addWidenHalf(acc, asBytes(all), dt)
+			for i, h := range all {
+				w := Float16(h).Float32()
+				if dt == dtBFloat16 {
+					w = BFloat16(h).Float32()
+				}
+				want := fs[i] + w
+				if got := acc[i]; math.Float32bits(got) != math.Float32bits(want) && !(got != got && want != want) {
+					t.Fatalf("%v: %g + widen(%#04x) = %g, want %g", dt, fs[i], h, got, want)
+				}
 			}
 		}
 		bw := make([]float32, len(all))

@@ -191,6 +191,10 @@ func (f *halfFold) fold(out []byte, parts [][]byte) {
 		mulAll(acc, factor)
 	}
 	for _, p := range parts[1:] {
+		if k := f.op.kind; k == KindSum || k == KindAvg {
+			addWidenHalf(acc, p, f.dt) // one fused pass, the same additions
+			continue
+		}
 		widenHalf(tmp, p, f.dt)
 		if premul {
 			mulAll(tmp, factor)

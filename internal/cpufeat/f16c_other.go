@@ -2,5 +2,5 @@
 
 package cpufeat
 
-// F16C is false where the assembly kernels are not built.
-const F16C = false
+// AVX2F16C is false where the assembly kernels are not built.
+const AVX2F16C = false
