@@ -72,32 +72,37 @@ func compressHook(ctx context.Context, pg *comm.ProcessGroup, b *GradBucket, f h
 	numel := buf.Shape().TotalSize()
 	ht := tensor.New(tensor.Of(f.dtype), tensor.WithShape(numel))
 	h := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(ht.Raw))), numel)
-	div := float32(n)
+	// h = half(half(v) / n), in float32 scratch: the rounding, the division
+	// and the rounding back each one vectorised pass
+	wide := make([]float32, numel)
 	switch buf.Dtype() {
 	case tensor.Float64:
 		for i, v := range buf.Float64s() {
-			h[i] = f.from(f.to(f.from(float32(v))) / div)
+			wide[i] = float32(v)
 		}
 	case tensor.Float32:
-		for i, v := range buf.Float32s() {
-			h[i] = f.from(f.to(f.from(v)) / div)
-		}
+		copy(wide, buf.Float32s())
 	default:
 		return Failed(fmt.Errorf("ddp: %s compression of a %v bucket: %w", f.name, buf.Dtype(), ErrInvalidArgument))
 	}
+	f.narrow(h, wide)
+	f.widen(wide, h)
+	div := float32(n)
+	for i := range wide {
+		wide[i] /= div
+	}
+	f.narrow(h, wide)
 	b.CountSent(int64(2 * numel))
 	widen := func(context.Context, *tensor.Dense) (*tensor.Dense, error) {
 		switch buf.Dtype() {
 		case tensor.Float64:
+			f.widen(wide, h)
 			d := buf.Float64s()
-			for i, v := range h {
-				d[i] = float64(f.to(v))
+			for i, v := range wide {
+				d[i] = float64(v)
 			}
 		case tensor.Float32:
-			d := buf.Float32s()
-			for i, v := range h {
-				d[i] = f.to(v)
-			}
+			f.widen(buf.Float32s(), h)
 		}
 		return buf, nil
 	}
