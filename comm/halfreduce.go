@@ -156,7 +156,9 @@ func halfReduceRoot(ctx context.Context, c *opCtx, b []byte, dt dtype, op Reduce
 	return nil
 }
 
-// halfFold combines chunks of 16-bit values in float32 scratch.
+// halfFold combines chunks of 16-bit values in float32 scratch, foldBlock
+// elements at a time, so that the float32 partials stay in the first-level
+// cache while every rank's values are added to them.
 type halfFold struct {
 	dt       dtype
 	op       ReduceOp
@@ -166,9 +168,12 @@ type halfFold struct {
 	acc, tmp []float32
 }
 
-// newHalfFold prepares to fold chunks of up to chunk bytes.
+const foldBlock = 2048
+
+// newHalfFold prepares a fold; chunk, the largest chunk in bytes, only
+// bounds the scratch.
 func newHalfFold(chunk int, dt dtype, op ReduceOp, n int) *halfFold {
-	elems := chunk / dt.size()
+	elems := min(chunk/dt.size(), foldBlock)
 	f := &halfFold{dt: dt, op: op, n: n, accP: getScratch(4 * elems), tmpP: getScratch(4 * elems)}
 	f.acc, f.tmp = typed[float32](*f.accP), typed[float32](*f.tmpP)
 	return f
@@ -182,20 +187,30 @@ func (f *halfFold) free() {
 // fold sets out to the rounded op-reduction of parts (in order), each of
 // len(out) bytes; out may be one of the parts.
 func (f *halfFold) fold(out []byte, parts [][]byte) {
+	es := f.dt.size()
+	step := len(f.acc) * es
+	for lo := 0; lo < len(out); lo += step {
+		hi := min(lo+step, len(out))
+		f.foldBlock(out[lo:hi], parts, lo, hi)
+	}
+}
+
+// foldBlock folds bytes [lo, hi) of every part into out.
+func (f *halfFold) foldBlock(out []byte, parts [][]byte, lo, hi int) {
 	m := len(out) / f.dt.size()
 	acc, tmp := f.acc[:m], f.tmp[:m]
 	premul := f.op.kind == KindPremulSum
 	factor := float32(f.op.factor)
-	widenHalf(acc, parts[0], f.dt)
+	widenHalf(acc, parts[0][lo:hi], f.dt)
 	if premul {
 		mulAll(acc, factor)
 	}
 	for _, p := range parts[1:] {
 		if k := f.op.kind; k == KindSum || k == KindAvg {
-			addWidenHalf(acc, p, f.dt) // one fused pass, the same additions
+			addWidenHalf(acc, p[lo:hi], f.dt) // one fused pass, the same additions
 			continue
 		}
-		widenHalf(tmp, p, f.dt)
+		widenHalf(tmp, p[lo:hi], f.dt)
 		if premul {
 			mulAll(tmp, factor)
 		}

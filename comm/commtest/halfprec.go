@@ -187,6 +187,7 @@ func (s *suite) testHalfPrecision(t *testing.T) {
 			})
 		}
 	}
+	t.Run("Large", s.testHalfLarge)
 	t.Run("RoundedOnce", s.testHalfRoundedOnce)
 	t.Run("Mismatch", s.testHalfMismatch)
 }
@@ -322,4 +323,48 @@ func (s *suite) testHalfMismatch(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// testHalfLarge reduces tensors large enough for several chunks on the ring
+// and several blocks of the float32 fold, on both all-reduce paths.
+func (s *suite) testHalfLarge(t *testing.T) {
+	for _, alg := range []struct {
+		name string
+		opts []comm.Option
+	}{
+		{"direct", []comm.Option{comm.WithRingThreshold(1 << 30)}},
+		{"ring", []comm.Option{comm.WithRingThreshold(0), comm.WithChunkSize(16 << 10)}},
+	} {
+		t.Run(alg.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			const n, k = 3, 40001
+			pgs := s.world(t, n, alg.opts...)
+			mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
+				for _, hf := range halfFormats {
+					in := func(rank int) func(int) uint16 {
+						return func(i int) uint16 { return halfBits(hf.dt, hf.mask, rank, i) }
+					}
+					inputs := make([][]uint16, n)
+					for q := range inputs {
+						inputs[q] = fill(k, in(q))
+					}
+					for _, op := range []comm.ReduceOp{comm.Sum, comm.Max, comm.PremulSum(-1.5)} {
+						want := halfReference(hf.from, hf.to, op, inputs)
+						x := halfTensor(hf.dt, []int{k}, in(r))
+						if err := pg.AllReduce(ctx, x, op).Wait(ctx); err != nil {
+							return fmt.Errorf("all_reduce %s %v: %w", hf.name, op, err)
+						}
+						if got := halfValues(x); !sameBits(got, want) {
+							for i := range got {
+								if got[i] != want[i] {
+									return fmt.Errorf("all_reduce %s %v: element %d is %#04x, want %#04x", hf.name, op, i, got[i], want[i])
+								}
+							}
+						}
+					}
+				}
+				return nil
+			})
+		})
+	}
 }
