@@ -38,6 +38,14 @@ var (
 	BFloat16Dtype = tensor.Dtype{Type: reflect.TypeFor[BFloat16]()}
 )
 
+// gorgonia's tensor.Of registers its dtype in a package-level list on every
+// call, unsynchronised; registering the 16-bit dtypes here, before any
+// goroutine can call it, leaves later calls reading only.
+func init() {
+	tensor.Register(Float16Dtype)
+	tensor.Register(BFloat16Dtype)
+}
+
 // Float16From rounds f to the nearest float16, ties to even (IEEE 754's
 // default, what PyTorch's .half() and the F16C instructions do). Values
 // beyond the largest finite float16 (65504) by at least half a unit in the

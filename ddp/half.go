@@ -38,3 +38,11 @@ var (
 func as16[T comm.Float16 | comm.BFloat16](s []uint16) []T {
 	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
 }
+
+// tensor returns a 1-D tensor of the format's dtype backed by h.
+func (f halfFormat) tensor(h []uint16) *tensor.Dense {
+	if f.dtype == comm.Float16Dtype {
+		return tensor.New(tensor.WithShape(len(h)), tensor.WithBacking(as16[comm.Float16](h)))
+	}
+	return tensor.New(tensor.WithShape(len(h)), tensor.WithBacking(as16[comm.BFloat16](h)))
+}

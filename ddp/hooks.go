@@ -3,7 +3,6 @@ package ddp
 import (
 	"context"
 	"fmt"
-	"unsafe"
 
 	"gorgonia.org/tensor"
 
@@ -70,8 +69,8 @@ func compressHook(ctx context.Context, pg *comm.ProcessGroup, b *GradBucket, f h
 	buf := b.Buffer()
 	n := pg.Size()
 	numel := buf.Shape().TotalSize()
-	ht := tensor.New(tensor.Of(f.dtype), tensor.WithShape(numel))
-	h := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(ht.Raw))), numel)
+	h := make([]uint16, numel)
+	ht := f.tensor(h)
 	// h = half(half(v) / n), in float32 scratch: the rounding, the division
 	// and the rounding back each one vectorised pass
 	wide := make([]float32, numel)
