@@ -105,7 +105,7 @@ func TestCompressHookRoundsOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			const numel = 1000
+			const numel = 5000 // several of the hook's blocks
 			input := func(r, i int) float32 {
 				x := uint32(r*7919+i*104729+1) * 2654435761
 				return float32(int32(x>>8)) / (1 << 23) // in [-1, 1)

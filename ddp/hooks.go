@@ -71,37 +71,45 @@ func compressHook(ctx context.Context, pg *comm.ProcessGroup, b *GradBucket, f h
 	numel := buf.Shape().TotalSize()
 	h := make([]uint16, numel)
 	ht := f.tensor(h)
-	// h = half(half(v) / n), in float32 scratch: the rounding, the division
-	// and the rounding back each one vectorised pass
-	wide := make([]float32, numel)
-	switch buf.Dtype() {
-	case tensor.Float64:
-		for i, v := range buf.Float64s() {
-			wide[i] = float32(v)
-		}
-	case tensor.Float32:
-		copy(wide, buf.Float32s())
-	default:
+	if buf.Dtype() != tensor.Float32 && buf.Dtype() != tensor.Float64 {
 		return Failed(fmt.Errorf("ddp: %s compression of a %v bucket: %w", f.name, buf.Dtype(), ErrInvalidArgument))
 	}
-	f.narrow(h, wide)
-	f.widen(wide, h)
+	// h = half(half(v) / n), a block at a time in float32 scratch that stays
+	// in the cache: rounding, division and rounding back are vector passes
+	const block = 2048
+	var scratch [block]float32
 	div := float32(n)
-	for i := range wide {
-		wide[i] /= div
+	for lo := 0; lo < numel; lo += block {
+		hi := min(lo+block, numel)
+		w, hb := scratch[:hi-lo], h[lo:hi]
+		if buf.Dtype() == tensor.Float64 {
+			for i, v := range buf.Float64s()[lo:hi] {
+				w[i] = float32(v)
+			}
+		} else {
+			copy(w, buf.Float32s()[lo:hi])
+		}
+		f.narrow(hb, w)
+		f.widen(w, hb)
+		for i := range w {
+			w[i] /= div
+		}
+		f.narrow(hb, w)
 	}
-	f.narrow(h, wide)
 	b.CountSent(int64(2 * numel))
 	widen := func(context.Context, *tensor.Dense) (*tensor.Dense, error) {
-		switch buf.Dtype() {
-		case tensor.Float64:
-			f.widen(wide, h)
-			d := buf.Float64s()
-			for i, v := range wide {
-				d[i] = float64(v)
-			}
-		case tensor.Float32:
+		if buf.Dtype() == tensor.Float32 {
 			f.widen(buf.Float32s(), h)
+			return buf, nil
+		}
+		var w [block]float32
+		d := buf.Float64s()
+		for lo := 0; lo < numel; lo += block {
+			hi := min(lo+block, numel)
+			f.widen(w[:hi-lo], h[lo:hi])
+			for i, v := range w[:hi-lo] {
+				d[lo+i] = float64(v)
+			}
 		}
 		return buf, nil
 	}
