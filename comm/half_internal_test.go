@@ -108,29 +108,28 @@ func TestHalfRoundsLikeTheReference(t *testing.T) {
 func TestHalfSpecialValues(t *testing.T) {
 	inf := float32(math.Inf(1))
 	for _, c := range []struct {
-		f        float32
-		f16, bf  uint16
-		nan, neg bool
+		f       float32
+		f16, bf uint16
 	}{
-		{inf, 0x7c00, 0x7f80, false, false},
-		{-inf, 0xfc00, 0xff80, false, true},
-		{0, 0x0000, 0x0000, false, false},
-		{float32(math.Copysign(0, -1)), 0x8000, 0x8000, false, true},
-		{65504, 0x7bff, 0x4780, false, false},
-		{65520, 0x7c00, 0x4780, false, false}, // float16 overflows at the halfway point
-		{float32(math.Ldexp(1, -24)), 0x0001, 0x3380, false, false},
-		{float32(math.Ldexp(1, -25)), 0x0000, 0x3300, false, false},      // tie to even: zero
-		{float32(math.Ldexp(3, -26)), 0x0001, 0x3340, false, false},      // above the tie
-		{float32(math.Ldexp(1023, -24)), 0x03ff, 0x3880, false, false},   // largest subnormal; bf16 rounds up
-		{float32(math.Ldexp(2047, -25)), 0x0400, 0x3880, false, false},   // rounds up into the normals
-		{math.Float32frombits(0x00000001), 0x0000, 0x0000, false, false}, // float32 subnormal
-		{math.Float32frombits(0x00008000), 0x0000, 0x0000, false, false}, // bf16 tie to even: zero
-		{math.Float32frombits(0x00018000), 0x0000, 0x0002, false, false}, // bf16 tie to even: up
-		{math.Float32frombits(0x7fc00000), 0x7e00, 0x7fc0, true, false},  // quiet NaN
-		{math.Float32frombits(0x7f800001), 0x7e00, 0x7fc0, true, false},  // signalling NaN, low payload
-		{math.Float32frombits(0xffa00000), 0xff00, 0xffe0, true, true},   // signalling NaN, negative
-		{math.Float32frombits(0x7fbfffff), 0x7fff, 0x7fff, true, false},  // payload kept, made quiet
-		{0.1, 0x2e66, 0x3dcd, false, false},
+		{inf, 0x7c00, 0x7f80},
+		{-inf, 0xfc00, 0xff80},
+		{0, 0x0000, 0x0000},
+		{float32(math.Copysign(0, -1)), 0x8000, 0x8000},
+		{65504, 0x7bff, 0x4780},
+		{65520, 0x7c00, 0x4780}, // float16 overflows at the halfway point
+		{float32(math.Ldexp(1, -24)), 0x0001, 0x3380},
+		{float32(math.Ldexp(1, -25)), 0x0000, 0x3300},      // tie to even: zero
+		{float32(math.Ldexp(3, -26)), 0x0001, 0x3340},      // above the tie
+		{float32(math.Ldexp(1023, -24)), 0x03ff, 0x3880},   // largest subnormal; bf16 rounds up
+		{float32(math.Ldexp(2047, -25)), 0x0400, 0x3880},   // rounds up into the normals
+		{math.Float32frombits(0x00000001), 0x0000, 0x0000}, // float32 subnormal
+		{math.Float32frombits(0x00008000), 0x0000, 0x0000}, // bf16 tie to even: zero
+		{math.Float32frombits(0x00018000), 0x0000, 0x0002}, // bf16 tie to even: up
+		{math.Float32frombits(0x7fc00000), 0x7e00, 0x7fc0}, // quiet NaN
+		{math.Float32frombits(0x7f800001), 0x7e00, 0x7fc0}, // signalling NaN, low payload
+		{math.Float32frombits(0xffa00000), 0xff00, 0xffe0}, // signalling NaN, negative
+		{math.Float32frombits(0x7fbfffff), 0x7fff, 0x7fff}, // payload kept, made quiet
+		{0.1, 0x2e66, 0x3dcd},
 	} {
 		if got := uint16(Float16From(c.f)); got != c.f16 {
 			t.Errorf("Float16From(%#08x) = %#04x, want %#04x", math.Float32bits(c.f), got, c.f16)
