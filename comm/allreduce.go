@@ -81,6 +81,9 @@ func (pg *ProcessGroup) AllReduceCoalesced(ctx context.Context, ts []*tensor.Den
 
 // allReduceBytes all-reduces b in place.
 func allReduceBytes(ctx context.Context, c *opCtx, b []byte, dt dtype, op ReduceOp) error {
+	if dt.isHalf() {
+		return halfAllReduce(ctx, c, b, dt, op)
+	}
 	n := c.size()
 	if op.kind == KindPremulSum {
 		scaleBuf(b, dt, op.factor)

@@ -103,7 +103,9 @@
 // the slowest rank and its factor over the median; DDP keeps one.
 //
 // Tensors are *tensor.Dense values of dtype float32, float64, int8, uint8,
-// int32 or int64 that are contiguous in memory (not strided views). Data moves
-// straight out of and into tensor memory; collectives that change their input
-// do so in place.
+// int32 or int64, or 16-bit floats (backed by []Float16 or []BFloat16, dtypes
+// Float16Dtype and BFloat16Dtype), that are contiguous in memory (not strided
+// views). Data moves straight out of and into tensor memory; collectives that
+// change their input do so in place. Reductions of 16-bit floats are taken in
+// float32 and rounded to 16 bits once (see ReduceOp).
 package comm

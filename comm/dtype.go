@@ -19,14 +19,17 @@ const (
 	dtUint8
 	dtInt32
 	dtInt64
+	dtFloat16  // Float16Dtype: reduced in float32, rounded once (halfreduce.go)
+	dtBFloat16 // BFloat16Dtype: likewise
 )
 
-var dtypeNames = [...]string{"invalid", "float32", "float64", "int8", "uint8", "int32", "int64"}
-var dtypeSizes = [...]int{0, 4, 8, 1, 1, 4, 8}
+var dtypeNames = [...]string{"invalid", "float32", "float64", "int8", "uint8", "int32", "int64", "float16", "bfloat16"}
+var dtypeSizes = [...]int{0, 4, 8, 1, 1, 4, 8, 2, 2}
 
 func (d dtype) String() string { return dtypeNames[d] }
 func (d dtype) size() int      { return dtypeSizes[d] }
-func (d dtype) isFloat() bool  { return d == dtFloat32 || d == dtFloat64 }
+func (d dtype) isFloat() bool  { return d == dtFloat32 || d == dtFloat64 || d.isHalf() }
+func (d dtype) isHalf() bool   { return d == dtFloat16 || d == dtBFloat16 }
 
 func dtypeOf(t tensor.Dtype) dtype {
 	switch t {
@@ -42,6 +45,10 @@ func dtypeOf(t tensor.Dtype) dtype {
 		return dtInt32
 	case tensor.Int64:
 		return dtInt64
+	case Float16Dtype:
+		return dtFloat16
+	case BFloat16Dtype:
+		return dtBFloat16
 	}
 	return dtInvalid
 }
@@ -64,7 +71,7 @@ func tensorBuffer(t *tensor.Dense, what string) (buffer, error) {
 	}
 	dt := dtypeOf(t.Dtype())
 	if dt == dtInvalid {
-		return buffer{}, errorf(ErrInvalidArgument, "%s has dtype %v; collectives support float32, float64, int8, uint8, int32 and int64", what, t.Dtype())
+		return buffer{}, errorf(ErrInvalidArgument, "%s has dtype %v; collectives support float32, float64, int8, uint8, int32, int64, and float16 and bfloat16 (comm.Float16Dtype, comm.BFloat16Dtype)", what, t.Dtype())
 	}
 	n := t.Shape().TotalSize()
 	if t.IsScalar() {

@@ -44,7 +44,8 @@ func reduceInto(dst, src []byte, dt dtype, k ReduceKind) {
 	case dtInt64:
 		reduceInt(typed[int64](dst), typed[int64](src), k)
 	default:
-		panic("comm: reduceInto on invalid dtype")
+		// 16-bit floats never reach here: halfreduce.go widens them
+		panic("comm: reduceInto on dtype " + dt.String())
 	}
 }
 

@@ -43,6 +43,15 @@ func (k ReduceKind) String() string {
 //   - PremulSum(f): each rank's value is multiplied by f, then summed. On
 //     integer tensors f must be a whole number.
 //
+// On float16 and bfloat16 tensors every op but the bitwise ones runs in
+// float32: each rank's values are widened (exactly), combined in rank order
+// (PremulSum's factor applied to each in float32, Avg's division to the
+// float32 total), and the result is rounded to 16 bits once, to nearest,
+// ties to even. No partial result is rounded to 16 bits on its way (gloo's
+// float16 rounds after every addition), so AllReduce, Reduce and
+// ReduceScatter give the same bits for the same inputs on every algorithm,
+// and only 16-bit values cross the network.
+//
 // The zero ReduceOp is invalid.
 type ReduceOp struct {
 	kind   ReduceKind

@@ -51,6 +51,9 @@ func (pg *ProcessGroup) ReduceScatterTensor(ctx context.Context, out, in *tensor
 // reduceScatterBlocks reduces block r of every rank into out. The inputs are
 // copied once into pooled scratch, which the ring then reduces in place.
 func reduceScatterBlocks(ctx context.Context, c *opCtx, out []byte, blocks [][]byte, dt dtype, op ReduceOp) error {
+	if dt.isHalf() {
+		return halfReduceScatter(ctx, c, blocks, out, dt, op)
+	}
 	n, r := c.size(), c.rank()
 	size := len(out)
 	p := getScratch(size * n)

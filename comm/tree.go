@@ -60,6 +60,9 @@ func broadcastTree(ctx context.Context, c *opCtx, b []byte, dt dtype, root int) 
 // reduceTree reduces every rank's b into root's b with op. Other ranks' b are
 // left unchanged.
 func reduceTree(ctx context.Context, c *opCtx, b []byte, dt dtype, op ReduceOp, root int) error {
+	if dt.isHalf() {
+		return halfReduceRoot(ctx, c, b, dt, op, root)
+	}
 	n, r := c.size(), c.rank()
 	isRoot := r == root
 	if isRoot && op.kind == KindPremulSum {

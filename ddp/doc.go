@@ -166,8 +166,8 @@
 // # Communication hooks
 //
 // WithCommHook replaces the reduction of each bucket: AllReduceHook,
-// FP16CompressHook and BF16CompressHook (half the bytes, sums rounded in
-// half precision as PyTorch's hooks do), PowerSGDHook (low-rank compression
+// FP16CompressHook and BF16CompressHook (half the bytes: an all-reduce of a
+// float16 or bfloat16 tensor, summed in float32 and rounded once), PowerSGDHook (low-rank compression
 // with error feedback, after a number of plain iterations), or a function of
 // one's own, given the GradBucket (Index, Buffer, Gradients, Parameters,
 // IsLast, SetBuffer) and returning a Future of the reduced buffer.
@@ -215,10 +215,10 @@
 //   - Inside Join the buffers are broadcast from the lowest rank still
 //     training, and the final model from the lowest of the last ranks to
 //     join (PyTorch picks the highest).
-//   - FP16CompressHook and BF16CompressHook sum in ring order over
-//     point-to-point messages (collectives here carry no 16-bit types); the
-//     rounding after each addition is PyTorch's, the order of the additions
-//     is gloo's ring order only by design, not bit for bit.
+//   - FP16CompressHook and BF16CompressHook all-reduce 16-bit tensors whose
+//     sum is taken in float32 and rounded to 16 bits once; PyTorch over gloo
+//     rounds every partial sum of its ring. With two ranks the results are
+//     the same bits; with more, these are the more accurate.
 //
 // # Not built yet
 //

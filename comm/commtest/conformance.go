@@ -20,6 +20,7 @@ type NewGroups func(t *testing.T, n int, opts ...comm.Option) []*comm.ProcessGro
 func RunConformance(t *testing.T, newGroups NewGroups) {
 	s := &suite{newGroups: newGroups}
 	t.Run("AllReduce", s.testAllReduce)
+	t.Run("HalfPrecision", s.testHalfPrecision)
 	t.Run("AllReduceCoalesced", s.testAllReduceCoalesced)
 	t.Run("Broadcast", s.testBroadcast)
 	t.Run("Reduce", s.testReduce)
