@@ -56,7 +56,6 @@ type DDP struct {
 	scratch    []*tensor.Dense
 	staticUsed []bool // StaticGraph: the global used map, once known
 	noSync     int
-	launches   uint64      // bucket reductions started so far (the same count on every rank)
 	commActive atomic.Bool // reductions of the current step are in flight
 	joined     bool        // inside Join: every step exchanges the join flags
 	lastRoot   int         // inside Join: lowest rank of the last non-empty set of active ranks

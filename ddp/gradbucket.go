@@ -51,7 +51,6 @@ type GradBucket struct {
 	d       *DDP
 	shadow  bool
 	bucket  *bucket
-	seq     uint64 // the DDP's count of bucket reductions before this one: the same on every rank
 
 	sent     atomic.Int64
 	reported atomic.Bool

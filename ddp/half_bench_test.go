@@ -45,7 +45,6 @@ func BenchmarkCompressHook(b *testing.B) {
 							defer wg.Done()
 							gb := &GradBucket{buf: tensor.New(tensor.WithShape(numel), tensor.Of(tensor.Float32))}
 							for i := 0; i < b.N; i++ {
-								gb.seq = uint64(i)
 								if _, err := h.run(ctx, pg, gb).Wait(ctx); err != nil {
 									b.Errorf("rank %d: %v", r, err)
 									return

@@ -163,8 +163,6 @@ func (s *stepState) launch(bi int) {
 	gb := b.gb
 	gb.sent.Store(0)
 	gb.reported.Store(false)
-	gb.seq = s.d.launches
-	s.d.launches++
 	s.launchAt[bi] = time.Now()
 	if s.left > 0 && !s.afterBackward {
 		s.overlapped++
