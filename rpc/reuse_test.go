@@ -177,6 +177,26 @@ func TestResultIntoConcurrent(t *testing.T) {
 	}
 }
 
+// waitReleased waits until the receive buffer whose data starts at addr is back
+// on its free list (at most 5 s).
+func waitReleased(t *testing.T, addr uint64) {
+	t.Helper()
+	r := receiveBuffers
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		r.mu.Lock()
+		for class, list := range r.free {
+			for _, base := range list {
+				if uint64(uintptr(bufferStart(base, class))) == addr {
+					r.mu.Unlock()
+					return
+				}
+			}
+		}
+		r.mu.Unlock()
+	}
+	t.Fatalf("the buffer at %#x was not handed back within 5 s", addr)
+}
+
 // TestReuseArgMemory: the argument memory of a function registered with
 // ReuseArgMemory serves the next call's argument at once; a function
 // without it keeps what it was given intact.
@@ -204,6 +224,9 @@ func TestReuseArgMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The callee hands the argument's memory back once its reply has gone,
+	// which may be a moment after the reply arrives here.
+	waitReleased(t, first)
 	second, err := Sync[uint64](ctx, agents[0], "w1", "addr_reuse", filled(n, 2))
 	if err != nil {
 		t.Fatal(err)
