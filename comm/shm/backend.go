@@ -194,7 +194,7 @@ func (t *Transport) waitAttached(ctx context.Context) error {
 	for {
 		var missing []int
 		for r := range t.size {
-			if t.seg.u64(t.seg.rank(r) + rkState).Load() == stateAbsent {
+			if t.seg.u64(t.seg.rank(r)+rkState).Load() == stateAbsent {
 				missing = append(missing, r)
 			}
 		}
