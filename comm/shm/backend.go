@@ -32,8 +32,9 @@ const (
 
 // Store keys, all under the backend's own prefix.
 const (
-	keySegment  = "shm/segment"
-	keyAttached = "shm/attached"
+	keySegment = "shm/segment"
+	// segmentPrefix starts every segment file's name.
+	segmentPrefix = "tandem-shm-"
 )
 
 const defaultConnectTimeout = 5 * time.Minute
@@ -82,8 +83,8 @@ func (b Backend) ringBytes(world int) int {
 
 // Connect maps the world's shared segment and returns this rank's
 // transport. Rank 0 creates the segment and publishes its name through
-// cfg.Store; every rank maps it, and the last rank to do so removes the
-// file's name, so nothing is left in /dev/shm once the ranks exit. Connect
+// cfg.Store; every rank maps it, and once all have, the file's name is
+// removed, so nothing is left in /dev/shm once the ranks exit. Connect
 // returns when every rank has mapped it, or fails when the context ends or
 // cfg.Timeout (5 minutes when zero) passes.
 func (b Backend) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
@@ -165,13 +166,11 @@ func (b Backend) connect(ctx context.Context, cfg transport.Config) (*Transport,
 		return t, nil
 	}
 	t.attach()
-	n, err := cfg.Store.Add(cctx, keyAttached, 1)
-	if err == nil && n == int64(world) {
-		// Every rank holds a mapping: the name is no longer needed.
-		os.Remove(path)
-	}
+	err = t.waitAttached(cctx)
 	if err == nil {
-		err = t.waitAttached(cctx)
+		// Every rank holds a mapping: the name is no longer needed. Each
+		// rank removes it, so that it is gone whichever returns first.
+		os.Remove(path)
 	}
 	if err != nil {
 		if cfg.Rank == 0 {

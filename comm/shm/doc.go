@@ -7,8 +7,8 @@
 // mode 0600, so only this user can map it) and publishes its name through
 // the job's rendezvous store, which is token-authenticated; the segment's
 // header carries a hash of transport.Config.Token, which every rank checks.
-// Every rank maps the file with mmap, and the last rank to map it removes its
-// name, so the memory is freed when the last rank unmaps it and nothing is
+// Every rank maps the file with mmap, and once all have, each removes its
+// name (only a file whose header and token hash check out), so the memory is freed when the last rank unmaps it and nothing is
 // left behind by a job that crashes after connecting.
 //
 // # Data path

@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -113,7 +115,7 @@ func createSegment(dir string, world, ringCap int, token string) (*segment, stri
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, "", fmt.Errorf("shm: connect: drawing a segment name: %w", err)
 	}
-	path := dir + "/tandem-shm-" + hex.EncodeToString(rnd[:])
+	path := dir + "/" + segmentPrefix + hex.EncodeToString(rnd[:])
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, "", fmt.Errorf("shm: connect: creating the shared segment: %w; check that %s exists and is writable (a tmpfs such as /dev/shm)", err, dir)
@@ -141,6 +143,9 @@ func createSegment(dir string, world, ringCap int, token string) (*segment, stri
 // openSegment maps the segment file at path that rank 0 created and checks
 // that it belongs to this world and this token.
 func openSegment(path string, world int, token string) (*segment, error) {
+	if !strings.HasPrefix(filepath.Base(path), segmentPrefix) {
+		return nil, fmt.Errorf("shm: connect: the store names %q as the shared segment, which is not a Tandem segment's name: %w", path, transport.ErrMismatch)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("shm: connect: opening the shared segment %s: %w; the shm backend needs every rank on the same host as rank 0 (use tcp across hosts)", path, err)

@@ -67,6 +67,9 @@ type inbox struct {
 	waiters map[transport.Tag][]*waiter
 	msgs    map[transport.Tag][][]byte
 	lost    error // why no more messages come from src
+
+	// gone holds lost once it wraps ErrPeerLost: sends to src fail with it.
+	gone atomic.Pointer[error]
 }
 
 type waiter struct {
@@ -267,6 +270,9 @@ func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, buf [
 	defer t.users.RUnlock()
 	if err := t.downErr(); err != nil {
 		return err
+	}
+	if err := t.inbox[peer].gone.Load(); err != nil {
+		return fmt.Errorf("shm: rank %d: sending to rank %d: %w", t.rank, peer, *err)
 	}
 	if err := t.peerGone(peer, true); err != nil {
 		return fmt.Errorf("shm: rank %d: sending to rank %d: %w", t.rank, peer, err)
@@ -478,6 +484,9 @@ func (in *inbox) fail(err error) {
 	defer in.mu.Unlock()
 	if in.lost == nil {
 		in.lost = err
+		if errors.Is(err, transport.ErrPeerLost) {
+			in.gone.Store(&err)
+		}
 	}
 	for tag, q := range in.waiters {
 		for _, w := range q {
