@@ -42,7 +42,8 @@
 //
 // Each rank's block in the segment holds its state (attached, closed,
 // aborted, with the abort's cause), its process id and a heartbeat word it
-// updates every second (internal/liveness's interval). A wait fails with
+// updates every 100 ms, whatever the peer timeout, so that ranks configured
+// with different timeouts still judge each other correctly. A wait fails with
 // ErrPeerLost when the peer aborted, closed (once everything it sent has been
 // received), exited (its process id is gone) or stopped beating for the peer
 // timeout (transport.Config.PeerTimeout, 5 s by default). Abort and Close

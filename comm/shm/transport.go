@@ -26,6 +26,14 @@ const (
 	tick = 10 * time.Millisecond
 	// spins is how many times a wait polls before it sleeps in the kernel.
 	spins = 200
+	// holdMin and holdFor: a frame of holdMin bytes or more that arrives
+	// before its receive waits up to holdFor in the ring for it (see claim).
+	holdMin = 64 << 10
+	holdFor = 5 * time.Millisecond
+	// beatEvery is how often a rank stores the time in its heartbeat word:
+	// often enough for any peer's timeout, whatever interval this rank's own
+	// configuration would pick (a store to memory costs next to nothing).
+	beatEvery = 100 * time.Millisecond
 	// maxPiece is the most a sender copies into the ring before publishing
 	// it, so that the receiver copies one piece out while the next goes in.
 	maxPiece = 128 << 10
@@ -42,6 +50,7 @@ type Transport struct {
 	pid        int
 
 	down  atomic.Pointer[error] // set once by Abort or Close
+	dead  chan struct{}         // closed when down is set
 	inbox []*inbox              // per source rank; inbox[rank] holds messages to itself
 	out   []*outbox             // per destination rank
 
@@ -70,6 +79,13 @@ type inbox struct {
 
 	// gone holds lost once it wraps ErrPeerLost: sends to src fail with it.
 	gone atomic.Pointer[error]
+
+	// The reader, holding a large frame under tag want that no receive
+	// claims yet, sets wanting and waits on posted, which Recv pokes when
+	// it posts a receive under that tag.
+	wanting bool
+	want    transport.Tag
+	posted  chan struct{} // buffered 1
 }
 
 type waiter struct {
@@ -90,9 +106,10 @@ type outbox struct {
 
 func newTransport(rank, size int, maxMsg int64, live liveness.Config, seg *segment) *Transport {
 	t := &Transport{rank: rank, size: size, maxMsg: maxMsg, live: live, seg: seg, pid: os.Getpid(),
-		inbox: make([]*inbox, size), out: make([]*outbox, size), stop: make(chan struct{})}
+		inbox: make([]*inbox, size), out: make([]*outbox, size), stop: make(chan struct{}), dead: make(chan struct{})}
 	for r := range size {
-		t.inbox[r] = &inbox{t: t, src: r, waiters: map[transport.Tag][]*waiter{}, msgs: map[transport.Tag][][]byte{}}
+		t.inbox[r] = &inbox{t: t, src: r, waiters: map[transport.Tag][]*waiter{}, msgs: map[transport.Tag][][]byte{},
+			posted: make(chan struct{}, 1)}
 		if r != rank {
 			t.out[r] = &outbox{ch: seg.channel(rank, r)}
 		}
@@ -123,7 +140,7 @@ func (t *Transport) start() {
 func (t *Transport) heartbeat() {
 	defer t.readers.Done()
 	hb := t.seg.u64(t.seg.rank(t.rank) + rkHeartbeat)
-	tk := time.NewTicker(t.live.Interval)
+	tk := time.NewTicker(beatEvery)
 	defer tk.Stop()
 	for {
 		select {
@@ -398,6 +415,13 @@ func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf [
 	}
 	w := &waiter{buf: buf, done: make(chan error, 1)}
 	in.waiters[tag] = append(in.waiters[tag], w)
+	if in.wanting && in.want == tag {
+		in.wanting = false
+		select {
+		case in.posted <- struct{}{}:
+		default:
+		}
+	}
 	in.mu.Unlock()
 
 	select {
@@ -511,6 +535,8 @@ func (in *inbox) read() {
 	spaceSeq, spaceWait := s.u32(ch+chSpaceSeq), s.u32(ch+chSpaceWait)
 	tail := tailW.Load()
 	anchor := s.anchor(ch)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	check := func() error {
 		if err := t.downErr(); err != nil {
 			return err
@@ -541,9 +567,11 @@ func (in *inbox) read() {
 			return
 		}
 		tail += frameHeader
-		in.mu.Lock()
-		w := in.take(tag)
-		in.mu.Unlock()
+		w, err := in.claim(tag, size, timer)
+		if err != nil {
+			in.fail(err)
+			return
+		}
 		var dst []byte
 		var result error
 		switch {
@@ -605,6 +633,45 @@ func (in *inbox) read() {
 	}
 }
 
+// claim returns the receive waiting for a frame under tag of size bytes,
+// or nil when the frame is to be buffered. A large frame that no receive
+// claims yet is held in the ring for up to holdFor, so that a receive
+// posted meanwhile gets it copied straight into its buffer rather than
+// through a second one; small frames, and large ones past that time, are
+// buffered at once, so that receives under other tags never wait long
+// behind them.
+func (in *inbox) claim(tag transport.Tag, size uint64, timer *time.Timer) (*waiter, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	w := in.take(tag)
+	if w != nil || size < holdMin {
+		return w, nil
+	}
+	deadline := time.Now().Add(holdFor)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, nil
+		}
+		in.want, in.wanting = tag, true
+		in.mu.Unlock()
+		timer.Reset(left)
+		select {
+		case <-in.posted:
+		case <-timer.C:
+		case <-in.t.dead:
+		}
+		in.mu.Lock()
+		in.wanting = false
+		if err := in.t.downErr(); err != nil {
+			return nil, err
+		}
+		if w := in.take(tag); w != nil {
+			return w, nil
+		}
+	}
+}
+
 // Abort fails every pending and future operation with an error wrapping
 // cause and marks this rank aborted in the segment, waking every peer that
 // waits on it: their operations with this rank fail with ErrPeerLost.
@@ -619,6 +686,7 @@ func (t *Transport) Abort(cause error) {
 	if !t.down.CompareAndSwap(nil, &err) {
 		return
 	}
+	close(t.dead)
 	if t.size > 1 {
 		b := t.seg.rank(t.rank)
 		text := cause.Error()
@@ -655,8 +723,11 @@ func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		err := fmt.Errorf("shm: rank %d: transport closed: %w", t.rank, transport.ErrClosed)
 		t.life.Lock()
-		if t.down.CompareAndSwap(nil, &err) && t.size > 1 {
-			t.seg.u64(t.seg.rank(t.rank) + rkState).Store(stateClosed)
+		if t.down.CompareAndSwap(nil, &err) {
+			close(t.dead)
+			if t.size > 1 {
+				t.seg.u64(t.seg.rank(t.rank) + rkState).Store(stateClosed)
+			}
 		}
 		if t.size > 1 {
 			t.wakeAll()
