@@ -89,8 +89,9 @@ type inbox struct {
 }
 
 type waiter struct {
-	buf  []byte
-	done chan error // buffered 1
+	buf    []byte
+	reduce func(dst, src []byte) // nil: copy the message into buf
+	done   chan error            // buffered 1
 
 	mu        sync.Mutex // held by the reader while it writes buf
 	abandoned bool       // the receive gave up: buf must not be written
@@ -385,10 +386,41 @@ func copyOut(dst, ring []byte, pos uint64) {
 	}
 }
 
+// reduceOut combines dst with the ring's bytes from stream position pos,
+// in two calls where they wrap.
+func reduceOut(reduce func(dst, src []byte), dst, ring []byte, pos uint64) {
+	p := int(pos % uint64(len(ring)))
+	first := min(len(dst), len(ring)-p)
+	reduce(dst[:first], ring[p:p+first])
+	if first < len(dst) {
+		reduce(dst[first:], ring[:len(dst)-first])
+	}
+}
+
 // Recv receives the next message from peer under tag into buf, which must
 // have exactly the message's length. A receive posted before its message
 // arrives gets the message copied straight from the ring into buf.
 func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
+	return t.recv(ctx, peer, tag, buf, nil)
+}
+
+// RecvReduce receives the next message from peer under tag, which must be
+// exactly len(dst) bytes long, and combines it into dst by calling
+// reduce(dst[lo:hi], src) for consecutive pieces, src holding the
+// message's bytes lo:hi and valid only during the call. Pieces start at
+// multiples of 64 bytes of the message, so they never split an element.
+// When the receive is posted before the message arrives (the usual case in
+// a ring all-reduce), the pieces are read straight out of the ring, so the
+// message is never copied; comm's ring all-reduce uses it when the
+// transport has it. When it fails, dst may be partly reduced.
+func (t *Transport) RecvReduce(ctx context.Context, peer int, tag transport.Tag, dst []byte, reduce func(dst, src []byte)) error {
+	if reduce == nil {
+		return fmt.Errorf("shm: rank %d: RecvReduce from rank %d without a reduce function: %w", t.rank, peer, transport.ErrInvalidArgument)
+	}
+	return t.recv(ctx, peer, tag, dst, reduce)
+}
+
+func (t *Transport) recv(ctx context.Context, peer int, tag transport.Tag, buf []byte, reduce func(dst, src []byte)) error {
 	if err := t.check("receiving", peer, buf); err != nil {
 		return err
 	}
@@ -406,14 +438,14 @@ func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf [
 			in.msgs[tag] = q[1:]
 		}
 		in.mu.Unlock()
-		return t.fill(buf, msg, peer, tag)
+		return t.fill(buf, reduce, msg, peer, tag)
 	}
 	if in.lost != nil {
 		err := in.lost
 		in.mu.Unlock()
 		return err
 	}
-	w := &waiter{buf: buf, done: make(chan error, 1)}
+	w := &waiter{buf: buf, reduce: reduce, done: make(chan error, 1)}
 	in.waiters[tag] = append(in.waiters[tag], w)
 	if in.wanting && in.want == tag {
 		in.wanting = false
@@ -457,11 +489,17 @@ func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf [
 	}
 }
 
-func (t *Transport) fill(dst, msg []byte, peer int, tag transport.Tag) error {
+// fill puts a whole message into a receive's buffer: copied, or combined
+// by reduce when it is not nil.
+func (t *Transport) fill(dst []byte, reduce func(dst, src []byte), msg []byte, peer int, tag transport.Tag) error {
 	if len(dst) != len(msg) {
 		return mismatch(t.rank, peer, tag, len(msg), len(dst))
 	}
-	copy(dst, msg)
+	if reduce != nil {
+		reduce(dst, msg)
+	} else {
+		copy(dst, msg)
+	}
 	return nil
 }
 
@@ -478,7 +516,7 @@ func (in *inbox) deliver(tag transport.Tag, buf []byte) error {
 		return in.lost
 	}
 	if w := in.take(tag); w != nil {
-		w.done <- in.t.fill(w.buf, buf, in.src, tag)
+		w.done <- in.t.fill(w.buf, w.reduce, buf, in.src, tag)
 		return nil
 	}
 	in.msgs[tag] = append(in.msgs[tag], append([]byte(nil), buf...))
@@ -601,7 +639,11 @@ func (in *inbox) read() {
 			if lo, hi := got, min(got+n, size); hi > lo && dst != nil {
 				if w != nil {
 					w.mu.Lock()
-					if !w.abandoned {
+					switch {
+					case w.abandoned:
+					case w.reduce != nil:
+						reduceOut(w.reduce, dst[lo:hi], ring, tail)
+					default:
 						copyOut(dst[lo:hi], ring, tail)
 					}
 					w.mu.Unlock()
@@ -625,7 +667,7 @@ func (in *inbox) read() {
 		}
 		in.mu.Lock()
 		if w := in.take(tag); w != nil {
-			w.done <- t.fill(w.buf, dst, in.src, tag)
+			w.done <- t.fill(w.buf, w.reduce, dst, in.src, tag)
 		} else {
 			in.msgs[tag] = append(in.msgs[tag], dst)
 		}
