@@ -59,3 +59,26 @@ func benchAllReduce(b *testing.B, backend string, world, size int) {
 	}
 	pg.Close()
 }
+
+// BenchmarkPingPongProcess measures the round trip of a 4 KiB message
+// between two processes, over shm and over tcp: the transport's latency
+// floor under every small collective.
+func BenchmarkPingPongProcess(b *testing.B) {
+	const size = 4096
+	for _, backend := range []string{"shm", "tcp"} {
+		b.Run(backend, func(b *testing.B) {
+			tr, _, _ := startRanks(b, backend, "echo", 2, envSize+"="+strconv.Itoa(size))
+			buf := make([]byte, size)
+			ctx := context.Background()
+			b.ResetTimer()
+			for range b.N {
+				if err := tr.Send(ctx, 1, 1, buf); err != nil {
+					b.Fatal(err)
+				}
+				if err := tr.Recv(ctx, 1, 2, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

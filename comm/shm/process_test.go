@@ -67,6 +67,14 @@ func TestHelperRank(t *testing.T) {
 		}
 		time.Sleep(time.Minute)
 		os.Exit(0)
+	case "echo":
+		// Echo messages until the peer goes away.
+		size, _ := strconv.Atoi(os.Getenv(envSize))
+		buf := make([]byte, size)
+		bg := context.Background()
+		for tr.Recv(bg, 0, 1, buf) == nil && tr.Send(bg, 0, 2, buf) == nil {
+		}
+		os.Exit(0)
 	case "allreduce":
 		pg, err := comm.NewProcessGroup(ctx, tr)
 		if err != nil {
