@@ -82,7 +82,7 @@ type inbox struct {
 
 	// The reader, holding a large frame under tag want that no receive
 	// claims yet, sets wanting and waits on posted, which Recv pokes when
-	// it posts a receive under that tag.
+	// it posts a receive.
 	wanting bool
 	want    transport.Tag
 	posted  chan struct{} // buffered 1
@@ -447,7 +447,7 @@ func (t *Transport) recv(ctx context.Context, peer int, tag transport.Tag, buf [
 	}
 	w := &waiter{buf: buf, reduce: reduce, done: make(chan error, 1)}
 	in.waiters[tag] = append(in.waiters[tag], w)
-	if in.wanting && in.want == tag {
+	if in.wanting {
 		in.wanting = false
 		select {
 		case in.posted <- struct{}{}:
@@ -679,9 +679,9 @@ func (in *inbox) read() {
 // or nil when the frame is to be buffered. A large frame that no receive
 // claims yet is held in the ring for up to holdFor, so that a receive
 // posted meanwhile gets it copied straight into its buffer rather than
-// through a second one; small frames, and large ones past that time, are
-// buffered at once, so that receives under other tags never wait long
-// behind them.
+// through a second one. Small frames are buffered at once, and so is a
+// large one as soon as a receive under another tag is waiting (its frame
+// may be behind this one) or the time is up.
 func (in *inbox) claim(tag transport.Tag, size uint64, timer *time.Timer) (*waiter, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -692,7 +692,9 @@ func (in *inbox) claim(tag transport.Tag, size uint64, timer *time.Timer) (*wait
 	deadline := time.Now().Add(holdFor)
 	for {
 		left := time.Until(deadline)
-		if left <= 0 {
+		if left <= 0 || len(in.waiters) > 0 {
+			// Time is up, or a receive under another tag waits, perhaps
+			// for a frame behind this one: buffer it.
 			return nil, nil
 		}
 		in.want, in.wanting = tag, true
