@@ -26,9 +26,10 @@ func wait(w *atomic.Uint32, val uint32, d time.Duration) {
 		uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
-// wake wakes every waiter on w.
+// wake wakes every waiter on w. It never blocks, so it skips the
+// scheduler's system-call bookkeeping.
 func wake(w *atomic.Uint32) {
-	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, uintptr(1<<30), 0, 0, 0)
+	syscall.RawSyscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, uintptr(1<<30), 0, 0, 0)
 }
 
 // processGone reports whether no process has the given id.

@@ -229,10 +229,11 @@ func (t *Transport) peerGone(p int, quick bool) error {
 
 // await returns once cond holds, polling briefly and then sleeping on the
 // futex word seq (announced through flag, so that the other side only
-// makes the wake-up system call when someone sleeps). Every tick, and
-// whenever woken, it runs check and gives up with its error, unless cond
-// became true meanwhile.
-func await(cond func() bool, seq, flag *atomic.Uint32, check func() error) error {
+// makes the wake-up system call when someone sleeps). Before each sleep it
+// runs check and gives up with its error, unless cond became true
+// meanwhile; check is told to skip its costlier tests (system calls)
+// before the first sleep, which most waits never get past.
+func await(cond func() bool, seq, flag *atomic.Uint32, check func(full bool) error) error {
 	for i := range spins {
 		if cond() {
 			return nil
@@ -241,14 +242,14 @@ func await(cond func() bool, seq, flag *atomic.Uint32, check func() error) error
 			runtime.Gosched()
 		}
 	}
-	for {
+	for full := false; ; full = true {
 		s := seq.Load()
 		flag.Store(1)
 		if cond() {
 			flag.Store(0)
 			return nil
 		}
-		if err := check(); err != nil {
+		if err := check(full); err != nil {
 			flag.Store(0)
 			if cond() {
 				return nil
@@ -316,14 +317,14 @@ func (t *Transport) put(ctx context.Context, o *outbox, peer int, tag transport.
 	head := o.head
 	padded := uint64(roundUp(len(buf), frameHeader))
 	published := false
-	check := func() error {
+	check := func(full bool) error {
 		if err := t.downErr(); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
 			return t.timeoutErr("sending to", peer, tag, ctx)
 		}
-		if err := t.peerGone(peer, false); err != nil {
+		if err := t.peerGone(peer, !full); err != nil {
 			return fmt.Errorf("shm: rank %d: sending to rank %d: %w", t.rank, peer, err)
 		}
 		return nil
@@ -575,7 +576,7 @@ func (in *inbox) read() {
 	anchor := s.anchor(ch)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	check := func() error {
+	check := func(full bool) error {
 		if err := t.downErr(); err != nil {
 			return err
 		}
@@ -583,7 +584,7 @@ func (in *inbox) read() {
 			return fmt.Errorf("%w: shm: rank %d: rank %d gave up on a message half-way (its send failed); no more messages can follow on this link",
 				transport.ErrPeerLost, t.rank, in.src)
 		}
-		if err := t.peerGone(in.src, false); err != nil {
+		if err := t.peerGone(in.src, !full); err != nil {
 			return fmt.Errorf("shm: rank %d: receiving from rank %d: %w", t.rank, in.src, err)
 		}
 		return nil
