@@ -6,8 +6,11 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/tandemml/tandem/comm/shm"
 	"github.com/tandemml/tandem/comm/transport"
 )
+
+func init() { Register("shm", shm.Backend{}) }
 
 var (
 	backendsMu sync.RWMutex

@@ -1,6 +1,20 @@
 package comm
 
-import "context"
+import (
+	"context"
+	"fmt"
+
+	"github.com/tandemml/tandem/comm/transport"
+)
+
+// reduceReceiver is implemented by transports that can combine a message
+// into a buffer straight out of where it arrives (comm/shm's rings), which
+// saves the ring all-reduce a copy into a scratch buffer per chunk. reduce
+// is called on consecutive pieces of the message, each starting at a
+// multiple of 64 bytes.
+type reduceReceiver interface {
+	RecvReduce(ctx context.Context, peer int, tag transport.Tag, dst []byte, reduce func(dst, src []byte)) error
+}
 
 // Ring algorithms. The ring's steps are numbered 0..2(n-1): steps 0..n-2 are
 // a reduce-scatter after which rank r holds the full reduction of segment r,
@@ -59,11 +73,19 @@ func ringRun(ctx context.Context, c *opCtx, segs [][]byte, dt dtype, k ReduceKin
 			for i := range numChunks(seg, chunk) {
 				p := chunkOf(seg, i, chunk)
 				if u < n-1 {
-					tmp := (*scratch)[:len(p)]
-					if err := c.recv(ctx, prev, stepRing, tmp); err != nil {
-						return err
+					if rr, ok := c.pg.world.t.(reduceReceiver); ok {
+						// Reduced straight out of where the chunk arrived.
+						if err := rr.RecvReduce(ctx, c.pg.members[prev], c.tag(stepRing), p,
+							func(d, s []byte) { reduceInto(d, s, dt, k) }); err != nil {
+							return fmt.Errorf("receiving %d bytes from rank %d: %w", len(p), prev, err)
+						}
+					} else {
+						tmp := (*scratch)[:len(p)]
+						if err := c.recv(ctx, prev, stepRing, tmp); err != nil {
+							return err
+						}
+						reduceInto(p, tmp, dt, k)
 					}
-					reduceInto(p, tmp, dt, k)
 					if u == n-2 && finalize != nil {
 						finalize(p)
 					}
