@@ -83,37 +83,6 @@ func checkNoLeak(t *testing.T) {
 	})
 }
 
-func TestTCPConformance(t *testing.T) {
-	runConformance(t, func(t *testing.T) func() Store {
-		srv := startServer(t)
-		return func() Store { return dialT(t, srv.Addr()) }
-	})
-}
-
-func TestNewTCPConformance(t *testing.T) {
-	runConformance(t, func(t *testing.T) func() Store {
-		ctx := ctxFor(t, long)
-		master, err := NewTCP(ctx, "127.0.0.1:0", true, WithLogger(quietLogger()), WithToken("secret"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { master.Close() })
-		first := true
-		return func() Store {
-			if first {
-				first = false
-				return master
-			}
-			s, err := NewTCP(ctx, master.Addr(), false, WithLogger(quietLogger()), WithToken("secret"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		}
-	})
-}
-
 func TestTCPNoGoroutineLeak(t *testing.T) {
 	checkNoLeak(t)
 	ctx := ctxFor(t, long)
