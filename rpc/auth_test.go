@@ -15,67 +15,8 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/internal/tokenauth"
+	"github.com/tandemml/tandem/internal/wiretap"
 )
-
-// wiretap is a loopback proxy that forwards to target and keeps every byte
-// it forwards, both ways.
-type wiretap struct {
-	ln  net.Listener
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func newWiretap(t *testing.T, target string) *wiretap {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &wiretap{ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go w.copy(s, c)
-			go w.copy(c, s)
-		}
-	}()
-	return w
-}
-
-func (w *wiretap) copy(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 4096)
-	for {
-		n, err := src.Read(buf)
-		w.mu.Lock()
-		w.buf.Write(buf[:n])
-		w.mu.Unlock()
-		if n > 0 {
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (w *wiretap) bytes() []byte {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return bytes.Clone(w.buf.Bytes())
-}
 
 // A call between two workers goes through a wiretap: it works, and the
 // bytes of its handshake (and of the whole connection) hold no trace of the
@@ -120,9 +61,10 @@ func TestTokenNeverOnTheWire(t *testing.T) {
 	}()
 	// Rank 0 and rank 2 reach rank 1 through the tap; no call has been
 	// made yet, so no connection exists.
-	tap := newWiretap(t, agents[1].addrs[1])
-	agents[0].addrs[1] = tap.ln.Addr().String()
-	agents[2].addrs[1] = tap.ln.Addr().String()
+	tap := wiretap.New(t)
+	tap.Forward(agents[1].addrs[1])
+	agents[0].addrs[1] = tap.Addr()
+	agents[2].addrs[1] = tap.Addr()
 	if v, err := Sync[int](ctx, agents[0], "worker1", "add", [2]int{1, 2}); err != nil || v != 3 {
 		t.Fatalf("call through the tap: %v %v", v, err)
 	}
@@ -140,16 +82,12 @@ func TestTokenNeverOnTheWire(t *testing.T) {
 	if agents[1].Metrics().ConnectionsRefused == 0 {
 		t.Fatal("the acceptor did not count the refusal")
 	}
-	seen := tap.bytes()
+	seen := tap.Bytes()
 	if n := bytes.Count(seen, []byte(helloMagic)); n != 2 {
 		t.Fatalf("the tap saw %d hellos, want 2 (%d bytes)", n, len(seen))
 	}
-	for _, tok := range []string{token, other} {
-		for _, needle := range []string{tok, tok[:len(tok)/2], tok[len(tok)/2:]} {
-			if bytes.Contains(seen, []byte(needle)) {
-				t.Fatalf("the token's bytes %q appear on the wire", needle)
-			}
-		}
+	if needle := wiretap.Leaked(seen, token, other); needle != "" {
+		t.Fatalf("the token's bytes %q appear on the wire", needle)
 	}
 }
 
