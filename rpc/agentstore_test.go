@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/store/torchstore"
+	"github.com/tandemml/tandem/internal/testlog"
 )
 
 // TestAgentsJoinTorchrunAgentStore: under torchrun's static rendezvous
@@ -34,8 +34,8 @@ func TestAgentsJoinTorchrunAgentStore(t *testing.T) {
 		TokenEnv: "agent-store-secret"} {
 		t.Setenv(k, v)
 	}
-	var logs syncBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	var logs testlog.Buffer
+	logger := logs.Logger()
 	agents := make([]*Agent, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/testlog"
 	"github.com/tandemml/tandem/internal/tokenauth"
 	"github.com/tandemml/tandem/internal/wiretap"
 )
@@ -25,7 +25,7 @@ import (
 func TestTokenNeverOnTheWire(t *testing.T) {
 	const token = "rpc-tok-5d81e2-never-on-the-wire"
 	const other = "rpc-tok-other-never-on-the-wire"
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	st := store.NewMemory()
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -44,7 +44,7 @@ func TestTokenNeverOnTheWire(t *testing.T) {
 			}
 			var err error
 			agents[r], err = Init(ctx, "", r, 3, WithStore(st), WithRegistry(reg), WithToken(tok),
-				WithListenAddr("127.0.0.1:0"), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+				WithListenAddr("127.0.0.1:0"), WithLogger(logs.Logger()))
 			if err != nil {
 				t.Error(err)
 			}

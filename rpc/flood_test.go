@@ -1,14 +1,12 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -62,24 +60,6 @@ func vmRSS(t *testing.T, pid int) int64 {
 	return n
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestHandshakeFlood: thousands of idle or junk connections to a worker neither
 // grow its memory much nor fill its log, its established connections keep
 // working meanwhile, and it takes new ones once the flood ends.
@@ -106,21 +86,8 @@ func TestHandshakeFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFloodedWorker$")
-	cmd.Env = append(os.Environ(), floodedEnv+"="+st.Addr())
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs syncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		cmd.Wait()
-	}()
+	child := floodtest.StartChild(t, "the flooded worker", "TestHelperFloodedWorker", floodedEnv+"="+st.Addr(), "")
+	logs := child.Logs
 	reg := NewRegistry()
 	registerBasics(0, reg)
 	a, err := Init(ctx, "caller", 0, 2, WithStore(st), WithRegistry(reg), WithListenAddr("127.0.0.1:0"))
@@ -135,7 +102,7 @@ func TestHandshakeFlood(t *testing.T) {
 		}
 	}
 	add("before the flood")
-	pid := cmd.Process.Pid
+	pid := child.Pid
 	time.Sleep(200 * time.Millisecond)
 	base := vmRSS(t, pid)
 

@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tandemml/tandem/internal/testlog"
 	"github.com/tandemml/tandem/internal/tokenauth"
 	"github.com/tandemml/tandem/internal/wiretap"
 )
@@ -84,8 +84,8 @@ func TestTCPTokenNeverOnTheWire(t *testing.T) {
 // Both ends refuse a wrong token with ErrUnauthorized and say why; a client
 // with a token refuses a server without one.
 func TestTCPTokenRefusedBothSides(t *testing.T) {
-	logs := &syncBuffer{}
-	srv := startServer(t, WithToken("right"), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	logs := &testlog.Buffer{}
+	srv := startServer(t, WithToken("right"), WithLogger(logs.Logger()))
 	ctx := ctxFor(t, long)
 	_, err := Dial(ctx, srv.Addr(), WithToken("wrong"), WithLogger(quietLogger()))
 	if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "could not prove that it holds the server's token") {
