@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,25 +34,9 @@ func TestAgentsJoinTorchrunAgentStore(t *testing.T) {
 		t.Setenv(k, v)
 	}
 	var logs testlog.Buffer
-	logger := logs.Logger()
-	agents := make([]*Agent, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range agents {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reg := NewRegistry()
-			registerBasics(r, reg)
-			agents[r], errs[r] = Init(ctx, "", r, 2, WithRegistry(reg), WithLogger(logger))
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("worker %d: %v", r, err)
-		}
-	}
+	agents := mustInitEach(t, ctx, 2, func(r int) (string, []Option) {
+		return "", []Option{WithRegistry(basics(r)), WithLogger(logs.Logger())}
+	})
 	defer shutdownAll(agents)
 	if v, err := Sync[int](ctx, agents[1], "worker0", "add", [2]int{2, 3}); err != nil || v != 5 {
 		t.Fatalf("add: %v %v", v, err)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,30 +29,14 @@ func TestTokenNeverOnTheWire(t *testing.T) {
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	agents := make([]*Agent, 3)
-	var wg sync.WaitGroup
-	for r := range agents {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reg := NewRegistry()
-			registerBasics(r, reg)
-			tok := token
-			if r == 2 {
-				tok = other
-			}
-			var err error
-			agents[r], err = Init(ctx, "", r, 3, WithStore(st), WithRegistry(reg), WithToken(tok),
-				WithListenAddr("127.0.0.1:0"), WithLogger(logs.Logger()))
-			if err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		return
-	}
+	agents := mustInitEach(t, ctx, 3, func(r int) (string, []Option) {
+		tok := token
+		if r == 2 {
+			tok = other
+		}
+		return "", []Option{WithStore(st), WithRegistry(basics(r)), WithToken(tok),
+			WithListenAddr("127.0.0.1:0"), WithLogger(logs.Logger())}
+	})
 	defer func() {
 		for _, a := range agents {
 			a.Shutdown(ctx, false)
