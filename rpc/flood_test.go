@@ -25,29 +25,23 @@ const floodedEnv = "TANDEM_RPC_TEST_FLOODED"
 // of its own so that its memory can be measured; it does nothing in a
 // normal test run.
 func TestHelperFloodedWorker(t *testing.T) {
-	addr := os.Getenv(floodedEnv)
-	if addr == "" {
-		t.Skip("runs only as the flooded worker of TestHandshakeFlood")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	st, err := store.NewTCP(ctx, addr, false)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "store:", err)
-		os.Exit(1)
-	}
-	reg := NewRegistry()
-	registerBasics(1, reg)
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	a, err := Init(ctx, "flooded", 1, 2, WithStore(st), WithRegistry(reg), WithListenAddr("127.0.0.1:0"), WithLogger(log))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "init:", err)
-		os.Exit(1)
-	}
-	io.Copy(io.Discard, os.Stdin) // until the test is done
-	a.Shutdown(ctx, false)
-	st.Close()
-	os.Exit(0)
+	floodtest.ChildMain(floodedEnv, "the flooded worker", func(stop context.Context, addr string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		st, err := store.NewTCP(ctx, addr, false)
+		if err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		defer st.Close()
+		log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+		a, err := Init(ctx, "flooded", 1, 2, WithStore(st), WithRegistry(basics(1)), WithListenAddr("127.0.0.1:0"), WithLogger(log))
+		if err != nil {
+			return fmt.Errorf("init: %w", err)
+		}
+		<-stop.Done() // until the test is done
+		a.Shutdown(ctx, false)
+		return nil
+	})
 }
 
 // vmRSS returns the resident memory of process pid in bytes.

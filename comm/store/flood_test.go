@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -29,26 +28,19 @@ const floodToken = "flood-secret"
 // TestHelperFloodServer is the child's body, not a test of its own: outside
 // a child it returns at once.
 func TestHelperFloodServer(t *testing.T) {
-	if os.Getenv(floodEnv) == "" {
-		return
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	srv, err := NewServer("127.0.0.1:0", WithToken(floodToken), WithLogger(log))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(1)
-	}
-	fmt.Printf("ADDR %s\n", srv.Addr())
-	defer floodtest.ServeFreeOSMemory()()
-	go func() {
-		io.Copy(io.Discard, os.Stdin)
-		srv.Close()
-	}()
-	if err := srv.Serve(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
+	floodtest.ChildMain(floodEnv, "child", func(stop context.Context, _ string) error {
+		log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+		srv, err := NewServer("127.0.0.1:0", WithToken(floodToken), WithLogger(log))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("ADDR %s\n", srv.Addr())
+		go func() {
+			<-stop.Done()
+			srv.Close()
+		}()
+		return srv.Serve(context.Background())
+	})
 }
 
 // floodWarnLines bounds the warning lines a flood may write.

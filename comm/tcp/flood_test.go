@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -31,19 +30,10 @@ const floodToken = "flood-secret"
 
 // TestHelperFloodRank0 is rank 0 of TestRank0Flood in its own process, not
 // a test of its own: outside that process it returns at once.
-func TestHelperFloodRank0(t *testing.T) {
-	if os.Getenv(rank0Env) == "" {
-		return
-	}
-	if err := floodRank0(); err != nil {
-		fmt.Fprintln(os.Stderr, "rank 0:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
+func TestHelperFloodRank0(t *testing.T) { floodtest.ChildMain(rank0Env, "rank 0", floodRank0) }
 
-func floodRank0() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+func floodRank0(stop context.Context, _ string) error {
+	ctx, cancel := context.WithTimeout(stop, 2*time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	st, err := store.NewTCP(ctx, "127.0.0.1:0", true, store.WithToken(floodToken), store.WithLogger(log))
@@ -52,13 +42,6 @@ func floodRank0() error {
 	}
 	defer st.Close()
 	fmt.Printf("STORE %s\n", st.Addr())
-	defer floodtest.ServeFreeOSMemory()()
-	stdinClosed := make(chan struct{})
-	go func() {
-		io.Copy(io.Discard, os.Stdin)
-		close(stdinClosed)
-		cancel()
-	}()
 	tr, err := loopback.ConnectTCP(ctx, transport.Config{Rank: 0, Size: 2, Store: st, Token: floodToken, Timeout: time.Minute})
 	if err != nil {
 		return err
@@ -73,7 +56,7 @@ func floodRank0() error {
 			break
 		}
 	}
-	<-stdinClosed
+	<-stop.Done()
 	return nil
 }
 

@@ -2,6 +2,9 @@ package floodtest
 
 import (
 	"bufio"
+	"context"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -10,6 +13,31 @@ import (
 
 	"github.com/tandemml/tandem/internal/testlog"
 )
+
+// ChildMain is the body of the helper test that StartChild runs. When env
+// is set in the environment, this process is the child: ChildMain serves
+// ServeFreeOSMemory, runs body with the variable's value and a context that
+// ends when stdin closes (the parent's word to stop), and exits the
+// process, with status 0 if body returns nil and otherwise 1 after writing
+// name and the error on stderr. When env is not set, it returns at once, so
+// that the helper test does nothing in a normal run.
+func ChildMain(env, name string, body func(stop context.Context, value string) error) {
+	value := os.Getenv(env)
+	if value == "" {
+		return
+	}
+	defer ServeFreeOSMemory()()
+	stop, cancel := context.WithCancel(context.Background())
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	if err := body(stop, value); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
 
 // StopWait bounds how long a child has to exit once its stdin closes.
 const StopWait = 15 * time.Second
