@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemml/tandem/comm/store/storetest"
 	"github.com/tandemml/tandem/comm/store/torchstore"
 	"github.com/tandemml/tandem/internal/testlog"
 )
@@ -24,9 +25,7 @@ func TestAgentsJoinTorchrunAgentStore(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	defer func() { srv.Close(); <-served }()
+	storetest.Serve(t, srv)
 	for k, v := range map[string]string{"RANK": "", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
 		"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": strconv.Itoa(srv.Port()),
 		"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_RUN_ID": "none",

@@ -58,14 +58,7 @@ func TestTCPConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(context.Background()) }()
-		t.Cleanup(func() {
-			srv.Close()
-			if err := <-served; err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		})
+		storetest.Serve(t, srv)
 		return func() store.Store {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()

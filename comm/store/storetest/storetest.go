@@ -15,7 +15,8 @@
 // Wait, MultiSet and MultiGet, Append, many waiters, Close). Each subtest
 // asks the Opener for a fresh backing store, then opens as many handles on
 // it as it needs. Options describe what a store cannot do (WithoutAppend),
-// and the suite checks that it refuses those calls as documented.
+// and the suite checks that it refuses those calls as documented. Serve
+// runs a store server for the length of a test.
 package storetest
 
 import (
@@ -52,6 +53,27 @@ type config struct {
 // errors.ErrUnsupported and store.ErrInvalidArgument and change nothing, and
 // the other cases do not use it.
 func WithoutAppend() Option { return func(c *config) { c.noAppend = true } }
+
+// Server is a store server, such as a *store.Server or a
+// *torchstore.Server: Serve serves until Close.
+type Server interface {
+	Serve(ctx context.Context) error
+	Close() error
+}
+
+// Serve runs srv until the test ends, then closes it and fails the test if
+// Serve returned an error.
+func Serve(t testing.TB, srv Server) {
+	t.Helper()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(context.Background()) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+}
 
 // short bounds calls that must give up; long bounds calls that must succeed.
 const (

@@ -2,7 +2,6 @@ package torchstore
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"testing"
 	"time"
@@ -20,14 +19,7 @@ func startServer(t *testing.T, opts ...Option) *Server {
 	opts = append([]Option{Unauthenticated(), WithLogger(quietLogger(t))}, opts...)
 	srv, err := NewServer("", opts...)
 	noErr(t, err)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(context.Background()) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	storetest.Serve(t, srv)
 	return srv
 }
 
