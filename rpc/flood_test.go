@@ -14,6 +14,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/childtest"
 	"github.com/tandemml/tandem/internal/floodtest"
 )
 
@@ -25,7 +26,7 @@ const floodedEnv = "TANDEM_RPC_TEST_FLOODED"
 // of its own so that its memory can be measured; it does nothing in a
 // normal test run.
 func TestHelperFloodedWorker(t *testing.T) {
-	floodtest.ChildMain(floodedEnv, "the flooded worker", func(stop context.Context, addr string) error {
+	childtest.Main(floodedEnv, "the flooded worker", func(stop context.Context, addr string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		st, err := store.NewTCP(ctx, addr, false)
@@ -80,7 +81,7 @@ func TestHandshakeFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	child := floodtest.StartChild(t, "the flooded worker", "TestHelperFloodedWorker", floodedEnv+"="+st.Addr(), "")
+	child := childtest.Start(t, "the flooded worker", "TestHelperFloodedWorker", floodedEnv+"="+st.Addr())
 	logs := child.Logs
 	reg := NewRegistry()
 	registerBasics(0, reg)

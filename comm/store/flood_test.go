@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/childtest"
 	"github.com/tandemml/tandem/internal/floodtest"
 	"github.com/tandemml/tandem/internal/testlog"
 )
@@ -28,13 +29,14 @@ const floodToken = "flood-secret"
 // TestHelperFloodServer is the child's body, not a test of its own: outside
 // a child it returns at once.
 func TestHelperFloodServer(t *testing.T) {
-	floodtest.ChildMain(floodEnv, "child", func(stop context.Context, _ string) error {
+	childtest.Main(floodEnv, "child", func(stop context.Context, _ string) error {
 		log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 		srv, err := NewServer("127.0.0.1:0", WithToken(floodToken), WithLogger(log))
 		if err != nil {
 			return err
 		}
 		fmt.Printf("ADDR %s\n", srv.Addr())
+		defer floodtest.ServeFreeOSMemory()()
 		go func() {
 			<-stop.Done()
 			srv.Close()
@@ -63,8 +65,8 @@ func TestTCPServerFlood(t *testing.T) {
 	}
 	ctx := ctxFor(t, time.Minute)
 
-	child := floodtest.StartChild(t, "flood server", "TestHelperFloodServer", floodEnv+"=1", "ADDR")
-	addr, pid, out, logs := child.Ready, child.Pid, child.Out, child.Logs
+	child := childtest.Start(t, "flood server", "TestHelperFloodServer", floodEnv+"=1")
+	addr, pid, out, logs := child.Line(t, "ADDR"), child.Pid, child.Out, child.Logs
 
 	c := dialT(t, addr, WithToken(floodToken))
 	for i := range 100 {

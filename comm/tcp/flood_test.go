@@ -17,6 +17,7 @@ import (
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/childtest"
 	"github.com/tandemml/tandem/internal/floodtest"
 )
 
@@ -30,7 +31,7 @@ const floodToken = "flood-secret"
 
 // TestHelperFloodRank0 is rank 0 of TestRank0Flood in its own process, not
 // a test of its own: outside that process it returns at once.
-func TestHelperFloodRank0(t *testing.T) { floodtest.ChildMain(rank0Env, "rank 0", floodRank0) }
+func TestHelperFloodRank0(t *testing.T) { childtest.Main(rank0Env, "rank 0", floodRank0) }
 
 func floodRank0(stop context.Context, _ string) error {
 	ctx, cancel := context.WithTimeout(stop, 2*time.Minute)
@@ -42,6 +43,7 @@ func floodRank0(stop context.Context, _ string) error {
 	}
 	defer st.Close()
 	fmt.Printf("STORE %s\n", st.Addr())
+	defer floodtest.ServeFreeOSMemory()()
 	tr, err := loopback.ConnectTCP(ctx, transport.Config{Rank: 0, Size: 2, Store: st, Token: floodToken, Timeout: time.Minute})
 	if err != nil {
 		return err
@@ -83,8 +85,8 @@ func TestRank0Flood(t *testing.T) {
 	}
 	ctx := ctxTimeout(t, time.Minute)
 
-	child := floodtest.StartChild(t, "rank 0", "TestHelperFloodRank0", rank0Env+"=1", "STORE")
-	storeAddr, pid, out, logs := child.Ready, child.Pid, child.Out, child.Logs
+	child := childtest.Start(t, "rank 0", "TestHelperFloodRank0", rank0Env+"=1")
+	storeAddr, pid, out, logs := child.Line(t, "STORE"), child.Pid, child.Out, child.Logs
 
 	st, err := store.NewTCP(ctx, storeAddr, false, store.WithToken(floodToken))
 	if err != nil {
