@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/nettest"
 	"github.com/tandemml/tandem/internal/testlog"
 	"github.com/tandemml/tandem/internal/tokenauth"
-	"github.com/tandemml/tandem/internal/wiretap"
 )
 
 // A call between two workers goes through a wiretap: it works, and the
@@ -44,7 +44,7 @@ func TestTokenNeverOnTheWire(t *testing.T) {
 	}()
 	// Rank 0 and rank 2 reach rank 1 through the tap; no call has been
 	// made yet, so no connection exists.
-	tap := wiretap.New(t)
+	tap := nettest.NewTap(t)
 	tap.Forward(agents[1].addrs[1])
 	agents[0].addrs[1] = tap.Addr()
 	agents[2].addrs[1] = tap.Addr()
@@ -69,7 +69,7 @@ func TestTokenNeverOnTheWire(t *testing.T) {
 	if n := bytes.Count(seen, []byte(helloMagic)); n != 2 {
 		t.Fatalf("the tap saw %d hellos, want 2 (%d bytes)", n, len(seen))
 	}
-	if needle := wiretap.Leaked(seen, token, other); needle != "" {
+	if needle := nettest.Leaked(seen, token, other); needle != "" {
 		t.Fatalf("the token's bytes %q appear on the wire", needle)
 	}
 }
@@ -131,18 +131,8 @@ func TestReplayedProofRefused(t *testing.T) {
 // does not hold the token) is refused by the dialler with ErrUnauthorized;
 // it also never sees the token.
 func TestImpostorAcceptorRefused(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	got := make(chan []byte, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	addr := nettest.ServeOne(t, func(c net.Conn) {
 		var all []byte
 		buf := make([]byte, helloHeaderLen+tokenauth.NonceSize)
 		io.ReadFull(c, buf)
@@ -156,8 +146,8 @@ func TestImpostorAcceptorRefused(t *testing.T) {
 		c.Write(append([]byte{statusOK, 0, 0}, fake[:]...))
 		got <- all
 		io.Copy(io.Discard, c)
-	}()
-	nc, err := net.Dial("tcp", ln.Addr().String())
+	})
+	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,23 +178,12 @@ func TestOldProtocolRefused(t *testing.T) {
 
 	// A worker of version 2 reads the first 14 bytes and refuses the
 	// version as version 2 did.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	agents[0].addrs[1] = nettest.ServeOne(t, func(c net.Conn) {
 		var h [helloHeaderLen]byte
 		io.ReadFull(c, h[:])
 		msg := "not a Tandem RPC hello of version 2 (another program, or a worker of another Tandem version)"
 		c.Write(append([]byte{statusBadHello, byte(len(msg)), 0}, msg...))
-	}()
-	agents[0].addrs[1] = ln.Addr().String()
+	})
 	_, err = Sync[int](context.Background(), agents[0], "w1", "add", [2]int{1, 2})
 	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "version 2") || !strings.Contains(err.Error(), "RPC protocol version 3") {
 		t.Fatalf("calling a version-2 worker: %v, want ErrMismatch naming both versions", err)

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemml/tandem/internal/nettest"
 	"github.com/tandemml/tandem/internal/testlog"
 	"github.com/tandemml/tandem/internal/tokenauth"
-	"github.com/tandemml/tandem/internal/wiretap"
 )
 
 // rawHello runs the client's side of the handshake by hand on c with
@@ -59,7 +59,7 @@ func TestTCPTokenNeverOnTheWire(t *testing.T) {
 	noErr(t, err)
 	// A proxy between client and server records the whole stream, both
 	// ways, of an accepted connection and of a refused one.
-	tap := wiretap.New(t)
+	tap := nettest.NewTap(t)
 	tap.Forward(srv.Addr())
 	go srv.Serve(context.Background())
 	defer srv.Close()
@@ -76,7 +76,7 @@ func TestTCPTokenNeverOnTheWire(t *testing.T) {
 	if !bytes.Contains(seen, []byte(protoMagic)) || !bytes.Contains(seen, []byte("k")) {
 		t.Fatalf("the recording missed the traffic (%d bytes)", len(seen))
 	}
-	if needle := wiretap.Leaked(seen, token); needle != "" {
+	if needle := nettest.Leaked(seen, token); needle != "" {
 		t.Fatalf("the token's bytes %q appear on the wire", needle)
 	}
 }
@@ -198,15 +198,7 @@ func TestTCPOldProtocolRefused(t *testing.T) {
 		t.Fatalf("v1 hello: %+v, want codeInvalid naming the versions", r)
 	}
 	// A version-1 server: it reads the hello's two keys and its version.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	noErr(t, err)
-	defer ln.Close()
-	go func() {
-		s, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer s.Close()
+	v1 := nettest.ServeOne(t, func(s net.Conn) {
 		p, err := readFrame(s, 1<<16)
 		if err != nil {
 			return
@@ -217,8 +209,8 @@ func TestTCPOldProtocolRefused(t *testing.T) {
 		}
 		s.Write(appendFrame(nil, &message{op: opReply, code: codeInvalid, id: m.id,
 			vals: [][]byte{[]byte("store server: client speaks store protocol 2, server speaks 1")}}))
-	}()
-	_, err = Dial(ctxFor(t, long), ln.Addr().String(), WithToken("right"), WithLogger(quietLogger()))
+	})
+	_, err = Dial(ctxFor(t, long), v1, WithToken("right"), WithLogger(quietLogger()))
 	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "protocol version 2") {
 		t.Fatalf("new client, old server: %v, want ErrInvalidArgument naming the protocol version", err)
 	}

@@ -14,15 +14,15 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/nettest"
 	"github.com/tandemml/tandem/internal/tokenauth"
-	"github.com/tandemml/tandem/internal/wiretap"
 )
 
 // tappedStore hands out the tap's address for rank 0, once it has passed
 // rank 0's real one to the tap.
 type tappedStore struct {
 	store.Store
-	tap  *wiretap.Tap
+	tap  *nettest.Tap
 	once sync.Once
 }
 
@@ -44,7 +44,7 @@ func TestTokenNeverOnTheWire(t *testing.T) {
 	const other = "tcp-tok-other-never-on-the-wire"
 	for _, wrong := range []bool{false, true} {
 		st := newStore(t)
-		tap := wiretap.New(t)
+		tap := nettest.NewTap(t)
 		tapped := &tappedStore{Store: st, tap: tap}
 		ts, errs := connectWorld(2, st, func(rank int, cfg *transport.Config) {
 			cfg.Token = token
@@ -92,7 +92,7 @@ func TestTokenNeverOnTheWire(t *testing.T) {
 		if !wrong && !bytes.Contains(seen, []byte("payload through the tap")) {
 			t.Fatalf("the tap missed the traffic (%d bytes)", len(seen))
 		}
-		if needle := wiretap.Leaked(seen, token, other); needle != "" {
+		if needle := nettest.Leaked(seen, token, other); needle != "" {
 			t.Fatalf("wrong token %v: the token's bytes %q appear on the wire", wrong, needle)
 		}
 	}
@@ -207,28 +207,18 @@ func TestOtherVersionRefused(t *testing.T) {
 	mustContain(t, err, "protocol version 3, this rank version 4")
 
 	// A rank that answers in version 3.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	old3 := nettest.ServeOne(t, func(c net.Conn) {
 		var rec [helloSize]byte
 		if _, err := io.ReadFull(c, rec[:]); err != nil {
 			return
 		}
 		rec[4], rec[5] = 3, kindReply
 		c.Write(rec[:])
-	}()
+	})
 	st := newStore(t)
 	ctx := ctxTimeout(t, 10*time.Second)
 	st.Set(ctx, keyNonce, []byte(hex.EncodeToString(run[:])))
-	st.Set(ctx, addrKey(0), []byte(ln.Addr().String()))
+	st.Set(ctx, addrKey(0), []byte(old3))
 	start := time.Now()
 	_, err = loopback.ConnectTCP(ctx, transport.Config{Rank: 1, Size: 2, Store: st, Timeout: 5 * time.Second, Token: "right"})
 	if !errors.Is(err, transport.ErrMismatch) || time.Since(start) > 3*time.Second {

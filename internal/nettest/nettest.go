@@ -1,15 +1,18 @@
-// Package wiretap holds a recording TCP proxy for tests: put it between a
-// client and a server, let them talk through it, and read back every byte
-// that crossed it, both ways. Tandem's authentication tests use it to show
-// that a handshake's bytes hold no trace of the shared token.
+// Package nettest holds network helpers for tests that speak to Tandem's
+// servers and ranks on the wire. A Tap is a recording TCP proxy: put it
+// between a client and a server, let them talk through it, and read back
+// every byte that crossed it, both ways; the authentication tests use it to
+// show that a handshake's bytes hold no trace of the shared token. ServeOne
+// stands in for a peer that the test speaks for by hand (an old version, an
+// impostor).
 //
-//	tap := wiretap.New(t)
+//	tap := nettest.NewTap(t)
 //	tap.Forward(srv.Addr())
 //	// ... dial tap.Addr() instead of the server ...
-//	if piece := wiretap.Leaked(tap.Bytes(), token); piece != "" {
+//	if piece := nettest.Leaked(tap.Bytes(), token); piece != "" {
 //		t.Fatalf("the token's bytes %q appear on the wire", piece)
 //	}
-package wiretap
+package nettest
 
 import (
 	"bytes"
@@ -27,10 +30,10 @@ type Tap struct {
 	buf    bytes.Buffer
 }
 
-// New starts a tap on a free loopback port; it stops listening when the
+// NewTap starts a tap on a free loopback port; it stops listening when the
 // test ends. Connections wait for Forward to name the target, so that a tap
 // can stand in for an address that is only known later.
-func New(t testing.TB) *Tap {
+func NewTap(t testing.TB) *Tap {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -109,4 +112,26 @@ func Leaked(seen []byte, secrets ...string) string {
 		}
 	}
 	return ""
+}
+
+// ServeOne listens on a free loopback port until the test ends, hands the
+// first connection it accepts to serve, in a goroutine of its own, and
+// closes that connection when serve returns. It returns the address to
+// dial.
+func ServeOne(t testing.TB, serve func(c net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		serve(c)
+	}()
+	return ln.Addr().String()
 }
