@@ -2,14 +2,14 @@ package rpc
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/tandemml/tandem/comm/store/storetest"
 	"github.com/tandemml/tandem/comm/store/torchstore"
+	"github.com/tandemml/tandem/internal/testlog"
 )
 
 // TestAgentsJoinTorchrunAgentStore: under torchrun's static rendezvous
@@ -25,35 +25,17 @@ func TestAgentsJoinTorchrunAgentStore(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	defer func() { srv.Close(); <-served }()
+	storetest.Serve(t, srv)
 	for k, v := range map[string]string{"RANK": "", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
 		"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": strconv.Itoa(srv.Port()),
 		"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_RUN_ID": "none",
 		TokenEnv: "agent-store-secret"} {
 		t.Setenv(k, v)
 	}
-	var logs syncBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	agents := make([]*Agent, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range agents {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reg := NewRegistry()
-			registerBasics(r, reg)
-			agents[r], errs[r] = Init(ctx, "", r, 2, WithRegistry(reg), WithLogger(logger))
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("worker %d: %v", r, err)
-		}
-	}
+	var logs testlog.Buffer
+	agents := mustInitEach(t, ctx, 2, func(r int) (string, []Option) {
+		return "", []Option{WithRegistry(basics(r)), WithLogger(logs.Logger())}
+	})
 	defer shutdownAll(agents)
 	if v, err := Sync[int](ctx, agents[1], "worker0", "add", [2]int{2, 3}); err != nil || v != 5 {
 		t.Fatalf("add: %v %v", v, err)

@@ -6,76 +6,16 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/nettest"
+	"github.com/tandemml/tandem/internal/testlog"
 	"github.com/tandemml/tandem/internal/tokenauth"
 )
-
-// wiretap is a loopback proxy that forwards to target and keeps every byte
-// it forwards, both ways.
-type wiretap struct {
-	ln  net.Listener
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func newWiretap(t *testing.T, target string) *wiretap {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &wiretap{ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go w.copy(s, c)
-			go w.copy(c, s)
-		}
-	}()
-	return w
-}
-
-func (w *wiretap) copy(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 4096)
-	for {
-		n, err := src.Read(buf)
-		w.mu.Lock()
-		w.buf.Write(buf[:n])
-		w.mu.Unlock()
-		if n > 0 {
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (w *wiretap) bytes() []byte {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return bytes.Clone(w.buf.Bytes())
-}
 
 // A call between two workers goes through a wiretap: it works, and the
 // bytes of its handshake (and of the whole connection) hold no trace of the
@@ -84,35 +24,19 @@ func (w *wiretap) bytes() []byte {
 func TestTokenNeverOnTheWire(t *testing.T) {
 	const token = "rpc-tok-5d81e2-never-on-the-wire"
 	const other = "rpc-tok-other-never-on-the-wire"
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	st := store.NewMemory()
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	agents := make([]*Agent, 3)
-	var wg sync.WaitGroup
-	for r := range agents {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reg := NewRegistry()
-			registerBasics(r, reg)
-			tok := token
-			if r == 2 {
-				tok = other
-			}
-			var err error
-			agents[r], err = Init(ctx, "", r, 3, WithStore(st), WithRegistry(reg), WithToken(tok),
-				WithListenAddr("127.0.0.1:0"), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
-			if err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		return
-	}
+	agents := mustInitEach(t, ctx, 3, func(r int) (string, []Option) {
+		tok := token
+		if r == 2 {
+			tok = other
+		}
+		return "", []Option{WithStore(st), WithRegistry(basics(r)), WithToken(tok),
+			WithListenAddr("127.0.0.1:0"), WithLogger(logs.Logger())}
+	})
 	defer func() {
 		for _, a := range agents {
 			a.Shutdown(ctx, false)
@@ -120,9 +44,10 @@ func TestTokenNeverOnTheWire(t *testing.T) {
 	}()
 	// Rank 0 and rank 2 reach rank 1 through the tap; no call has been
 	// made yet, so no connection exists.
-	tap := newWiretap(t, agents[1].addrs[1])
-	agents[0].addrs[1] = tap.ln.Addr().String()
-	agents[2].addrs[1] = tap.ln.Addr().String()
+	tap := nettest.NewTap(t)
+	tap.Forward(agents[1].addrs[1])
+	agents[0].addrs[1] = tap.Addr()
+	agents[2].addrs[1] = tap.Addr()
 	if v, err := Sync[int](ctx, agents[0], "worker1", "add", [2]int{1, 2}); err != nil || v != 3 {
 		t.Fatalf("call through the tap: %v %v", v, err)
 	}
@@ -140,16 +65,12 @@ func TestTokenNeverOnTheWire(t *testing.T) {
 	if agents[1].Metrics().ConnectionsRefused == 0 {
 		t.Fatal("the acceptor did not count the refusal")
 	}
-	seen := tap.bytes()
+	seen := tap.Bytes()
 	if n := bytes.Count(seen, []byte(helloMagic)); n != 2 {
 		t.Fatalf("the tap saw %d hellos, want 2 (%d bytes)", n, len(seen))
 	}
-	for _, tok := range []string{token, other} {
-		for _, needle := range []string{tok, tok[:len(tok)/2], tok[len(tok)/2:]} {
-			if bytes.Contains(seen, []byte(needle)) {
-				t.Fatalf("the token's bytes %q appear on the wire", needle)
-			}
-		}
+	if needle := nettest.Leaked(seen, token, other); needle != "" {
+		t.Fatalf("the token's bytes %q appear on the wire", needle)
 	}
 }
 
@@ -210,18 +131,8 @@ func TestReplayedProofRefused(t *testing.T) {
 // does not hold the token) is refused by the dialler with ErrUnauthorized;
 // it also never sees the token.
 func TestImpostorAcceptorRefused(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	got := make(chan []byte, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	addr := nettest.ServeOne(t, func(c net.Conn) {
 		var all []byte
 		buf := make([]byte, helloHeaderLen+tokenauth.NonceSize)
 		io.ReadFull(c, buf)
@@ -235,8 +146,8 @@ func TestImpostorAcceptorRefused(t *testing.T) {
 		c.Write(append([]byte{statusOK, 0, 0}, fake[:]...))
 		got <- all
 		io.Copy(io.Discard, c)
-	}()
-	nc, err := net.Dial("tcp", ln.Addr().String())
+	})
+	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,23 +178,12 @@ func TestOldProtocolRefused(t *testing.T) {
 
 	// A worker of version 2 reads the first 14 bytes and refuses the
 	// version as version 2 did.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	agents[0].addrs[1] = nettest.ServeOne(t, func(c net.Conn) {
 		var h [helloHeaderLen]byte
 		io.ReadFull(c, h[:])
 		msg := "not a Tandem RPC hello of version 2 (another program, or a worker of another Tandem version)"
 		c.Write(append([]byte{statusBadHello, byte(len(msg)), 0}, msg...))
-	}()
-	agents[0].addrs[1] = ln.Addr().String()
+	})
 	_, err = Sync[int](context.Background(), agents[0], "w1", "add", [2]int{1, 2})
 	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "version 2") || !strings.Contains(err.Error(), "RPC protocol version 3") {
 		t.Fatalf("calling a version-2 worker: %v, want ErrMismatch naming both versions", err)

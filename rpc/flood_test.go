@@ -1,14 +1,12 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/childtest"
 	"github.com/tandemml/tandem/internal/floodtest"
 )
 
@@ -27,29 +26,23 @@ const floodedEnv = "TANDEM_RPC_TEST_FLOODED"
 // of its own so that its memory can be measured; it does nothing in a
 // normal test run.
 func TestHelperFloodedWorker(t *testing.T) {
-	addr := os.Getenv(floodedEnv)
-	if addr == "" {
-		t.Skip("runs only as the flooded worker of TestHandshakeFlood")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	st, err := store.NewTCP(ctx, addr, false)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "store:", err)
-		os.Exit(1)
-	}
-	reg := NewRegistry()
-	registerBasics(1, reg)
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	a, err := Init(ctx, "flooded", 1, 2, WithStore(st), WithRegistry(reg), WithListenAddr("127.0.0.1:0"), WithLogger(log))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "init:", err)
-		os.Exit(1)
-	}
-	io.Copy(io.Discard, os.Stdin) // until the test is done
-	a.Shutdown(ctx, false)
-	st.Close()
-	os.Exit(0)
+	childtest.Main(floodedEnv, "the flooded worker", func(stop context.Context, addr string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		st, err := store.NewTCP(ctx, addr, false)
+		if err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		defer st.Close()
+		log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+		a, err := Init(ctx, "flooded", 1, 2, WithStore(st), WithRegistry(basics(1)), WithListenAddr("127.0.0.1:0"), WithLogger(log))
+		if err != nil {
+			return fmt.Errorf("init: %w", err)
+		}
+		<-stop.Done() // until the test is done
+		a.Shutdown(ctx, false)
+		return nil
+	})
 }
 
 // vmRSS returns the resident memory of process pid in bytes.
@@ -60,24 +53,6 @@ func vmRSS(t *testing.T, pid int) int64 {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestHandshakeFlood: thousands of idle or junk connections to a worker neither
@@ -106,21 +81,8 @@ func TestHandshakeFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFloodedWorker$")
-	cmd.Env = append(os.Environ(), floodedEnv+"="+st.Addr())
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs syncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		cmd.Wait()
-	}()
+	child := childtest.Start(t, "the flooded worker", "TestHelperFloodedWorker", floodedEnv+"="+st.Addr())
+	logs := child.Logs
 	reg := NewRegistry()
 	registerBasics(0, reg)
 	a, err := Init(ctx, "caller", 0, 2, WithStore(st), WithRegistry(reg), WithListenAddr("127.0.0.1:0"))
@@ -135,7 +97,7 @@ func TestHandshakeFlood(t *testing.T) {
 		}
 	}
 	add("before the flood")
-	pid := cmd.Process.Pid
+	pid := child.Pid
 	time.Sleep(200 * time.Millisecond)
 	base := vmRSS(t, pid)
 

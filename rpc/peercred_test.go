@@ -21,6 +21,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/tandemml/tandem/internal/childtest"
 	"github.com/tandemml/tandem/internal/peercred"
 	"gorgonia.org/tensor"
 )
@@ -84,8 +85,6 @@ type victim struct {
 	probe  [16]byte
 	secret []byte
 	line   string
-	cmd    *exec.Cmd
-	stdin  io.Closer
 }
 
 func parseVictim(line string) (victim, error) {
@@ -114,35 +113,14 @@ func parseVictim(line string) (victim, error) {
 
 func startVictim(t *testing.T) victim {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperVictim$")
-	cmd.Env = append(os.Environ(), victimEnv+"=1")
-	stdin, err := cmd.StdinPipe()
+	c := childtest.Start(t, "the victim", "TestHelperVictim", victimEnv+"=1")
+	v, err := parseVictim(c.Line(t, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	if v.pid != c.Pid {
+		t.Fatalf("victim says pid %d, is %d", v.pid, c.Pid)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		cmd.Wait()
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("victim: %v", err)
-	}
-	v, err := parseVictim(line)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.pid != cmd.Process.Pid {
-		t.Fatalf("victim says pid %d, is %d", v.pid, cmd.Process.Pid)
-	}
-	v.cmd, v.stdin = cmd, stdin
 	return v
 }
 

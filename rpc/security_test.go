@@ -16,7 +16,6 @@ import (
 	"net"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -132,29 +131,13 @@ func TestReceiverLimitClosesConnection(t *testing.T) {
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	agents := make([]*Agent, 2)
-	var wg sync.WaitGroup
-	for r := range agents {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reg := NewRegistry()
-			registerBasics(r, reg)
-			limit := int64(1 << 30)
-			if r == 1 {
-				limit = 1 << 16
-			}
-			var err error
-			agents[r], err = Init(ctx, "", r, 2, WithStore(st), WithRegistry(reg), WithMaxMessageSize(limit))
-			if err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		return
-	}
+	agents := mustInitEach(t, ctx, 2, func(r int) (string, []Option) {
+		limit := int64(1 << 30)
+		if r == 1 {
+			limit = 1 << 16
+		}
+		return "", []Option{WithStore(st), WithRegistry(basics(r)), WithMaxMessageSize(limit)}
+	})
 	defer func() {
 		for _, a := range agents {
 			a.Shutdown(ctx, false)
@@ -181,25 +164,9 @@ func TestWrongTokenRefused(t *testing.T) {
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	agents := make([]*Agent, 2)
-	var wg sync.WaitGroup
-	for r := range agents {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reg := NewRegistry()
-			registerBasics(r, reg)
-			var err error
-			agents[r], err = Init(ctx, "", r, 2, WithStore(st), WithRegistry(reg), WithToken([]string{"alpha", "beta"}[r]))
-			if err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		return
-	}
+	agents := mustInitEach(t, ctx, 2, func(r int) (string, []Option) {
+		return "", []Option{WithStore(st), WithRegistry(basics(r)), WithToken([]string{"alpha", "beta"}[r])}
+	})
 	defer func() {
 		for _, a := range agents {
 			a.Shutdown(ctx, false)
@@ -293,24 +260,17 @@ func TestInitErrors(t *testing.T) {
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for r := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			name := "trainer"
-			if r == 2 {
-				name = "ps"
-			}
-			var a *Agent
-			a, errs[r] = Init(ctx, name, r, 3, WithStore(st))
-			if a != nil {
-				a.Shutdown(ctx, false)
-			}
-		}()
+	agents, errs := initEach(ctx, 3, func(r int) (string, []Option) {
+		if r == 2 {
+			return "ps", []Option{WithStore(st)}
+		}
+		return "trainer", []Option{WithStore(st)}
+	})
+	for _, a := range agents {
+		if a != nil {
+			a.Shutdown(ctx, false)
+		}
 	}
-	wg.Wait()
 	for r, err := range errs {
 		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), `"trainer" is used by ranks [0 1]`) {
 			t.Errorf("rank %d: %v", r, err)
@@ -335,23 +295,9 @@ func TestNoGoroutineLeak(t *testing.T) {
 		defer st.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		agents := make([]*Agent, 3)
-		var wg sync.WaitGroup
-		for r := range agents {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				reg := NewRegistry()
-				registerBasics(r, reg)
-				agents[r], _ = Init(ctx, "", r, 3, WithStore(st), WithRegistry(reg))
-			}()
-		}
-		wg.Wait()
-		for _, a := range agents {
-			if a == nil {
-				t.Fatal("init failed")
-			}
-		}
+		agents := mustInitEach(t, ctx, 3, func(r int) (string, []Option) {
+			return "", []Option{WithStore(st), WithRegistry(basics(r))}
+		})
 		for i := 0; i < 20; i++ {
 			Async[int](ctx, agents[i%3], []string{"worker0", "worker1", "worker2"}[(i+1)%3], "add", [2]int{i, 1})
 		}

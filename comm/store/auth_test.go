@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/tandemml/tandem/internal/nettest"
+	"github.com/tandemml/tandem/internal/testlog"
 	"github.com/tandemml/tandem/internal/tokenauth"
 )
 
@@ -59,77 +59,33 @@ func TestTCPTokenNeverOnTheWire(t *testing.T) {
 	noErr(t, err)
 	// A proxy between client and server records the whole stream, both
 	// ways, of an accepted connection and of a refused one.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	noErr(t, err)
-	defer ln.Close()
-	var mu sync.Mutex
-	var wire bytes.Buffer
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", srv.Addr())
-			if err != nil {
-				c.Close()
-				continue
-			}
-			cp := func(dst, src net.Conn) {
-				buf := make([]byte, 4096)
-				for {
-					n, err := src.Read(buf)
-					mu.Lock()
-					wire.Write(buf[:n])
-					mu.Unlock()
-					if n > 0 {
-						dst.Write(buf[:n])
-					}
-					if err != nil {
-						dst.Close()
-						src.Close()
-						return
-					}
-				}
-			}
-			go cp(s, c)
-			go cp(c, s)
-		}
-	}()
+	tap := nettest.NewTap(t)
+	tap.Forward(srv.Addr())
 	go srv.Serve(context.Background())
 	defer srv.Close()
 	ctx := ctxFor(t, long)
-	c, err := Dial(ctx, ln.Addr().String(), WithToken(token), WithLogger(quietLogger()))
+	c, err := Dial(ctx, tap.Addr(), WithToken(token), WithLogger(quietLogger()))
 	noErr(t, err)
 	noErr(t, c.Set(ctx, "k", []byte("v")))
 	noErr(t, c.Close())
-	if _, err := Dial(ctx, ln.Addr().String(), WithToken(token+"-wrong"), WithLogger(quietLogger())); !errors.Is(err, ErrUnauthorized) {
+	if _, err := Dial(ctx, tap.Addr(), WithToken(token+"-wrong"), WithLogger(quietLogger())); !errors.Is(err, ErrUnauthorized) {
 		t.Fatalf("a wrong token through the proxy: %v, want ErrUnauthorized", err)
 	}
 	time.Sleep(50 * time.Millisecond) // the proxy's last copies
-	mu.Lock()
-	seen := bytes.Clone(wire.Bytes())
-	mu.Unlock()
+	seen := tap.Bytes()
 	if !bytes.Contains(seen, []byte(protoMagic)) || !bytes.Contains(seen, []byte("k")) {
 		t.Fatalf("the recording missed the traffic (%d bytes)", len(seen))
 	}
-	assertNoToken(t, seen, token)
-}
-
-func assertNoToken(t *testing.T, seen []byte, token string) {
-	t.Helper()
-	for _, needle := range []string{token, token[:len(token)/2], token[len(token)/2:]} {
-		if bytes.Contains(seen, []byte(needle)) {
-			t.Fatalf("the token's bytes %q appear on the wire", needle)
-		}
+	if needle := nettest.Leaked(seen, token); needle != "" {
+		t.Fatalf("the token's bytes %q appear on the wire", needle)
 	}
 }
 
 // Both ends refuse a wrong token with ErrUnauthorized and say why; a client
 // with a token refuses a server without one.
 func TestTCPTokenRefusedBothSides(t *testing.T) {
-	logs := &syncBuffer{}
-	srv := startServer(t, WithToken("right"), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	logs := &testlog.Buffer{}
+	srv := startServer(t, WithToken("right"), WithLogger(logs.Logger()))
 	ctx := ctxFor(t, long)
 	_, err := Dial(ctx, srv.Addr(), WithToken("wrong"), WithLogger(quietLogger()))
 	if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "could not prove that it holds the server's token") {
@@ -242,15 +198,7 @@ func TestTCPOldProtocolRefused(t *testing.T) {
 		t.Fatalf("v1 hello: %+v, want codeInvalid naming the versions", r)
 	}
 	// A version-1 server: it reads the hello's two keys and its version.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	noErr(t, err)
-	defer ln.Close()
-	go func() {
-		s, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer s.Close()
+	v1 := nettest.ServeOne(t, func(s net.Conn) {
 		p, err := readFrame(s, 1<<16)
 		if err != nil {
 			return
@@ -261,8 +209,8 @@ func TestTCPOldProtocolRefused(t *testing.T) {
 		}
 		s.Write(appendFrame(nil, &message{op: opReply, code: codeInvalid, id: m.id,
 			vals: [][]byte{[]byte("store server: client speaks store protocol 2, server speaks 1")}}))
-	}()
-	_, err = Dial(ctxFor(t, long), ln.Addr().String(), WithToken("right"), WithLogger(quietLogger()))
+	})
+	_, err = Dial(ctxFor(t, long), v1, WithToken("right"), WithLogger(quietLogger()))
 	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "protocol version 2") {
 		t.Fatalf("new client, old server: %v, want ErrInvalidArgument naming the protocol version", err)
 	}

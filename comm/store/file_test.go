@@ -5,22 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 )
-
-func TestFileConformance(t *testing.T) {
-	runConformance(t, func(t *testing.T) func() Store {
-		path := filepath.Join(t.TempDir(), "store")
-		return func() Store {
-			s, err := NewFile(path, WithPollInterval(5*time.Millisecond))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		}
-	})
-}
 
 func TestFileSurvivesReopen(t *testing.T) {
 	ctx := ctxFor(t, long)

@@ -3,21 +3,20 @@
 package store
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/childtest"
 	"github.com/tandemml/tandem/internal/floodtest"
+	"github.com/tandemml/tandem/internal/testlog"
 )
 
 // floodEnv makes a re-executed test binary run a store server for
@@ -30,26 +29,20 @@ const floodToken = "flood-secret"
 // TestHelperFloodServer is the child's body, not a test of its own: outside
 // a child it returns at once.
 func TestHelperFloodServer(t *testing.T) {
-	if os.Getenv(floodEnv) == "" {
-		return
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	srv, err := NewServer("127.0.0.1:0", WithToken(floodToken), WithLogger(log))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(1)
-	}
-	fmt.Printf("ADDR %s\n", srv.Addr())
-	defer floodtest.ServeFreeOSMemory()()
-	go func() {
-		io.Copy(io.Discard, os.Stdin)
-		srv.Close()
-	}()
-	if err := srv.Serve(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
+	childtest.Main(floodEnv, "child", func(stop context.Context, _ string) error {
+		log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+		srv, err := NewServer("127.0.0.1:0", WithToken(floodToken), WithLogger(log))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("ADDR %s\n", srv.Addr())
+		defer floodtest.ServeFreeOSMemory()()
+		go func() {
+			<-stop.Done()
+			srv.Close()
+		}()
+		return srv.Serve(context.Background())
+	})
 }
 
 // floodWarnLines bounds the warning lines a flood may write.
@@ -72,36 +65,8 @@ func TestTCPServerFlood(t *testing.T) {
 	}
 	ctx := ctxFor(t, time.Minute)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFloodServer$", "-test.count=1")
-	cmd.Env = append(os.Environ(), floodEnv+"=1")
-	stdin, err := cmd.StdinPipe()
-	noErr(t, err)
-	stdout, err := cmd.StdoutPipe()
-	noErr(t, err)
-	logs := &syncBuffer{}
-	cmd.Stderr = logs
-	noErr(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		stdin.Close()
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("flood server: %v\n%s", err, logs)
-			}
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			t.Errorf("flood server did not stop when its stdin closed")
-		}
-	})
-	out := bufio.NewReader(stdout)
-	line, err := out.ReadString('\n')
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ADDR ")
-	if err != nil || !ok {
-		t.Fatalf("flood server did not print its address (%q, %v):\n%s", line, err, logs)
-	}
-	pid := cmd.Process.Pid
+	child := childtest.Start(t, "flood server", "TestHelperFloodServer", floodEnv+"=1")
+	addr, pid, out, logs := child.Line(t, "ADDR"), child.Pid, child.Out, child.Logs
 
 	c := dialT(t, addr, WithToken(floodToken))
 	for i := range 100 {
@@ -158,22 +123,8 @@ func TestTCPServerFlood(t *testing.T) {
 	noErr(t, err)
 	noErr(t, c.Set(ctx, "after", []byte("flood")))
 
+	floodtest.Memory{Base: base, Peak: peak, After: after, BaseHeld: baseHeld, AfterHeld: afterHeld}.Check(t, "the store server")
 	warns := floodtest.CountLines(logs.String(), "level=WARN")
-	t.Logf("RSS: baseline %.1f MiB, peak %.1f MiB, %.1f MiB after the flood; Go heap and stacks in use %.1f MiB before, %.1f MiB after "+
-		"(both once the child freed its unused memory); %d warning lines",
-		floodtest.MiB(base), floodtest.MiB(peak), floodtest.MiB(after), floodtest.MiB(baseHeld), floodtest.MiB(afterHeld), warns)
-	if peak-base > floodtest.PeakGrowth {
-		t.Errorf("RSS grew by %.1f MiB under %d idle connections; want at most %.0f MiB",
-			floodtest.MiB(peak-base), f.Reached(), floodtest.MiB(floodtest.PeakGrowth))
-	}
-	if after-base > floodtest.AfterGrowth() {
-		t.Errorf("RSS stayed %.1f MiB above its baseline after the flood; want at most %.0f MiB",
-			floodtest.MiB(after-base), floodtest.MiB(floodtest.AfterGrowth()))
-	}
-	if afterHeld-baseHeld > floodtest.HeldGrowth {
-		t.Errorf("the server holds %.1f MiB more live memory after the flood than before; want at most %.0f MiB",
-			floodtest.MiB(afterHeld-baseHeld), floodtest.MiB(floodtest.HeldGrowth))
-	}
 	if warns > floodWarnLines || warns == 0 {
 		t.Errorf("the server wrote %d warning lines about %d connections; want between 1 and %d:\n%s", warns, f.Reached(), floodWarnLines, logs)
 	}
@@ -184,8 +135,8 @@ func TestTCPServerFlood(t *testing.T) {
 // is turned away, dials again, and gets through once slots free up; with no
 // slot freed in time it fails with ErrTimeout, not a hard error.
 func TestTCPClientWaitsOutHandshakeCap(t *testing.T) {
-	logs := &syncBuffer{}
-	srv := startServer(t, WithMaxPending(8, 4), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	logs := &testlog.Buffer{}
+	srv := startServer(t, WithMaxPending(8, 4), WithLogger(logs.Logger()))
 	var idle []net.Conn
 	hold := func(k int) {
 		for range k {

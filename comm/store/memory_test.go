@@ -6,26 +6,6 @@ import (
 	"testing"
 )
 
-func TestMemoryConformance(t *testing.T) {
-	runConformance(t, func(t *testing.T) func() Store {
-		m := NewMemory()
-		t.Cleanup(func() { m.Close() })
-		return func() Store { return m }
-	})
-}
-
-func TestPrefixConformance(t *testing.T) {
-	runConformance(t, func(t *testing.T) func() Store {
-		m := NewMemory()
-		t.Cleanup(func() { m.Close() })
-		return func() Store {
-			p := NewPrefix("job", m)
-			t.Cleanup(func() { p.Close() })
-			return p
-		}
-	})
-}
-
 func TestPrefixNamespaces(t *testing.T) {
 	ctx := ctxFor(t, long)
 	m := NewMemory()

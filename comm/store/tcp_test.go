@@ -13,25 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tandemml/tandem/internal/testlog"
 )
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -80,37 +64,6 @@ func checkNoLeak(t *testing.T) {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		t.Errorf("goroutines leaked: %d before, %d after\n%s", before, now, buf)
-	})
-}
-
-func TestTCPConformance(t *testing.T) {
-	runConformance(t, func(t *testing.T) func() Store {
-		srv := startServer(t)
-		return func() Store { return dialT(t, srv.Addr()) }
-	})
-}
-
-func TestNewTCPConformance(t *testing.T) {
-	runConformance(t, func(t *testing.T) func() Store {
-		ctx := ctxFor(t, long)
-		master, err := NewTCP(ctx, "127.0.0.1:0", true, WithLogger(quietLogger()), WithToken("secret"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { master.Close() })
-		first := true
-		return func() Store {
-			if first {
-				first = false
-				return master
-			}
-			s, err := NewTCP(ctx, master.Addr(), false, WithLogger(quietLogger()), WithToken("secret"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		}
 	})
 }
 
@@ -194,8 +147,8 @@ func TestServeStopsWithContext(t *testing.T) {
 }
 
 func TestTCPWrongToken(t *testing.T) {
-	logs := &syncBuffer{}
-	srv := startServer(t, WithToken("right"), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	logs := &testlog.Buffer{}
+	srv := startServer(t, WithToken("right"), WithLogger(logs.Logger()))
 	ctx := ctxFor(t, long)
 	for _, tok := range []string{"wrong", ""} {
 		_, err := Dial(ctx, srv.Addr(), WithToken(tok), WithLogger(quietLogger()))
@@ -259,8 +212,8 @@ func expectDropped(t *testing.T, c net.Conn, what string) {
 }
 
 func TestTCPBadFrames(t *testing.T) {
-	logs := &syncBuffer{}
-	srv := startServer(t, WithMaxFrame(64<<10), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	logs := &testlog.Buffer{}
+	srv := startServer(t, WithMaxFrame(64<<10), WithLogger(logs.Logger()))
 	ctx := ctxFor(t, long)
 	good := dialT(t, srv.Addr())
 	noErr(t, good.Set(ctx, "before", []byte("ok")))
@@ -349,10 +302,10 @@ func TestTCPSizeLimits(t *testing.T) {
 }
 
 func TestTCPReconnect(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	srv := startServer(t)
 	ctx := ctxFor(t, long)
-	c := dialT(t, srv.Addr(), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	c := dialT(t, srv.Addr(), WithLogger(logs.Logger()))
 	other := dialT(t, srv.Addr())
 	noErr(t, c.Set(ctx, "k", []byte("v1")))
 

@@ -14,79 +14,15 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/nettest"
 	"github.com/tandemml/tandem/internal/tokenauth"
 )
-
-// wiretap is a loopback proxy that forwards to an address it learns late
-// and keeps every byte it forwards, both ways.
-type wiretap struct {
-	ln     net.Listener
-	target chan string
-	mu     sync.Mutex
-	buf    bytes.Buffer
-}
-
-func newWiretap(t *testing.T) *wiretap {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &wiretap{ln: ln, target: make(chan string, 1)}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		target := ""
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if target == "" {
-				target = <-w.target
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go w.copy(s, c)
-			go w.copy(c, s)
-		}
-	}()
-	return w
-}
-
-func (w *wiretap) copy(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 4096)
-	for {
-		n, err := src.Read(buf)
-		w.mu.Lock()
-		w.buf.Write(buf[:n])
-		w.mu.Unlock()
-		if n > 0 {
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (w *wiretap) bytes() []byte {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return bytes.Clone(w.buf.Bytes())
-}
 
 // tappedStore hands out the tap's address for rank 0, once it has passed
 // rank 0's real one to the tap.
 type tappedStore struct {
 	store.Store
-	tap  *wiretap
+	tap  *nettest.Tap
 	once sync.Once
 }
 
@@ -95,8 +31,8 @@ func (s *tappedStore) Get(ctx context.Context, key string) ([]byte, error) {
 	if err != nil || key != addrKey(0) {
 		return v, err
 	}
-	s.once.Do(func() { s.tap.target <- strings.Split(string(v), ",")[0] })
-	return []byte(s.tap.ln.Addr().String()), nil
+	s.once.Do(func() { s.tap.Forward(strings.Split(string(v), ",")[0]) })
+	return []byte(s.tap.Addr()), nil
 }
 
 // Rank 1 reaches rank 0 through a wiretap: the mesh comes up and carries a
@@ -108,7 +44,7 @@ func TestTokenNeverOnTheWire(t *testing.T) {
 	const other = "tcp-tok-other-never-on-the-wire"
 	for _, wrong := range []bool{false, true} {
 		st := newStore(t)
-		tap := newWiretap(t)
+		tap := nettest.NewTap(t)
 		tapped := &tappedStore{Store: st, tap: tap}
 		ts, errs := connectWorld(2, st, func(rank int, cfg *transport.Config) {
 			cfg.Token = token
@@ -149,19 +85,15 @@ func TestTokenNeverOnTheWire(t *testing.T) {
 			}
 			mustContain(t, errs[0], "token does not match")
 		}
-		seen := tap.bytes()
+		seen := tap.Bytes()
 		if !bytes.Contains(seen, magic[:]) {
 			t.Fatalf("wrong token %v: the tap saw no handshake (%d bytes)", wrong, len(seen))
 		}
 		if !wrong && !bytes.Contains(seen, []byte("payload through the tap")) {
 			t.Fatalf("the tap missed the traffic (%d bytes)", len(seen))
 		}
-		for _, tok := range []string{token, other} {
-			for _, needle := range []string{tok, tok[:len(tok)/2], tok[len(tok)/2:]} {
-				if bytes.Contains(seen, []byte(needle)) {
-					t.Fatalf("wrong token %v: the token's bytes %q appear on the wire", wrong, needle)
-				}
-			}
+		if needle := nettest.Leaked(seen, token, other); needle != "" {
+			t.Fatalf("wrong token %v: the token's bytes %q appear on the wire", wrong, needle)
 		}
 	}
 }
@@ -275,28 +207,18 @@ func TestOtherVersionRefused(t *testing.T) {
 	mustContain(t, err, "protocol version 3, this rank version 4")
 
 	// A rank that answers in version 3.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	old3 := nettest.ServeOne(t, func(c net.Conn) {
 		var rec [helloSize]byte
 		if _, err := io.ReadFull(c, rec[:]); err != nil {
 			return
 		}
 		rec[4], rec[5] = 3, kindReply
 		c.Write(rec[:])
-	}()
+	})
 	st := newStore(t)
 	ctx := ctxTimeout(t, 10*time.Second)
 	st.Set(ctx, keyNonce, []byte(hex.EncodeToString(run[:])))
-	st.Set(ctx, addrKey(0), []byte(ln.Addr().String()))
+	st.Set(ctx, addrKey(0), []byte(old3))
 	start := time.Now()
 	_, err = loopback.ConnectTCP(ctx, transport.Config{Rank: 1, Size: 2, Store: st, Timeout: 5 * time.Second, Token: "right"})
 	if !errors.Is(err, transport.ErrMismatch) || time.Since(start) > 3*time.Second {

@@ -3,24 +3,21 @@
 package tcp
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/childtest"
 	"github.com/tandemml/tandem/internal/floodtest"
 )
 
@@ -34,19 +31,10 @@ const floodToken = "flood-secret"
 
 // TestHelperFloodRank0 is rank 0 of TestRank0Flood in its own process, not
 // a test of its own: outside that process it returns at once.
-func TestHelperFloodRank0(t *testing.T) {
-	if os.Getenv(rank0Env) == "" {
-		return
-	}
-	if err := floodRank0(); err != nil {
-		fmt.Fprintln(os.Stderr, "rank 0:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
+func TestHelperFloodRank0(t *testing.T) { childtest.Main(rank0Env, "rank 0", floodRank0) }
 
-func floodRank0() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+func floodRank0(stop context.Context, _ string) error {
+	ctx, cancel := context.WithTimeout(stop, 2*time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	st, err := store.NewTCP(ctx, "127.0.0.1:0", true, store.WithToken(floodToken), store.WithLogger(log))
@@ -56,12 +44,6 @@ func floodRank0() error {
 	defer st.Close()
 	fmt.Printf("STORE %s\n", st.Addr())
 	defer floodtest.ServeFreeOSMemory()()
-	stdinClosed := make(chan struct{})
-	go func() {
-		io.Copy(io.Discard, os.Stdin)
-		close(stdinClosed)
-		cancel()
-	}()
 	tr, err := loopback.ConnectTCP(ctx, transport.Config{Rank: 0, Size: 2, Store: st, Token: floodToken, Timeout: time.Minute})
 	if err != nil {
 		return err
@@ -76,26 +58,8 @@ func floodRank0() error {
 			break
 		}
 	}
-	<-stdinClosed
+	<-stop.Done()
 	return nil
-}
-
-// lockedBuffer is a goroutine-safe sink for a child's stderr.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // TestRank0Flood floods a live rank 0 in another process, the store server
@@ -121,42 +85,8 @@ func TestRank0Flood(t *testing.T) {
 	}
 	ctx := ctxTimeout(t, time.Minute)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFloodRank0$", "-test.count=1")
-	cmd.Env = append(os.Environ(), rank0Env+"=1")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &lockedBuffer{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		stdin.Close()
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("rank 0: %v\n%s", err, logs)
-			}
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			t.Errorf("rank 0 did not stop when its stdin closed")
-		}
-	}()
-	out := bufio.NewReader(stdout)
-	line, err := out.ReadString('\n')
-	storeAddr, ok := strings.CutPrefix(strings.TrimSpace(line), "STORE ")
-	if err != nil || !ok {
-		t.Fatalf("rank 0 did not print its store's address (%q, %v):\n%s", line, err, logs)
-	}
-	pid := cmd.Process.Pid
+	child := childtest.Start(t, "rank 0", "TestHelperFloodRank0", rank0Env+"=1")
+	storeAddr, pid, out, logs := child.Line(t, "STORE"), child.Pid, child.Out, child.Logs
 
 	st, err := store.NewTCP(ctx, storeAddr, false, store.WithToken(floodToken))
 	if err != nil {
@@ -246,23 +176,9 @@ func TestRank0Flood(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	floodtest.Memory{Base: base, Peak: peak, After: after, BaseHeld: baseHeld, AfterHeld: afterHeld}.Check(t, "rank 0")
 	const warnLines = 8
 	warns := floodtest.CountLines(logs.String(), "level=WARN")
-	t.Logf("rank 0 RSS: baseline %.1f MiB, peak %.1f MiB, %.1f MiB after the flood; Go heap and stacks in use %.1f MiB before, %.1f MiB after "+
-		"(both once it freed its unused memory); %d warning lines",
-		floodtest.MiB(base), floodtest.MiB(peak), floodtest.MiB(after), floodtest.MiB(baseHeld), floodtest.MiB(afterHeld), warns)
-	if peak-base > floodtest.PeakGrowth {
-		t.Errorf("rank 0's RSS grew by %.1f MiB under the flood; want at most %.0f MiB",
-			floodtest.MiB(peak-base), floodtest.MiB(floodtest.PeakGrowth))
-	}
-	if after-base > floodtest.AfterGrowth() {
-		t.Errorf("rank 0's RSS stayed %.1f MiB above its baseline after the flood; want at most %.0f MiB",
-			floodtest.MiB(after-base), floodtest.MiB(floodtest.AfterGrowth()))
-	}
-	if afterHeld-baseHeld > floodtest.HeldGrowth {
-		t.Errorf("rank 0 holds %.1f MiB more live memory after the flood than before; want at most %.0f MiB",
-			floodtest.MiB(afterHeld-baseHeld), floodtest.MiB(floodtest.HeldGrowth))
-	}
 	if warns > warnLines {
 		t.Errorf("rank 0 wrote %d warning lines about the flood; want at most %d:\n%s", warns, warnLines, logs)
 	}

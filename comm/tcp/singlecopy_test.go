@@ -20,6 +20,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/childtest"
 	"github.com/tandemml/tandem/internal/liveness"
 	"github.com/tandemml/tandem/internal/peercred"
 )
@@ -376,31 +377,15 @@ type tcpVictim struct {
 
 func startTCPVictim(t *testing.T) tcpVictim {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSingleCopyVictim$")
-	cmd.Env = append(os.Environ(), victimEnv+"=1")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		cmd.Wait()
-	})
+	c := childtest.Start(t, "the victim", "TestHelperSingleCopyVictim", victimEnv+"=1")
 	var v tcpVictim
 	var tok, sec string
-	if _, err := fmt.Fscanf(stdout, "%d %d %s %s\n", &v.pid, &v.addr, &tok, &sec); err != nil {
+	if _, err := fmt.Fscanf(c.Out, "%d %d %s %s\n", &v.pid, &v.addr, &tok, &sec); err != nil {
 		t.Fatalf("victim: %v", err)
 	}
 	v.token, _ = hex.DecodeString(tok)
 	v.secret, _ = hex.DecodeString(sec)
-	if v.pid != cmd.Process.Pid || len(v.token) != 16 || len(v.secret) != 48 {
+	if v.pid != c.Pid || len(v.token) != 16 || len(v.secret) != 48 {
 		t.Fatalf("victim printed pid %d token %q secret %q", v.pid, tok, sec)
 	}
 	return v

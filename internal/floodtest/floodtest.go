@@ -3,18 +3,22 @@
 // open-file limit they need, and reading a process's resident memory from
 // /proc. It is for tests only, and works on Linux (elsewhere RSS fails).
 //
-// A test starts the server in a child process, reads its baseline RSS, opens
-// a flood from a loopback address other than 127.0.0.1 (so that clients on
-// 127.0.0.1 count as another host to the server's per-host cap), checks that
+// A test starts the server in a child process (internal/childtest; the
+// child serves ServeFreeOSMemory), reads its baseline RSS, opens a flood from
+// a loopback address other than 127.0.0.1 (so that clients on 127.0.0.1
+// count as another host to the server's per-host cap), checks that
 // legitimate clients are still served, closes the flood and reads the RSS
 // again:
 //
-//	base, baseHeld, _ := floodtest.RSSAfterFree(pid, childStdout)
+//	child := childtest.Start(t, "the server", "TestHelperServer", env+"=1")
+//	addr := child.Line(t, "ADDR")
+//	base, baseHeld, _ := floodtest.RSSAfterFree(child.Pid, child.Out)
 //	f := floodtest.Open(ctx, addr, 6000, floodtest.FloodHost)
 //	// ... legitimate clients ...
-//	peak, _ := floodtest.PeakRSS(pid)
+//	peak, _ := floodtest.PeakRSS(child.Pid)
 //	f.Close()
-//	after, afterHeld, _ := floodtest.RSSAfterFree(pid, childStdout)
+//	after, afterHeld, _ := floodtest.RSSAfterFree(child.Pid, child.Out)
+//	floodtest.Memory{Base: base, Peak: peak, After: after, BaseHeld: baseHeld, AfterHeld: afterHeld}.Check(t, "the server")
 package floodtest
 
 import (

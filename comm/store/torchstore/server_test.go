@@ -7,36 +7,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/testlog"
 )
-
-// logBuffer collects a server's log lines for inspection.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(b)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
 // rawConn is a connection that speaks the protocol byte by byte.
 type rawConn struct {
@@ -225,8 +204,8 @@ func TestServerClosesOnBadQueries(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var logs logBuffer
-			srv := startServer(t, WithLogger(logs.logger()), WithMaxValue(1<<20))
+			var logs testlog.Buffer
+			srv := startServer(t, WithLogger(logs.Logger()), WithMaxValue(1<<20))
 			rc := rawDial(t, srv.Addr())
 			rc.send(c.send)
 			if c.name == "truncated" {
@@ -257,8 +236,8 @@ func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
 // query timeout; a connection that says nothing at all stays open (torch's
 // second connection does that).
 func TestServerQueryDeadline(t *testing.T) {
-	var logs logBuffer
-	srv := startServer(t, WithQueryTimeout(200*time.Millisecond), WithLogger(logs.logger()))
+	var logs testlog.Buffer
+	srv := startServer(t, WithQueryTimeout(200*time.Millisecond), WithLogger(logs.Logger()))
 	silent := rawDial(t, srv.Addr())
 	stalled := rawDial(t, srv.Addr())
 	stalled.send([]byte{qSet, 200, 0, 0, 0, 0, 0, 0, 0, '/'})
@@ -279,8 +258,8 @@ func TestServerQueryDeadline(t *testing.T) {
 // TestServerConnectionCaps: connections over the caps are closed at once and
 // logged once per interval, not once each; the others are served.
 func TestServerConnectionCaps(t *testing.T) {
-	var logs logBuffer
-	srv := startServer(t, WithMaxConns(6, 4), WithLogger(logs.logger()))
+	var logs testlog.Buffer
+	srv := startServer(t, WithMaxConns(6, 4), WithLogger(logs.Logger()))
 	var held []*rawConn
 	for range 4 {
 		held = append(held, rawDial(t, srv.Addr()))
@@ -335,8 +314,8 @@ func TestServerAllocatesAsBytesArrive(t *testing.T) {
 // TestServerDropsPeerLeavingRepliesUnread: a peer that asks and never reads
 // is disconnected once its unread replies pass the bound.
 func TestServerDropsPeerLeavingRepliesUnread(t *testing.T) {
-	var logs logBuffer
-	srv := startServer(t, WithMaxValue(256<<10), WithLogger(logs.logger()))
+	var logs testlog.Buffer
+	srv := startServer(t, WithMaxValue(256<<10), WithLogger(logs.Logger()))
 	c := dialT(t, srv)
 	noErr(t, c.Set(ctxFor(t, long), "big", bytes.Repeat([]byte{'x'}, 256<<10)))
 	rc := rawDial(t, srv.Addr())
