@@ -1,44 +1,26 @@
 package ddp_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/ddp"
+	"github.com/tandemml/tandem/internal/testlog"
 	"github.com/tandemml/tandem/launch"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // One of three ranks sleeps 30 ms in each step of its training loop: every
 // rank's Stats name it as the straggler, with its factor over the median;
 // rank 0 logs it once (rate-limited); at INFO the bucket layout is logged
 // when DDP is made and when it is rebuilt.
 func TestStragglerIsNamed(t *testing.T) {
-	var logs syncBuffer
+	var logs testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	pgs, err := local.NewGroups(context.Background(), 3, comm.WithTimeout(30*time.Second), comm.WithLogger(log),
 		comm.WithDebugLevel(launch.DebugInfo), comm.WithFlightDir(t.TempDir()))
