@@ -300,9 +300,10 @@ func (a *Agent) acceptLoop() {
 		done, ok := a.gate.Admit(nc.RemoteAddr())
 		if !ok {
 			// Over the limit of connections in their handshake: close it
-			// before anything is spent on it.
-			nc.Close()
+			// before anything is spent on it (counted first, so that
+			// whoever sees it closed sees it counted).
 			a.m.refused.Add(1)
+			nc.Close()
 			a.warn.Warn("rpc: refused connections: too many in their handshake", "worker", a.self.Name,
 				"remote", nc.RemoteAddr().String(), "max", admit.MaxPending, "max_per_host", admit.MaxPendingPerHost)
 			continue
