@@ -16,6 +16,10 @@ TAGS      ?= $(shell printf '#include <cblas.h>\n' | $${CC:-cc} -E -x c - >/dev/
                ldconfig -p 2>/dev/null | grep -q libopenblas && echo openblas)
 TAGFLAG    = $(if $(TAGS),-tags $(TAGS))
 GOTESTFLAGS ?= -count=1 -timeout 9m
+# The flight recorder dumps every group that aborts (comm), and many tests
+# abort groups on purpose: their dumps go to one folder, emptied before the
+# tests, rather than a folder a process under $$TMPDIR.
+TEST_FLIGHT_DIR ?= $(or $(TMPDIR),/tmp)/tandem-test-flight
 
 .PHONY: all build vet fmt-check test test-race test-plain test-blas test-purego fuzz demo demo-collectives bench clean
 
@@ -34,10 +38,11 @@ fmt-check:
 test: vet fmt-check test-race test-plain test-blas test-purego fuzz
 
 test-race:
-	$(GO) test -race $(GOTESTFLAGS) $$($(GO) list $(RACE_PKGS) 2>/dev/null)
+	rm -rf $(TEST_FLIGHT_DIR)
+	TANDEM_FLIGHT_DIR=$(TEST_FLIGHT_DIR) $(GO) test -race $(GOTESTFLAGS) $$($(GO) list $(RACE_PKGS) 2>/dev/null)
 
 test-plain:
-	$(GO) test $(GOTESTFLAGS) $$($(GO) list ./... | grep -vxF -f <($(GO) list $(RACE_PKGS) 2>/dev/null))
+	TANDEM_FLIGHT_DIR=$(TEST_FLIGHT_DIR) $(GO) test $(GOTESTFLAGS) $$($(GO) list ./... | grep -vxF -f <($(GO) list $(RACE_PKGS) 2>/dev/null))
 
 # The numerical packages again over the optional C BLAS, when it is installed.
 test-blas:
