@@ -40,7 +40,7 @@ type TraceEvent struct {
 	Cat  string           `json:"cat,omitempty"`
 	Ph   string           `json:"ph"`
 	Ts   int64            `json:"ts"`
-	Dur  int64            `json:"dur,omitempty"`
+	Dur  int64            `json:"dur"`
 	Pid  int              `json:"pid"`
 	Tid  int              `json:"tid"`
 	Args map[string]int64 `json:"args,omitempty"`

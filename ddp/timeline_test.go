@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/ddp"
@@ -234,5 +237,51 @@ func BenchmarkTimeline(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// GraphDDP records its steps too: a run of the whole graph is one
+// forward+backward event, followed by the all-reduce and the wait.
+func TestTimelineGraphDDP(t *testing.T) {
+	const world, steps = 2, 3
+	pgs := localWorld(t, world)
+	ctx := testCtx(t, time.Minute)
+	tls := make([]*ddp.Timeline, world)
+	mustEachRank(t, world, func(r int) error {
+		g := G.NewGraph()
+		x := G.NewMatrix(g, G.Float64, G.WithShape(2, 1), G.WithName("x"))
+		y := G.NewMatrix(g, G.Float64, G.WithShape(2, 1), G.WithName("y"))
+		w := G.NewMatrix(g, G.Float64, G.WithShape(1, 1), G.WithName("w"),
+			G.WithValue(tensor.New(tensor.WithShape(1, 1), tensor.WithBacking([]float64{1}))))
+		loss := G.Must(G.Mean(G.Must(G.Square(G.Must(G.Sub(G.Must(G.Mul(x, w)), y))))))
+		grads, err := G.Grad(loss, w)
+		if err != nil {
+			return err
+		}
+		tls[r] = ddp.NewTimeline(0, 0)
+		net, err := ddp.NewGraph(ctx, pgs[r], ddp.GraphSpec{Graph: g, Loss: loss, Params: G.Nodes{w}, Grads: grads}, ddp.WithTimeline(tls[r]))
+		if err != nil {
+			return err
+		}
+		xb := tensor.New(tensor.WithShape(2, 1), tensor.WithBacking([]float64{1, 2}))
+		yb := tensor.New(tensor.WithShape(2, 1), tensor.WithBacking([]float64{2, 4}))
+		for range steps {
+			if _, err := net.Step(ctx, ddp.ByName{"x": xb, "y": yb}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for r, tl := range tls {
+		n := map[string]int{}
+		for _, e := range tl.Events() {
+			if e.Pid != r || e.Dur < 0 {
+				t.Fatalf("rank %d: event %+v", r, e)
+			}
+			n[e.Name]++
+		}
+		if n[ddp.EventForward+"+"+ddp.EventBackward] != steps || n[ddp.EventAllReduce] != steps || n[ddp.EventWait] != steps || n[ddp.EventStep] != steps {
+			t.Fatalf("rank %d: events %v, want %d of each", r, n, steps)
+		}
 	}
 }
