@@ -67,6 +67,9 @@ fuzz:
 # The data set comes from $$TANDEM_DATA or Debian's dataset-fashion-mnist,
 # which is installed here when it is missing and apt can.
 DEMO_EPOCHS ?= 5
+# DEMO_TIMELINE=FILE also writes the ranks' DDP timeline of 20 steps there
+# (Chrome-trace JSON) and its picture beside it; off by default.
+DEMO_TIMELINE ?=
 demo:
 	$(GO) build $(TAGFLAG) -o bin/tandem ./cmd/tandem
 	$(GO) build $(TAGFLAG) -o bin/ddp_fashion ./examples/ddp_fashion
@@ -76,7 +79,7 @@ demo:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist) || true; \
 	  fi; }
 	bin/ddp_fashion -check-data
-	bin/tandem run -nproc 2 -- bin/ddp_fashion -epochs $(DEMO_EPOCHS) -out out/ddp_fashion
+	bin/tandem run -nproc 2 -- bin/ddp_fashion -epochs $(DEMO_EPOCHS) -out out/ddp_fashion $(if $(DEMO_TIMELINE),-timeline $(DEMO_TIMELINE))
 
 # The interim demo: the basic collectives over three launched processes.
 demo-collectives:

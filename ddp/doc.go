@@ -200,6 +200,18 @@
 // debug level INFO (TANDEM_DEBUG, comm.WithDebugLevel) rank 0 logs the
 // bucket layout when it is made and when it is rebuilt.
 //
+// WithTimeline records a window of steps as Chrome-trace events, as
+// Horovod's timeline does: per step the forward pass (to the loss), the
+// backward pass, each bucket's all-reduce on a lane of its own (with its
+// index and bytes), the wait for the reductions, and spans the training
+// loop adds with Timeline.Span (the optimizer's step). Timestamps are
+// wall-clock microseconds, so ranks on one host line up; across hosts only
+// as well as their clocks agree. Timeline.Gather collects every rank's
+// events on one rank, MergeTimelines (and `tandem timeline`) merges the
+// files the ranks wrote; either gives one trace, a process per rank, for
+// chrome://tracing or ui.perfetto.dev. Off (the default) it costs a nil
+// check per step. GraphDDP records its runs as one forward+backward event.
+//
 // # Where this differs from PyTorch
 //
 //   - Gradients are overwritten, not accumulated: every synchronized Step

@@ -56,6 +56,7 @@ type config struct {
 	maxPrograms    int
 	tape           bool // NewGraph: run under gorgonia's TapeMachine
 	stragglerEvery int  // StragglerEvery; 0: comm.DefaultStragglerEvery
+	timeline       *Timeline
 }
 
 func defaultConfig() config {

@@ -318,6 +318,9 @@ func (p *Pass) finish() error {
 		n.publish()
 		d.accumulated = true
 		d.stats.noSyncStep(s.backwardEnd.Sub(p.runStart), time.Since(p.start))
+		if tl := d.cfg.timeline; tl != nil {
+			tl.record(d.rank, s, p.start, p.runStart, time.Now())
+		}
 		return d.stragglerStep(s.ctx, p.start, p.runStart, s.backwardEnd, false)
 	}
 	if err := s.finish(); err != nil {
@@ -329,6 +332,9 @@ func (p *Pass) finish() error {
 		n.fresh[pi] = d.hasGrad[pi]
 	}
 	d.stats.syncStep(s, p.runStart, p.start)
+	if tl := d.cfg.timeline; tl != nil {
+		tl.record(d.rank, s, p.start, p.runStart, time.Now())
+	}
 	return d.stragglerStep(s.ctx, p.start, p.runStart, s.backwardEnd, true)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -155,6 +156,18 @@ func (d *DDP) compile(x, y *tensor.Dense) (*program, error) {
 	for k, pi := range hooked {
 		if err := prog.OnGradReady(wrt[k], func(_ context.Context, _ *G.Node, v G.Value) error {
 			return d.cur.gradReady(pi, v)
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if d.cfg.timeline != nil {
+		// The loss is the forward pass's last value: the timeline splits
+		// the run there into forward and backward.
+		if err := prog.OnNodeReady(p.loss, func(context.Context, *G.Node, G.Value) error {
+			if s := d.cur; s != nil {
+				s.forwardEnd = time.Now()
+			}
+			return nil
 		}); err != nil {
 			return nil, err
 		}

@@ -128,6 +128,9 @@ func (d *DDP) step(ctx context.Context, x, y *tensor.Dense) (float64, error) {
 		}
 		d.accumulated = true
 		d.stats.noSyncStep(s.backwardEnd.Sub(runStart), time.Since(start))
+		if tl := d.cfg.timeline; tl != nil {
+			tl.record(d.rank, s, start, runStart, time.Now())
+		}
 		return loss, d.stragglerStep(ctx, start, runStart, s.backwardEnd, false)
 	}
 	if err := s.finish(); err != nil {
@@ -135,6 +138,9 @@ func (d *DDP) step(ctx context.Context, x, y *tensor.Dense) (float64, error) {
 	}
 	d.afterSync(s, pl)
 	d.stats.syncStep(s, runStart, start)
+	if tl := d.cfg.timeline; tl != nil {
+		tl.record(d.rank, s, start, runStart, time.Now())
+	}
 	return loss, d.stragglerStep(ctx, start, runStart, s.backwardEnd, true)
 }
 

@@ -1,6 +1,7 @@
 // Command tandem is Tandem's command-line tool: the launcher (`tandem run`), a
-// standalone store server (`tandem store`), the benchmarks (`tandem bench`)
-// and the reader of the ranks' flight records after a hang (`tandem debug`).
+// standalone store server (`tandem store`), the benchmarks (`tandem bench`),
+// the reader of the ranks' flight records after a hang (`tandem debug`) and
+// the merger of the ranks' DDP timelines (`tandem timeline`).
 package main
 
 import (

@@ -35,6 +35,10 @@ type config struct {
 	Seed      uint64  // weights and shuffling
 	EvalBatch int     // examples per evaluation batch
 
+	Timeline      string // rank 0 writes the ranks' timeline here ("" = none) and its picture beside it
+	TimelineFrom  int    // first step of the timeline's window (counted from 0 over the run)
+	TimelineSteps int    // steps in the window
+
 	Progress      progressMode
 	ProgressEvery int              // percent between progress lines
 	Now           func() time.Time // clock for the progress display (nil = time.Now)
@@ -50,6 +54,9 @@ const (
 
 // validate refuses settings that cannot train.
 func (c config) validate() error {
+	if c.Timeline != "" && (c.TimelineFrom < 0 || c.TimelineSteps < 1) {
+		return fmt.Errorf("need -timeline-from >= 0 and -timeline-steps >= 1 (got %d, %d)", c.TimelineFrom, c.TimelineSteps)
+	}
 	if c.Epochs < 1 || c.Batch < 1 || c.EvalBatch < 1 || c.Limit < 0 || !(c.LR > 0) || c.BucketMB < 0 {
 		return fmt.Errorf("need -epochs >= 1, -batch >= 1, -lr > 0, -limit >= 0 and -bucket-mb >= 0 (got %d, %d, %v, %d, %v)",
 			c.Epochs, c.Batch, c.LR, c.Limit, c.BucketMB)
@@ -161,15 +168,6 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 	// DDP checks that every rank built the same model, copies rank 0's
 	// weights to all, and from now on averages the gradients of every step
 	// in buckets, overlapped with the backward pass.
-	var ddpOpts []ddp.Option
-	if cfg.BucketMB > 0 {
-		ddpOpts = append(ddpOpts, ddp.BucketCapMB(cfg.BucketMB))
-	}
-	net, err := ddp.New(ctx, pg, model, ddpOpts...)
-	if err != nil {
-		return nil, nil, err
-	}
-
 	n := trainSet.Len()
 	if cfg.Limit > 0 {
 		n = min(n, cfg.Limit)
@@ -187,6 +185,21 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 		return nil, nil, err
 	}
 	steps := (sampler.Len() + cfg.Batch - 1) / cfg.Batch
+	var ddpOpts []ddp.Option
+	if cfg.BucketMB > 0 {
+		ddpOpts = append(ddpOpts, ddp.BucketCapMB(cfg.BucketMB))
+	}
+	var tl *ddp.Timeline
+	if cfg.Timeline != "" {
+		// A window past the end of a short run slides back to its last steps.
+		total := max(cfg.Epochs-start, 0) * steps
+		tl = ddp.NewTimeline(min(cfg.TimelineFrom, max(total-cfg.TimelineSteps, 0)), cfg.TimelineSteps)
+		ddpOpts = append(ddpOpts, ddp.WithTimeline(tl))
+	}
+	net, err := ddp.New(ctx, pg, model, ddpOpts...)
+	if err != nil {
+		return nil, nil, err
+	}
 	if start < cfg.Epochs {
 		fmt.Fprintf(w, "training on %d examples (%d per rank, %d steps of %d per epoch) with %d rank(s), testing on %d\n",
 			n, sampler.Len(), steps, cfg.Batch, world, testSet.Len())
@@ -231,9 +244,11 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 				}
 				return hist, model, diverged(where, "the gradients averaged over the ranks hold NaN or infinite values", losses, true, cfg.Out, lastGood)
 			}
+			optStart := time.Now()
 			if err := opt.Step(); err != nil {
 				return hist, model, err
 			}
+			tl.Span(ddp.EventOptimizer, optStart, time.Now())
 			lossSum += loss * float64(batch.Size())
 			seen += float64(batch.Size())
 			done++
@@ -293,6 +308,15 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 				fmt.Fprintf(w, "saved %s and %s\n", path, plot)
 			}
 			lastGood = path
+		}
+	}
+	if tl != nil {
+		pic, err := writeTimeline(ctx, pg, tl, cfg.Timeline, 10)
+		if err != nil {
+			return hist, model, err
+		}
+		if rank == 0 {
+			fmt.Fprintf(w, "saved the timeline of %d step(s) in %s (chrome://tracing or ui.perfetto.dev) and its first steps in %s\n", cfg.TimelineSteps, cfg.Timeline, pic)
 		}
 	}
 	if start < cfg.Epochs {

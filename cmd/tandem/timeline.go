@@ -1,0 +1,46 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/tandemml/tandem/ddp"
+)
+
+func init() {
+	commands["timeline"] = command{summary: "merge the ranks' DDP timelines into one Chrome trace: tandem timeline -o OUT FILES...", run: runTimeline}
+}
+
+// runTimeline is `tandem timeline`: it merges the per-rank Chrome-trace
+// files that ddp.Timeline wrote into one file naming each rank, for
+// chrome://tracing or ui.perfetto.dev.
+func runTimeline(_ context.Context, args []string) error {
+	fs := flag.NewFlagSet("timeline", flag.ContinueOnError)
+	out := fs.String("o", "", "write the merged trace here (default: standard output)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: tandem timeline [-o OUT] FILE...\n\nMerges the ranks' DDP timelines (ddp.Timeline's Chrome-trace JSON, one file per\nrank) into one trace with a process per rank, for chrome://tracing or ui.perfetto.dev.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return fmt.Errorf("name the ranks' timeline files: %w", flag.ErrHelp)
+	}
+	var buf bytes.Buffer
+	if err := ddp.MergeTimelines(&buf, fs.Args()...); err != nil {
+		return err
+	}
+	if *out == "" {
+		_, err := os.Stdout.Write(buf.Bytes())
+		return err
+	}
+	if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("timeline: writing the merged trace: %w", err)
+	}
+	return nil
+}
