@@ -349,3 +349,38 @@ func TestServeBadAddress(t *testing.T) {
 		t.Fatal("Serve accepted a port that is not a number")
 	}
 }
+
+// BenchmarkScrape measures a scrape that finds 1000 finished collectives
+// new since the last one in the group's flight recorder (whose ring holds
+// comm.DefaultFlightRecorderSize).
+func BenchmarkScrape(b *testing.B) {
+	ctx := context.Background()
+	pgs, err := local.NewGroups(ctx, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pg := pgs[0]
+	defer pg.Close()
+	addr, err := metrics.Serve(ctx, "127.0.0.1:0", metrics.Group(pg))
+	if err != nil {
+		b.Fatal(err)
+	}
+	t := tensor.New(tensor.WithShape(1024), tensor.Of(tensor.Float32))
+	const ops = 1000
+	for b.Loop() {
+		b.StopTimer()
+		for range ops {
+			if err := pg.AllReduce(ctx, t, comm.Sum).Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		resp, err := http.Get("http://" + addr + metrics.Path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	b.ReportMetric(ops, "collectives/scrape")
+}
