@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,7 +87,19 @@ func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 	c.latency.Collect(ch)
 }
 
+// kindLabel is op's kind without arguments: the object collectives name
+// their steps with their root and size, e.g.
+// broadcast_object_payload(root=0,96 bytes), which would make a series of
+// every size.
+func kindLabel(kind string) string {
+	if i := strings.IndexByte(kind, '('); i >= 0 {
+		return kind[:i]
+	}
+	return kind
+}
+
 func (c *groupCollector) observe(group string, op comm.FlightOp) {
+	op.Kind = kindLabel(op.Kind)
 	c.ops.WithLabelValues(group, op.Kind, op.State).Inc()
 	if op.State != "done" {
 		return
@@ -104,16 +117,24 @@ func (c *groupCollector) observe(group string, op comm.FlightOp) {
 	}
 }
 
+var payloadBytes = regexp.MustCompile(`[(,](\d+) bytes\)$`)
+
 var dtypeSizes = map[string]int64{"float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "float16": 2, "bfloat16": 2}
 
 // descBytes reads the bytes of the tensors a collective's fingerprint
 // names, e.g. all_reduce(float32,[4],sum) holds 16 and
-// all_reduce_coalesced(float64,[2];[3,4],sum) 112. It reports false for
-// descriptions without a dtype (barrier(), objects), or cut short.
+// all_reduce_coalesced(float64,[2];[3,4],sum) 112, or the size an object
+// collective's payload gives, as in all_gather_object_payload(96 bytes).
+// It reports false for descriptions without either (barrier()), or cut
+// short.
 func descBytes(desc string) (int64, bool) {
 	open := strings.IndexByte(desc, '(')
 	if open < 0 || strings.Contains(desc, "...#") {
 		return 0, false
+	}
+	if m := payloadBytes.FindStringSubmatch(desc); m != nil {
+		n, err := strconv.ParseInt(m[1], 10, 64)
+		return n, err == nil
 	}
 	rest := desc[open+1:]
 	comma := strings.IndexByte(rest, ',')

@@ -22,6 +22,9 @@ func TestDescBytes(t *testing.T) {
 		{"broadcast(bfloat16,[10,10],src=0)", 200, true},
 		{"all_reduce(int8,[0],sum)", 0, true},
 		{"barrier()", 0, false},
+		{"all_gather_object_payload(96 bytes)", 96, true},
+		{"broadcast_object_list_payload(root=1,1024 bytes)", 1024, true},
+		{"broadcast_object_list_header(root=1)", 0, false},
 		{"all_reduce(complex64,[4],sum)", 0, false},
 		{"all_reduce(float32,[4,x],sum)", 0, false},
 		{"all_reduce(float32,[4", 0, false},
@@ -30,6 +33,18 @@ func TestDescBytes(t *testing.T) {
 		n, ok := descBytes(tc.desc)
 		if n != tc.n || ok != tc.ok {
 			t.Errorf("descBytes(%q) = %d, %v; want %d, %v", tc.desc, n, ok, tc.n, tc.ok)
+		}
+	}
+}
+
+func TestKindLabel(t *testing.T) {
+	for in, want := range map[string]string{
+		"all_reduce": "all_reduce",
+		"broadcast_object_list_payload(root=0,96 bytes)": "broadcast_object_list_payload",
+		"all_gather_object_header()":                     "all_gather_object_header",
+	} {
+		if got := kindLabel(in); got != want {
+			t.Errorf("kindLabel(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -120,6 +121,10 @@ func trainRank(ctx context.Context, pg *comm.ProcessGroup) (*ddp.DDP, error) {
 		if err := pg.AllReduceCoalesced(ctx, ts, comm.Sum).Wait(ctx); err != nil {
 			return nil, err
 		}
+	}
+	// An object collective, whose steps name their sizes.
+	if _, err := comm.AllGatherObject(ctx, pg, fmt.Sprintf("rank %d", pg.Rank())); err != nil {
+		return nil, err
 	}
 	return net, nil
 }
@@ -238,6 +243,18 @@ func TestEndpoint(t *testing.T) {
 		}
 		if got := num(value(t, fams, "tandem_collective_ops_recorded_total", nil)); got < allReduce+2 {
 			t.Errorf("rank %d: %v collectives recorded, want at least %v", r, got, allReduce+2)
+		}
+
+		// Object collectives: counted by kind without their sizes.
+		for _, m := range fams["tandem_collectives_total"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && strings.ContainsAny(l.GetValue(), "(,") {
+					t.Errorf("rank %d: kind label %q has arguments", r, l.GetValue())
+				}
+			}
+		}
+		if got := num(value(t, fams, "tandem_collective_bytes_total", map[string]string{"kind": "all_gather_object_payload"})); got <= 0 {
+			t.Errorf("rank %d: all_gather_object_payload bytes %v, want more than 0", r, got)
 		}
 
 		// DDP.
