@@ -32,4 +32,14 @@
 // HOST:PORT` hands each worker an address (the port plus its local rank)
 // in TANDEM_METRICS_ADDR (launch.MetricsAddrEnv), which ServeFromEnv
 // serves at when it is set.
+//
+// The endpoint has no authentication and tells anyone who can reach it
+// about the job: bind it to loopback or to a network only the monitoring
+// system reaches, not to every interface of a shared host.
+//
+// The cost falls on the scrape, not on training: a scrape copies the
+// flight recorder's ring (comm.DefaultFlightRecorderSize operations per
+// group) and reads the other counters under their locks; a scrape that
+// finds 1000 new collectives takes about 3 ms on a 2-core machine, the Go
+// runtime's and process's metrics included (BenchmarkScrape).
 package metrics
