@@ -48,6 +48,7 @@ type runConfig struct {
 	prefix     bool          // prefix every output line with the worker's rank
 	grace      time.Duration // SIGTERM to SIGKILL delay when stopping workers
 	argv       []string      // the worker command and its arguments
+	metrics    string        // -metrics-addr: worker local serves at its port+local (launch.MetricsAddrEnv)
 
 	maxRestarts int  // restarts of all workers after a failure (single node)
 	restart     int  // this start's number: 0, then 1.. for restarts
@@ -64,7 +65,12 @@ func (c runConfig) rank(local int) int { return c.nodeRank*c.nproc + local }
 // launcher's own environment with the job's variables (launch.Job.Environ)
 // set over it.
 func (c runConfig) workerEnv(base []string, local int) []string {
-	return launch.Overlay(base, c.job(local).Environ())
+	env := c.job(local).Environ()
+	if c.metrics != "" {
+		addr, _ := launch.WorkerMetricsAddr(c.metrics, local) // checked in parseRunFlags
+		env = append(env, launch.MetricsAddrEnv+"="+addr)
+	}
+	return launch.Overlay(base, env)
 }
 
 // job is this node's worker number local as package launch describes it.
@@ -150,6 +156,7 @@ func parseRunFlags(args []string, getenv func(string) string, out io.Writer) (ru
 	noPrefix := fs.Bool("no-prefix", false, "pass worker output through unchanged, without the \"[rank] \" prefix")
 	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "how long stopped workers get between SIGTERM and SIGKILL")
 	fs.IntVar(&cfg.maxRestarts, "max-restarts", 0, "after a worker fails, stop the others and start all again, at most `N` times (one node only)")
+	fs.StringVar(&cfg.metrics, "metrics-addr", "", "have worker `host:port` plus its local rank serve Prometheus metrics (TANDEM_METRICS_ADDR; see package metrics)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), runUsage)
 		fs.PrintDefaults()
@@ -178,6 +185,12 @@ func parseRunFlags(args []string, getenv func(string) string, out io.Writer) (ru
 		return cfg, badUsage("-max-restarts %d: must not be negative", cfg.maxRestarts)
 	case cfg.maxRestarts > 0 && cfg.nnodes > 1:
 		return cfg, badUsage("-max-restarts works for single-node jobs only: restarting several nodes together needs a rendezvous of the launchers, which tandem run does not have; restart the job from your scheduler (Slurm --requeue, a Kubernetes Job's backoffLimit) instead")
+	}
+
+	if cfg.metrics != "" {
+		if _, err := launch.WorkerMetricsAddr(cfg.metrics, cfg.nproc-1); err != nil {
+			return cfg, &usageError{fmt.Errorf("-metrics-addr: %w", err)}
+		}
 	}
 
 	if *master != "" {

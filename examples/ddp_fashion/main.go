@@ -36,6 +36,7 @@ import (
 	"github.com/tandemml/tandem/ddp"
 	"github.com/tandemml/tandem/internal/blas"
 	"github.com/tandemml/tandem/launch"
+	"github.com/tandemml/tandem/metrics"
 )
 
 // Fashion-MNIST's pixel mean and standard deviation over the training set
@@ -132,6 +133,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer pg.Close()
+	// Under tandem run -metrics-addr, serve this rank's collectives.
+	mctx, stopMetrics := context.WithCancel(ctx)
+	defer stopMetrics()
+	if addr, err := metrics.ServeFromEnv(mctx, metrics.Group(pg)); err != nil {
+		return err
+	} else if addr != "" {
+		fmt.Fprintf(stdout, "ddp_fashion: rank %d serves metrics at http://%s%s\n", pg.Rank(), addr, metrics.Path)
+	}
 	note := resumeOnRestart(&cfg, job)
 	if pg.Rank() == 0 {
 		fmt.Fprintf(stdout, "ddp_fashion: %d rank(s), BLAS %s\n", pg.Size(), blas.Name)
