@@ -17,6 +17,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"time"
 
 	G "gorgonia.org/gorgonia"
@@ -34,6 +35,7 @@ type config struct {
 	tape    bool    // run under gorgonia's TapeMachine instead of Tandem's executor
 	bucket  float64 // bucket cap in MiB
 	every   int     // print the loss every this many steps
+	seed    uint64  // each rank draws its initial weights from seed+rank
 	timeout time.Duration
 }
 
@@ -45,6 +47,7 @@ func main() {
 	flag.BoolVar(&c.tape, "tape", false, "run the graph under gorgonia's TapeMachine (no overlap of communication with backward)")
 	flag.Float64Var(&c.bucket, "bucket-cap-mb", ddp.DefaultBucketCapMB, "bucket cap in MiB (try 0.0001: a bucket per node, reduced while backward goes on)")
 	flag.IntVar(&c.every, "every", 50, "print the loss every this many steps")
+	flag.Uint64Var(&c.seed, "seed", 1, "each rank draws its initial weights from its own random source, seeded with this plus its rank")
 	flag.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up after this long")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
@@ -67,6 +70,27 @@ func run(ctx context.Context, c config, w io.Writer) error {
 }
 
 // target is the function the network learns.
+// buildMu serializes the building of graphs in this process. gorgonia
+// keeps package-level constant nodes (the 1 that seeds every gradient)
+// whose hash it computes lazily, so goroutine ranks of one process (the
+// tests) differentiating graphs at the same moment race on them. One rank
+// per process, as tandem run starts them, never contends.
+var buildMu sync.Mutex
+
+// glorotU is gorgonia's G.GlorotU(1) for float64 matrices, drawn from rng
+// instead of gorgonia's global random source, so that a run can be
+// repeated: uniform in ±sqrt(6/(fan-in+fan-out)).
+func glorotU(rng *rand.Rand) G.InitWFn {
+	return func(_ tensor.Dtype, s ...int) interface{} {
+		limit := math.Sqrt(6 / float64(s[0]+s[1]))
+		v := make([]float64, s[0]*s[1])
+		for i := range v {
+			v[i] = (2*rng.Float64() - 1) * limit
+		}
+		return v
+	}
+}
+
 func target(x0, x1 float64) float64 { return math.Sin(2*x0) + 0.5*x1*x1 }
 
 // result is what train returns, for the test.
@@ -85,19 +109,22 @@ func train(ctx context.Context, pg *comm.ProcessGroup, c config, w io.Writer) (*
 	}
 
 	// 1. A plain gorgonia model: pred = tanh(x·W1 + b1)·W2, loss = mean((pred-y)²).
-	//    The initial weights come from each process's own random state;
+	//    The initial weights come from each process's own random source;
 	//    DDP replaces them by rank 0's.
+	init := rand.New(rand.NewPCG(c.seed+uint64(rank), 0))
+	buildMu.Lock() // see buildMu
 	g := G.NewGraph()
 	x := G.NewMatrix(g, G.Float64, G.WithShape(c.batch, 2), G.WithName("x"))
 	y := G.NewMatrix(g, G.Float64, G.WithShape(c.batch, 1), G.WithName("y"))
-	w1 := G.NewMatrix(g, G.Float64, G.WithShape(2, 16), G.WithName("w1"), G.WithInit(G.GlorotU(1)))
+	w1 := G.NewMatrix(g, G.Float64, G.WithShape(2, 16), G.WithName("w1"), G.WithInit(glorotU(init)))
 	b1 := G.NewMatrix(g, G.Float64, G.WithShape(1, 16), G.WithName("b1"), G.WithInit(G.Zeroes()))
-	w2 := G.NewMatrix(g, G.Float64, G.WithShape(16, 1), G.WithName("w2"), G.WithInit(G.GlorotU(1)))
+	w2 := G.NewMatrix(g, G.Float64, G.WithShape(16, 1), G.WithName("w2"), G.WithInit(glorotU(init)))
 	h := G.Must(G.Tanh(G.Must(G.BroadcastAdd(G.Must(G.Mul(x, w1)), b1, nil, []byte{0}))))
 	pred := G.Must(G.Mul(h, w2))
 	loss := G.Must(G.Mean(G.Must(G.Square(G.Must(G.Sub(pred, y))))))
 	params := G.Nodes{w1, b1, w2}
 	grads, err := G.Grad(loss, params...)
+	buildMu.Unlock()
 	if err != nil {
 		return nil, err
 	}

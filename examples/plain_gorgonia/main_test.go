@@ -20,7 +20,7 @@ import (
 )
 
 func testConfig() config {
-	return config{steps: 300, batch: 32, lr: 0.05, every: 100, bucket: ddp.DefaultBucketCapMB, timeout: time.Minute}
+	return config{steps: 300, batch: 32, lr: 0.05, every: 100, bucket: ddp.DefaultBucketCapMB, seed: 1, timeout: time.Minute}
 }
 
 // trainRanks runs the tutorial on world goroutine ranks.
