@@ -282,7 +282,35 @@ func (it *Iter) work(w int, order []int) {
 func (l *Loader) build(ctx context.Context, epoch, k int, order []int) (*Batch, error) {
 	lo := k * l.batchSize
 	hi := min(lo+l.batchSize, len(order))
-	idx := order[lo:hi:hi]
+	return l.buildIndices(ctx, epoch, k, order[lo:hi:hi])
+}
+
+// Batch assembles one batch of exactly the examples indices, in that order,
+// with the loader's settings (dtype, fields) but not its sampler or batch
+// size: for a caller that chooses each step's examples itself, as package
+// elastic's Round.Shard does when the world's size changes mid-epoch. The
+// batch's Epoch and Index are -1.
+func (l *Loader) Batch(ctx context.Context, indices []int) (*Batch, error) {
+	n := 0
+	if l.ts != nil {
+		n = l.ts.Len()
+	} else {
+		n = l.ds.Len()
+	}
+	for _, i := range indices {
+		if i < 0 || i >= n {
+			return nil, fmt.Errorf("data: Loader.Batch: index %d out of range [0, %d): %w", i, n, ErrInvalidArgument)
+		}
+	}
+	b, err := l.buildIndices(ctx, -1, -1, indices)
+	if err == nil && b == nil {
+		err = fmt.Errorf("data: Loader.Batch: %w", context.Cause(ctx))
+	}
+	return b, err
+}
+
+// buildIndices assembles the batch of the examples idx.
+func (l *Loader) buildIndices(ctx context.Context, epoch, k int, idx []int) (*Batch, error) {
 	if l.ts != nil {
 		return l.buildTensors(ctx, epoch, k, idx)
 	}
