@@ -44,6 +44,8 @@
 // New makes is removed by a t.Cleanup, including processes still running in a
 // host. Names carry the test process's pid (namespaces
 // "tandem-<pid>-<net>-h<i>", interfaces "tn<pid>_<net>b" and
-// "tn<pid>_<net>v<i>"), and each process leaves a record in /run/tandem-netns,
-// so New first removes what processes that have since died left behind.
+// "tn<pid>_<net>v<i>"), and a process that has nets keeps a record (its pid
+// and start time) in /run/tandem-netns, so that New first removes what
+// recorded processes that died without cleaning up left behind, and nothing
+// that no record names.
 package netns

@@ -335,21 +335,25 @@ func NetemAvailable() bool {
 	if err != nil {
 		return false
 	}
-	pid := os.Getpid()
-	if unlock, err := lockState(); err == nil {
-		err = writeRecord(pid)
-		unlock()
-		if err != nil {
-			return false
-		}
-	} else {
+	// Under the state lock, with this process recorded, so that a crash
+	// leaves a namespace the next sweep removes.
+	unlock, err := lockState()
+	if err != nil {
 		return false
 	}
-	name := nsPrefix + strconv.Itoa(pid) + "-netemprobe-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	defer unlock()
+	pid := os.Getpid()
+	if err := writeRecord(pid); err != nil {
+		return false
+	}
+	name := nsPrefix + strconv.Itoa(pid) + "-netemprobe"
 	if _, err := run(ip, "netns", "add", name); err != nil {
 		return false
 	}
-	defer run(ip, "netns", "del", name)
 	_, err = run(tc, "-n", name, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms")
+	run(ip, "netns", "del", name)
+	if nss, links, lerr := owned(ip, pid); lerr == nil && len(nss)+len(links) == 0 {
+		removeRecord(pid)
+	}
 	return err == nil
 }

@@ -271,6 +271,13 @@ func (nt *Net) cleanup() {
 	if out, err := run(nt.ip, "link", "del", nt.bridge); err != nil && linkExists(nt.ip, nt.bridge) {
 		nt.t.Errorf("netns: cleanup: ip link del %s: %s", nt.bridge, out)
 	}
+	// The process's record goes once none of its nets is left.
+	if unlock, err := lockState(); err == nil {
+		if nss, links, err := owned(nt.ip, nt.pid); err == nil && len(nss)+len(links) == 0 {
+			removeRecord(nt.pid)
+		}
+		unlock()
+	}
 }
 
 // nsName, bridgeName and vethName name what net seq of process pid makes.

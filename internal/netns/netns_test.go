@@ -514,6 +514,11 @@ func TestCleanup(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the process left running in a host outlived the cleanup")
 	}
+	// With no net left (this package's tests do not run in parallel), the
+	// process's record is gone too.
+	if _, err := os.Stat(filepath.Join(stateDir(), strconv.Itoa(os.Getpid()))); !os.IsNotExist(err) {
+		t.Errorf("the process's record outlived its last net: %v", err)
+	}
 }
 
 func TestCommandKillsGroup(t *testing.T) {

@@ -93,6 +93,11 @@ func writeRecord(pid int) error {
 	return nil
 }
 
+// removeRecord removes process pid's record.
+func removeRecord(pid int) {
+	os.Remove(filepath.Join(stateDir(), strconv.Itoa(pid)))
+}
+
 // alive reports whether the process recorded with start time st still runs.
 func alive(pid int, st string) bool {
 	now, err := startTime(pid)
@@ -123,33 +128,48 @@ func sweep(ip string, self int) {
 	}
 }
 
+// owned returns the namespaces and root-namespace interfaces named as
+// process pid's.
+func owned(ip string, pid int) (nss, links []string, err error) {
+	all, err := listNamespaces(ip)
+	if err != nil {
+		return nil, nil, err
+	}
+	nsp := nsPrefix + strconv.Itoa(pid) + "-"
+	for _, name := range all {
+		if strings.HasPrefix(name, nsp) {
+			nss = append(nss, name)
+		}
+	}
+	if all, err = listLinks(ip); err != nil {
+		return nil, nil, err
+	}
+	ifp := ifPrefix + strconv.Itoa(pid) + "_"
+	for _, name := range all {
+		if strings.HasPrefix(name, ifp) {
+			links = append(links, name)
+		}
+	}
+	return nss, links, nil
+}
+
 // removeOwned removes every namespace and root-namespace interface named as
 // process pid's, killing the processes in those namespaces first.
 func removeOwned(ip string, pid int) error {
-	var failed []string
-	nsNames, err := listNamespaces(ip)
+	nss, links, err := owned(ip, pid)
 	if err != nil {
 		return err
 	}
-	ns := nsPrefix + strconv.Itoa(pid) + "-"
-	for _, name := range nsNames {
-		if strings.HasPrefix(name, ns) {
-			killIn(ip, name)
-			if out, err := run(ip, "netns", "del", name); err != nil {
-				failed = append(failed, name+": "+out)
-			}
+	var failed []string
+	for _, name := range nss {
+		killIn(ip, name)
+		if out, err := run(ip, "netns", "del", name); err != nil {
+			failed = append(failed, name+": "+out)
 		}
 	}
-	links, err := listLinks(ip)
-	if err != nil {
-		return err
-	}
-	ifp := ifPrefix + strconv.Itoa(pid) + "_"
 	for _, name := range links {
-		if strings.HasPrefix(name, ifp) {
-			if out, err := run(ip, "link", "del", name); err != nil && linkExists(ip, name) {
-				failed = append(failed, name+": "+out)
-			}
+		if out, err := run(ip, "link", "del", name); err != nil && linkExists(ip, name) {
+			failed = append(failed, name+": "+out)
 		}
 	}
 	if failed != nil {
