@@ -2,8 +2,9 @@
 // namespaces, for tests of multi-host training under network faults: a link
 // cut, a short outage, a slow link, delay and loss.
 //
-// New(t, n) makes n namespaces, each with lo up and one veth pair whose other
-// end is enslaved to a Linux bridge in the root namespace; the bridge gets an
+// New(t, n) makes n namespaces, each with lo up and one veth pair (eth0
+// inside the host) whose other end is enslaved to a Linux bridge in the root
+// namespace; the bridge gets an
 // address too, so a server in the test process (a store, say) is reachable
 // from every host at RootAddr. Hosts reach each other over the bridge at
 // layer 2 (IP forwarding stays off). Each network has its own /24, derived

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -198,7 +199,7 @@ func (h *Host) setLink(op, state string) error {
 // twice delay), replacing any shaping set before. Where the kernel has no
 // netem qdisc it returns an error wrapping ErrNoNetem and changes nothing.
 func (h *Host) Netem(delay time.Duration, lossPercent float64) error {
-	if delay < 0 || lossPercent < 0 || lossPercent > 100 || lossPercent != lossPercent {
+	if delay < 0 || lossPercent < 0 || lossPercent > 100 || math.IsNaN(lossPercent) {
 		return fmt.Errorf("netns: Netem %s: %w: delay %v must not be negative and loss %v%% must be 0 to 100", h.name, errs.InvalidArgument, delay, lossPercent)
 	}
 	spec := []string{"netem",
