@@ -21,7 +21,7 @@ GOTESTFLAGS ?= -count=1 -timeout 9m
 # tests, rather than a folder a process under $$TMPDIR.
 TEST_FLIGHT_DIR ?= $(or $(TMPDIR),/tmp)/tandem-test-flight
 
-.PHONY: all build vet fmt-check test test-race test-plain test-blas test-purego fuzz demo demo-collectives bench clean
+.PHONY: demo-elastic all build vet fmt-check test test-race test-plain test-blas test-purego fuzz demo demo-collectives bench clean
 
 all: build
 
@@ -80,6 +80,12 @@ demo:
 	  fi; }
 	bin/ddp_fashion -check-data
 	bin/tandem run -nproc 2 -- bin/ddp_fashion -epochs $(DEMO_EPOCHS) -out out/ddp_fashion $(if $(DEMO_TIMELINE),-timeline $(DEMO_TIMELINE))
+
+# Elastic training: Fashion-MNIST over three members, one killed with
+# SIGKILL at 30% and a new one added at 60% (examples/elastic/README.md).
+demo-elastic:
+	$(GO) build $(TAGFLAG) -o bin/elastic ./examples/elastic
+	bin/elastic -demo
 
 # The interim demo: the basic collectives over three launched processes.
 demo-collectives:
