@@ -54,7 +54,8 @@ func runDemo(ctx context.Context, cfg config, extra []string, killAt, addAt floa
 			"-min", strconv.Itoa(cfg.Min), "-max", strconv.Itoa(cfg.Max), "-epochs", strconv.Itoa(cfg.Epochs),
 			"-batch", strconv.Itoa(cfg.Batch), "-base", strconv.Itoa(cfg.Base), "-lr", fmt.Sprint(cfg.LR),
 			"-limit", strconv.Itoa(cfg.Limit), "-seed", fmt.Sprint(cfg.Seed), "-every", fmt.Sprint(cfg.Every),
-			"-step-delay", cfg.StepDelay.String(), "-eval=" + strconv.FormatBool(cfg.Eval), "-v=" + strconv.FormatBool(cfg.Verbose)}
+			"-step-delay", cfg.StepDelay.String(), "-eval=" + strconv.FormatBool(cfg.Eval), "-v=" + strconv.FormatBool(cfg.Verbose),
+			"-channels1", strconv.Itoa(cfg.C1), "-channels2", strconv.Itoa(cfg.C2), "-hidden", strconv.Itoa(cfg.H)}
 		if cfg.Data != "" {
 			args = append(args, "-data", cfg.Data)
 		}

@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strings"
+	"regexp"
 	"testing"
 	"time"
 
@@ -73,27 +73,31 @@ func TestDemoKillAndAdd(t *testing.T) {
 		t.Skip("starts member processes")
 	}
 	dir := t.TempDir()
-	writeFakeFashion(t, dir, 1920, 200)
+	writeFakeFashion(t, dir, 960, 200)
 	t.Setenv(mainEnv, "1")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out, errOut bytes.Buffer
 	err := run(ctx, []string{"-demo", "-data", dir, "-epochs", "3", "-batch", "16", "-every", "0.05",
-		"-step-delay", "15ms", "-lr", "0.02"}, &out, &errOut)
+		"-step-delay", "15ms", "-lr", "0.02",
+		// A narrow CNN: the test runs under the race detector too.
+		"-channels1", "2", "-channels2", "4", "-hidden", "16"}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("demo: %v\n%s\n%s", err, out.String(), errOut.String())
 	}
 	s := out.String()
+	// Round numbers vary: a member that starts late joins at the first
+	// step boundary, and on a loaded machine a slow member can be taken
+	// for lost and the round re-formed. The story's events must be there.
 	for _, want := range []string{
-		"killed member b with SIGKILL",
-		"round 2: 2 members",
-		"started a new member d",
-		"round 3: 3 members",
-		"healed from",
-		"identical weights on all: true",
-		"test accuracy",
+		`killed member b with SIGKILL`,
+		`\] round \d+: 2 members \((a c|c a)\)`,
+		`started a new member d`,
+		`\[d\] round \d+: 3 members .*healed from`,
+		`identical weights on all: true`,
+		`test accuracy`,
 	} {
-		if !strings.Contains(s, want) {
+		if !regexp.MustCompile(want).MatchString(s) {
 			t.Errorf("the demo's output lacks %q:\n%s", want, s)
 		}
 	}

@@ -44,6 +44,7 @@ type config struct {
 	Eval      bool          // evaluate on the test set at the end
 	Token     string        // the store's token
 	Verbose   bool          // the library's warnings on stderr
+	C1, C2, H int           // the CNN's channels and hidden width
 }
 
 func main() {
@@ -78,6 +79,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl.Float64Var(&cfg.Every, "every", 0.05, "fraction of the training between progress lines")
 	fl.DurationVar(&cfg.StepDelay, "step-delay", 0, "sleep after every step (to slow a small run down)")
 	fl.BoolVar(&cfg.Eval, "eval", true, "evaluate on the test set at the end (rank 0)")
+	fl.IntVar(&cfg.C1, "channels1", 16, "channels of the CNN's first convolution")
+	fl.IntVar(&cfg.C2, "channels2", 32, "channels of the CNN's second convolution")
+	fl.IntVar(&cfg.H, "hidden", 128, "width of the CNN's hidden layer")
 	fl.BoolVar(&cfg.Verbose, "v", false, "log the library's warnings about faults on stderr")
 	demo := fl.Bool("demo", false, "run the scripted demonstration: a store, three members, one killed and another started while they train")
 	kill := fl.Float64("kill-at", 0.3, "with -demo: kill a member when training is this far")
@@ -86,7 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg.Token = os.Getenv("TANDEM_TOKEN")
-	if cfg.Epochs < 1 || cfg.Batch < 1 || cfg.Base < 1 || !(cfg.LR > 0) || cfg.Limit < 0 || cfg.Min < 1 || cfg.Max < cfg.Min {
+	if cfg.C1 < 1 || cfg.C2 < 1 || cfg.H < 1 || cfg.Epochs < 1 || cfg.Batch < 1 || cfg.Base < 1 || !(cfg.LR > 0) || cfg.Limit < 0 || cfg.Min < 1 || cfg.Max < cfg.Min {
 		return fmt.Errorf("need -epochs, -batch, -base >= 1, -lr > 0, -limit >= 0 and 1 <= -min <= -max (got %d, %d, %d, %v, %d, %d, %d)",
 			cfg.Epochs, cfg.Batch, cfg.Base, cfg.LR, cfg.Limit, cfg.Min, cfg.Max)
 	}

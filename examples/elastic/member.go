@@ -58,7 +58,7 @@ func runMember(ctx context.Context, cfg config, w io.Writer) error {
 
 	// Every member builds the model alike; a newcomer's weights are
 	// replaced by a live member's when it joins anyway.
-	model, err := models.NewCNN(models.CNNConfig{}, rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), models.WithDtype(tensor.Float32))
+	model, err := models.NewCNN(models.CNNConfig{Channels1: cfg.C1, Channels2: cfg.C2, Hidden: cfg.H}, rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), models.WithDtype(tensor.Float32))
 	if err != nil {
 		return err
 	}
