@@ -139,6 +139,8 @@ type rdzvState struct {
 	Expected []string `json:"expected,omitempty"`
 	// Reason: why this round was opened.
 	Reason string `json:"reason,omitempty"`
+	// Finished: the members whose workers of this round all exited 0.
+	Finished []string `json:"finished,omitempty"`
 	// Done: the run completed; Failed: it failed for good, and why.
 	Done   bool   `json:"done,omitempty"`
 	Failed string `json:"failed,omitempty"`
@@ -150,8 +152,9 @@ type rdzvState struct {
 // and returns the members and this node's rank; Watch blocks while the
 // round runs, until a new round must start (another node's worker failed,
 // a node was lost, a node is waiting to join) or the run is complete;
-// Restart opens the next round after a failure on this node; Finish marks
-// the run complete. From the first Join on, a goroutine bumps this node's
+// Restart opens the next round after a failure on this node; Finish
+// reports that this node's workers all exited 0 and waits for the other
+// nodes' (an exit barrier), after which the run is complete. From the first Join on, a goroutine bumps this node's
 // heartbeat counter; Close stops it. A Rendezvous is meant for one agent
 // loop: its methods are not for concurrent use, except Close.
 //
@@ -304,6 +307,7 @@ func (r *Rendezvous) update(ctx context.Context, change func(*rdzvState) bool) (
 		next.Participants = slices.Clone(s.Participants)
 		next.Waiting = slices.Clone(s.Waiting)
 		next.Expected = slices.Clone(s.Expected)
+		next.Finished = slices.Clone(s.Finished)
 		if !change(&next) {
 			return s, false, nil
 		}
@@ -627,28 +631,47 @@ func pluralRestarts(n int) string {
 	return strconv.Itoa(n) + " restarts"
 }
 
-// Finish marks the run complete after every worker of round on this node
-// exited 0, so that the other nodes stop watching for failures and nodes
-// that arrive later do not wait. When another node opened a new round
-// first, the run is not complete: Finish returns that round's Change, and
-// the agent joins it.
+// Finish records that every worker of round on this node exited 0 and
+// blocks until the other members' workers have too: then the run is
+// complete (Change.Done), nodes that arrive later are turned away
+// (ErrRunComplete), and every agent can exit. If instead another node opens
+// a new round (its worker failed, a node is waiting to join), Finish returns
+// that round's Change and the agent joins it; if a member that has not
+// finished is lost, Finish opens the new round itself. It fails like
+// Watch.
 func (r *Rendezvous) Finish(ctx context.Context, round Round) (Change, error) {
-	s, _, err := r.update(ctx, func(n *rdzvState) bool {
-		if n.Done || n.Failed != "" || n.Round != round.Number || !n.Complete {
-			return false
+	me := r.cfg.NodeID
+	for {
+		s, _, err := r.update(ctx, func(n *rdzvState) bool {
+			if n.Done || n.Failed != "" || n.Round != round.Number || !n.Complete || slices.Contains(n.Finished, me) {
+				return false
+			}
+			n.Finished = append(n.Finished, me)
+			n.Done = !slices.ContainsFunc(n.Participants, func(p string) bool { return !slices.Contains(n.Finished, p) })
+			return true
+		})
+		switch {
+		case err != nil:
+			return Change{}, err
+		case s.Done:
+			return Change{Done: true}, nil
+		case s.Failed != "":
+			return Change{}, failedErr(s)
+		case s.Round != round.Number:
+			return Change{Next: s.Round, Reason: s.Reason}, nil
+		case !s.Complete:
+			return Change{}, fmt.Errorf("%w: launch: rendezvous: round %d of run %s is not formed; it cannot finish", errs.InvalidArgument, round.Number, r.cfg.RunID)
 		}
-		n.Done = true
-		return true
-	})
-	switch {
-	case err != nil:
-		return Change{}, err
-	case s.Done:
-		return Change{Done: true}, nil
-	case s.Failed != "":
-		return Change{}, failedErr(s)
-	case s.Round != round.Number:
-		return Change{Next: s.Round, Reason: s.Reason}, nil
+		running := slices.DeleteFunc(slices.Clone(s.Participants), func(p string) bool { return slices.Contains(s.Finished, p) })
+		lost, err := r.lost(ctx, running)
+		if err != nil {
+			return Change{}, err
+		}
+		if len(lost) > 0 {
+			return r.Restart(ctx, round, fmt.Sprintf("node %s lost: no heartbeat for %v", strings.Join(lost, ", "), r.cfg.LostAfter))
+		}
+		if err := r.sleep(ctx); err != nil {
+			return Change{}, fmt.Errorf("launch: rendezvous: node %s waiting for the other nodes to finish round %d of run %s: %w", me, round.Number, r.cfg.RunID, err)
+		}
 	}
-	return Change{}, fmt.Errorf("%w: launch: rendezvous: round %d of run %s is not formed; it cannot finish", errs.InvalidArgument, round.Number, r.cfg.RunID)
 }

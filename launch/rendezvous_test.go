@@ -202,7 +202,9 @@ func TestRendezvousLostHeartbeatStartsRound(t *testing.T) {
 			t.Errorf("node %s: Watch returned %+v, want round 1 for the loss of node c", id, ch)
 		}
 	}
-	if d := time.Since(lostAt); d < 400*time.Millisecond || d > 5*time.Second {
+	// LostAfter counts from the last beat the others saw, up to a
+	// heartbeat interval before Close.
+	if d := time.Since(lostAt); d < 300*time.Millisecond || d > 5*time.Second {
 		t.Errorf("the loss was noticed after %v, want about 400ms", d)
 	}
 	start := time.Now()
@@ -317,19 +319,44 @@ func TestRendezvousRestartsExhaustedAndFinish(t *testing.T) {
 		t.Fatalf("node a's Watch after the run failed: %v", err)
 	}
 
-	// Another run on the same store: it completes.
+	// Another run on the same store: node a finishes first and waits for
+	// b; b's worker fails, so a runs again; then both finish.
 	agents = map[string]*launch.Rendezvous{}
 	for _, id := range []string{"a", "b"} {
 		agents[id] = agent(t, addr, fastConfig("finish", id, 1, 2))
 	}
 	res = joinAll(ctx, agents)
 	checkRound(t, res, 0, "a", "b")
-	if ch, err := agents["a"].Finish(ctx, res["a"].round); err != nil || !ch.Done {
-		t.Fatalf("Finish: %+v, %v", ch, err)
+	finished := make(chan launch.Change, 1)
+	go func() {
+		ch, err := agents["a"].Finish(ctx, res["a"].round)
+		if err != nil {
+			t.Errorf("node a's Finish: %v", err)
+		}
+		finished <- ch
+	}()
+	select {
+	case ch := <-finished:
+		t.Fatalf("node a's Finish returned %+v while node b's workers run", ch)
+	case <-time.After(300 * time.Millisecond):
 	}
-	if ch, err := agents["b"].Watch(ctx, res["b"].round); err != nil || !ch.Done {
-		t.Fatalf("node b's Watch after Finish: %+v, %v", ch, err)
+	if ch, err := agents["b"].Restart(ctx, res["b"].round, "worker 1 on node b exited with code 1"); err != nil || ch.Next != 1 {
+		t.Fatalf("node b's Restart: %+v, %v", ch, err)
 	}
+	if ch := <-finished; ch.Done || ch.Next != 1 || ch.Reason != "worker 1 on node b exited with code 1" {
+		t.Fatalf("node a's Finish after b's restart: %+v, want round 1", ch)
+	}
+	res = joinAll(ctx, agents)
+	checkRound(t, res, 1, "a", "b")
+	var wg sync.WaitGroup
+	for id, a := range agents {
+		wg.Go(func() {
+			if ch, err := a.Finish(ctx, res[id].round); err != nil || !ch.Done {
+				t.Errorf("node %s's Finish: %+v, %v", id, ch, err)
+			}
+		})
+	}
+	wg.Wait()
 	if _, err := agent(t, addr, fastConfig("finish", "c", 1, 2)).Join(ctx); !errors.Is(err, launch.ErrRunComplete) {
 		t.Fatalf("a late node's Join: %v, want ErrRunComplete", err)
 	}
