@@ -20,6 +20,7 @@ import (
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/netns"
 	"gorgonia.org/tensor"
 )
 
@@ -122,7 +123,19 @@ type elasticAgent struct {
 // "--") and env added; it is killed if still running when the test ends.
 func startAgent(t *testing.T, id string, env []string, args ...string) *elasticAgent {
 	t.Helper()
+	return startAgentOn(t, nil, id, env, args...)
+}
+
+// startAgentOn is startAgent inside host (on this machine's network when
+// host is nil).
+func startAgentOn(t *testing.T, host *netns.Host, id string, env []string, args ...string) *elasticAgent {
+	t.Helper()
 	cmd, _, errOut := tandemProcess(t, append([]string{"run", "-rdzv-node-id", id}, args...)...)
+	if host != nil {
+		in := host.Command(t.Context(), cmd.Path, cmd.Args[1:]...)
+		in.Env, in.Stdout, in.Stderr = cmd.Env, cmd.Stdout, cmd.Stderr
+		cmd = in
+	}
 	cmd.Env = append(append(cmd.Env, "TANDEM_TOKEN="+elasticToken), env...)
 	mustNoErr(t, cmd.Start())
 	a := &elasticAgent{id: id, cmd: cmd, stderr: errOut, exited: make(chan error, 1)}
@@ -245,6 +258,24 @@ func TestRunElasticShrinksAndGrows(t *testing.T) {
 	late := startAgent(t, "d", nil, "-nnodes", "2:3", "-rdzv-endpoint", storeAddr, "-rdzv-id", run, "--", "false")
 	checkEqual(t, 0, late.wait(t))
 	checkContains(t, late.stderr.String(), fmt.Sprintf("node d: run %s is already complete; nothing to do", run))
+}
+
+// The same across three network namespaces acting as hosts, joined by a
+// bridge: the store runs in the root namespace, each node's launcher and
+// workers in its own host, and the workers' TCP backend meets over the
+// hosts' own addresses.
+func TestRunElasticAcrossNamespaces(t *testing.T) {
+	net := netns.New(t, 3)
+	dir := t.TempDir()
+	storeAddr := elasticStore(t, net.RootAddr()+":0")
+	run := runID(t)
+	hosts := map[string]*netns.Host{"a": net.Host(0), "b": net.Host(1), "c": net.Host(2)}
+	elasticJobShrinksAndGrows(t, dir, run, 1, func(id string) *elasticAgent {
+		return startAgentOn(t, hosts[id], id, []string{elasticWorkerEnv + "=" + dir},
+			"-nproc", "1", "-nnodes", "2:3", "-rdzv-endpoint", storeAddr, "-rdzv-id", run,
+			"-rdzv-last-call", "1s", "-max-restarts", "5", "-grace", "2s",
+			"--", os.Args[0], "-test.run=^TestHelperElasticWorker$")
+	})
 }
 
 // elasticShellWorker reports RANK, WORLD_SIZE and TANDEM_RESTART_COUNT to
