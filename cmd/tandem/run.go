@@ -183,7 +183,7 @@ func parseRunFlags(args []string, getenv func(string) string, out io.Writer) (ru
 	cfg := runConfig{}
 	fs.IntVar(&cfg.nproc, "nproc", 1, "number of worker `processes` to start on this node")
 	nodes := nodeRange{min: 1, max: 1}
-	fs.Var(&nodes, "nnodes", "number of `nodes` in the job, each running its own tandem run; MIN:MAX with -rdzv-endpoint for an elastic job (default 1)")
+	fs.Var(&nodes, "nnodes", "number of nodes in the job, `N|MIN:MAX`, each running its own tandem run; a range MIN:MAX needs -rdzv-endpoint (an elastic job)")
 	fs.IntVar(&cfg.nodeRank, "node-rank", 0, "this node's `index`, from 0 to nnodes-1; its workers get ranks node-rank*nproc ...")
 	master := fs.String("master", "", "where rank 0 serves the store, as `host:port` (required with -nnodes > 1; default 127.0.0.1 on a free port)")
 	fs.StringVar(&cfg.token, "token", "", "shared `secret` for the job (default $TANDEM_TOKEN, or a random one on a single node); prefer the variable, flags show in ps")
