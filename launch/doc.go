@@ -119,10 +119,11 @@
 // counter stand still for LostAfter (3 s) by its own clock counts that node
 // lost, so the nodes' clocks need not agree.
 //
-// Join forms round N: it closes at once with MaxNodes members, after the
-// last call (LastCall, 1 s, from when MinNodes were there) with fewer, or,
-// for a round opened by a restart, as soon as every live member of the
-// previous round and every node that was waiting has joined. Members whose
+// Join forms round N: it closes at once with MaxNodes members; with fewer
+// (but MinNodes), round 0 closes after the last call (LastCall, 1 s, from
+// when MinNodes were there), and a round opened by a restart as soon as
+// every member of the previous round and every node that was waiting has
+// joined or is lost (at most RejoinWait after MinNodes). Members whose
 // heartbeat stops are dropped; a round without MinNodes after JoinTimeout
 // (60 s) is an error. Node ranks follow the previous round's order, then
 // newcomers in the order they joined. While the round runs, Watch ends it

@@ -22,6 +22,9 @@ const (
 	// DefaultLastCall is how long a round that has MinNodes nodes (but
 	// fewer than MaxNodes) stays open for more.
 	DefaultLastCall = time.Second
+	// DefaultRejoinWait bounds how long a round opened by a restart waits
+	// for the live members of the round before.
+	DefaultRejoinWait = 30 * time.Second
 	// DefaultHeartbeat is how often an agent bumps its heartbeat counter.
 	DefaultHeartbeat = time.Second
 	// DefaultLostAfter is how long a node's heartbeat counter may stand
@@ -71,9 +74,15 @@ type RendezvousConfig struct {
 	// JoinTimeout bounds how long Join waits for a round to form (default
 	// DefaultJoinTimeout).
 	JoinTimeout time.Duration
-	// LastCall is how long a round with at least MinNodes nodes waits for
-	// more (default DefaultLastCall).
+	// LastCall is how long the first round, once it has MinNodes nodes,
+	// waits for more (default DefaultLastCall).
 	LastCall time.Duration
+	// RejoinWait bounds how long a round opened by a restart, once it has
+	// MinNodes nodes, waits for the live members of the round before
+	// (default DefaultRejoinWait); it closes as soon as every one of them
+	// has joined or is lost. Give it at least the time an agent needs to
+	// stop its workers.
+	RejoinWait time.Duration
 	// Heartbeat is how often this node bumps its counter (default
 	// DefaultHeartbeat), and LostAfter how long another node's counter may
 	// stand still before that node is lost (default DefaultLostAfter).
@@ -203,7 +212,7 @@ func NewRendezvous(st RendezvousStore, cfg RendezvousConfig) (*Rendezvous, error
 		return bad("nodes %d:%d: want 1 <= MIN <= MAX", cfg.MinNodes, cfg.MaxNodes)
 	case cfg.MaxRestarts < 0:
 		return bad("max restarts %d: must not be negative", cfg.MaxRestarts)
-	case cfg.JoinTimeout < 0 || cfg.LastCall < 0 || cfg.Heartbeat < 0 || cfg.LostAfter < 0 || cfg.Poll < 0:
+	case cfg.JoinTimeout < 0 || cfg.LastCall < 0 || cfg.RejoinWait < 0 || cfg.Heartbeat < 0 || cfg.LostAfter < 0 || cfg.Poll < 0:
 		return bad("negative duration in %+v", cfg)
 	}
 	def := func(d *time.Duration, v time.Duration) {
@@ -213,6 +222,7 @@ func NewRendezvous(st RendezvousStore, cfg RendezvousConfig) (*Rendezvous, error
 	}
 	def(&cfg.JoinTimeout, DefaultJoinTimeout)
 	def(&cfg.LastCall, DefaultLastCall)
+	def(&cfg.RejoinWait, DefaultRejoinWait)
 	def(&cfg.Heartbeat, DefaultHeartbeat)
 	def(&cfg.LostAfter, DefaultLostAfter)
 	def(&cfg.Poll, DefaultPoll)
@@ -368,11 +378,11 @@ func (r *Rendezvous) sleep(ctx context.Context) error {
 }
 
 // Join blocks until this node is a member of a formed round and returns
-// it. A round forms when MaxNodes nodes have joined; or when at least
-// MinNodes have joined and the last call (LastCall since MinNodes were
-// reached, as this node saw it) is over; or, for a round opened by Restart,
-// as soon as at least MinNodes have joined and every other member of the
-// previous round (and every node that was waiting) has joined or is lost.
+// it. A round forms at once when MaxNodes nodes have joined. With fewer but
+// at least MinNodes, round 0 forms when the last call is over (LastCall
+// since MinNodes were there, as this node saw it), and a round opened by a
+// restart as soon as every member of the previous round (and every node
+// that was waiting) has joined or is lost, or after RejoinWait.
 // Joined nodes whose heartbeat stops are dropped before the round forms.
 //
 // A node that arrives while a round runs registers as waiting (unless the
@@ -422,14 +432,18 @@ func (r *Rendezvous) Join(ctx context.Context) (Round, error) {
 			if len(s.Participants) >= r.cfg.MaxNodes {
 				break // full; it closes at once, and this node waits for the next round
 			}
-			if _, _, err := r.update(ctx, func(n *rdzvState) bool {
+			_, added, err := r.update(ctx, func(n *rdzvState) bool {
 				if n.Complete || n.Round != s.Round || n.Done || n.Failed != "" || slices.Contains(n.Participants, me) || len(n.Participants) >= r.cfg.MaxNodes {
 					return false
 				}
 				n.Participants = append(n.Participants, me)
 				return true
-			}); err != nil {
+			})
+			if err != nil {
 				return Round{}, err
+			}
+			if added {
+				r.joined = s.Round
 			}
 			continue // look again at once: this node may have filled the round
 		default:
@@ -461,15 +475,23 @@ func (r *Rendezvous) Join(ctx context.Context) (Round, error) {
 			case lastCallRound != s.Round:
 				lastCallRound, lastCallStart = s.Round, time.Now()
 			}
-			closeNow := n >= r.cfg.MaxNodes ||
-				(n >= r.cfg.MinNodes && time.Since(lastCallStart) >= r.cfg.LastCall)
-			if !closeNow && n >= r.cfg.MinNodes && len(s.Expected) > 0 {
+			var closeNow bool
+			switch {
+			case n >= r.cfg.MaxNodes:
+				closeNow = true
+			case n < r.cfg.MinNodes:
+			case len(s.Expected) == 0:
+				closeNow = time.Since(lastCallStart) >= r.cfg.LastCall
+			default:
+				// A restart: wait for the live members of the last round
+				// (and the nodes that were waiting), who come as soon as
+				// they have stopped their workers.
 				missing := slices.DeleteFunc(slices.Clone(s.Expected), func(p string) bool { return slices.Contains(s.Participants, p) })
 				gone, err := r.lost(ctx, missing)
 				if err != nil {
 					return Round{}, err
 				}
-				closeNow = len(gone) == len(missing)
+				closeNow = len(gone) == len(missing) || time.Since(lastCallStart) >= r.cfg.RejoinWait
 			}
 			if closeNow {
 				if _, _, err := r.update(ctx, func(n *rdzvState) bool {

@@ -219,6 +219,34 @@ func TestRendezvousLostHeartbeatStartsRound(t *testing.T) {
 	}
 }
 
+// A round opened by a restart waits past the last call for a live member
+// of the round before that is slow to come back (stopping its workers).
+func TestRendezvousRestartWaitsForLiveMembers(t *testing.T) {
+	addr := rdzvServer(t)
+	agents := map[string]*launch.Rendezvous{}
+	for _, id := range []string{"a", "b", "c"} {
+		agents[id] = agent(t, addr, fastConfig("run", id, 2, 4))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	res := joinAll(ctx, agents)
+	checkRound(t, res, 0, "a", "b", "c")
+	if _, err := agents["a"].Restart(ctx, res["a"].round, "worker 0 on node a exited with code 1"); err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan joined, 1)
+	c := agents["c"]
+	go func() {
+		time.Sleep(1200 * time.Millisecond) // three last calls
+		r, err := c.Join(ctx)
+		slow <- joined{"c", r, err, 0}
+	}()
+	delete(agents, "c")
+	res = joinAll(ctx, agents)
+	res["c"] = <-slow
+	checkRound(t, res, 1, "a", "b", "c")
+}
+
 // A node that arrives while a round runs registers as waiting; the running
 // nodes see it and open a round that admits it.
 func TestRendezvousWaitingNodeTriggersRound(t *testing.T) {

@@ -153,10 +153,10 @@ each node with the same -nnodes MIN:MAX, -rdzv-endpoint and -rdzv-id:
   TANDEM_TOKEN=$(cat secret) tandem store -addr :29400
   TANDEM_TOKEN=$(cat secret) tandem run -nproc 4 -nnodes 2:3 -rdzv-endpoint store0:29400 -rdzv-id job7 -max-restarts 10 -- ./train
 The launchers meet at the store in numbered rounds: a round forms when MAX
-nodes have joined, or MIN nodes and -rdzv-last-call has passed since (or,
-after a restart, at once when every node of the last round that is still
-alive is back); without MIN nodes within -rdzv-join-timeout, tandem run
-fails. Each round assigns node ranks (the last round's nodes keep their
+nodes have joined; with MIN or more, the first round forms when
+-rdzv-last-call has passed since MIN were there, and a round after a
+restart when every node of the round before is back or lost; without MIN
+nodes within -rdzv-join-timeout, tandem run fails. Each round assigns node ranks (the last round's nodes keep their
 order, newcomers come after), so RANK and WORLD_SIZE change with the
 round; TANDEM_RESTART_COUNT is the round's number. The workers meet in the
 same store under a fresh prefix for each round (TANDEM_STORE_PREFIX, which

@@ -179,6 +179,9 @@ func runElastic(ctx context.Context, cfg runConfig, stdout, stderr io.Writer, si
 	rz, err := launch.NewRendezvous(st, launch.RendezvousConfig{
 		RunID: e.runID, NodeID: e.nodeID, MinNodes: e.minNodes, MaxNodes: e.maxNodes,
 		MaxRestarts: cfg.maxRestarts, JoinTimeout: e.joinTimeout, LastCall: e.lastCall,
+		// Live nodes of the last round rejoin once they have stopped their
+		// workers: -grace, then at worst killWait after SIGKILL.
+		RejoinWait: cfg.grace + killWait + 5*time.Second,
 	})
 	if err != nil {
 		return &usageError{err}
