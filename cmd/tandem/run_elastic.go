@@ -242,7 +242,8 @@ func runElastic(ctx context.Context, cfg runConfig, stdout, stderr io.Writer, si
 			case w.err != nil:
 				stopWorkers(w.err)
 			case w.change.Done:
-				// Another node's workers all finished: this node's finish too.
+				// The run completed (every member finished, so this node's
+				// workers are on their way out): let them end.
 			default:
 				notef("round %d ends: %s; stopping this node's %s", round.Number, w.change.Reason, plural(c.nproc, "worker"))
 				stopWorkers(errNewRound)
