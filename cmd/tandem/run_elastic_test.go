@@ -217,12 +217,16 @@ func elasticJobShrinksAndGrows(t *testing.T, dir, run string, nproc int, start f
 	a, b, c := start("a"), start("b"), start("c")
 	waitRound(t, dir, 0, 3*nproc)
 
+	killed := time.Now()
 	mustNoErr(t, c.cmd.Process.Kill())
 	checkEqual(t, 128+int(syscall.SIGKILL), c.wait(t))
 	waitRound(t, dir, 1, 2*nproc)
+	t.Logf("node c killed: round 1 (world %d) trained %v later", 2*nproc, time.Since(killed).Round(time.Millisecond))
 
+	back := time.Now()
 	c2 := start("c")
 	waitRound(t, dir, 2, 3*nproc)
+	t.Logf("node c started again: round 2 (world %d) trained %v later", 3*nproc, time.Since(back).Round(time.Millisecond))
 
 	mustNoErr(t, os.WriteFile(filepath.Join(dir, "stop"), nil, 0o600))
 	for _, n := range []*elasticAgent{a, b, c2} {
