@@ -33,7 +33,9 @@
 // under Slurm and Open MPI when not set) and the others dial it; under
 // torchrun's static rendezvous (its default, TORCHELASTIC_USE_AGENT_STORE=
 // True) torchrun's agent already serves a PyTorch TCPStore there, and every
-// rank joins that one instead (see InitFromEnv). Init with tcp:// or
+// rank joins that one instead (see InitFromEnv); under an elastic
+// `tandem run -rdzv-endpoint`, `tandem store` serves Tandem's store there and
+// every rank joins it under the round's TANDEM_STORE_PREFIX. Init with tcp:// or
 // file:// URLs, or WithStore, meets elsewhere.
 //
 // # Semantics

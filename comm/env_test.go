@@ -122,7 +122,7 @@ func TestEnvAgreesWithLaunch(t *testing.T) {
 // under a launcher.
 var launchVars = []string{
 	"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-	launch.TokenEnv, launch.RestartCountEnv, launch.MaxRestartsEnv, launch.RunIDEnv,
+	launch.TokenEnv, launch.RestartCountEnv, launch.MaxRestartsEnv, launch.RunIDEnv, launch.StorePrefixEnv,
 	"TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE",
 	"PET_NODE_RANK", "PET_NNODES", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT", "JOB_COMPLETION_INDEX",
 	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",

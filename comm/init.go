@@ -142,6 +142,13 @@ func withLookupEnv(f func(string) (string, bool)) InitOption {
 // --rdzv_backend c10d or --standalone leaves MASTER_PORT free
 // (TORCHELASTIC_USE_AGENT_STORE=False), and rank 0 serves Tandem's own
 // store there, which checks the token.
+//
+// Elastic `tandem run -rdzv-endpoint` does the same with Tandem's own store:
+// MASTER_ADDR:MASTER_PORT is the rendezvous store that `tandem store` serves
+// for the launchers, and TANDEM_STORE_PREFIX (launch.Job.StorePrefix) names
+// the rendezvous round's key prefix. Every rank then dials that store (with
+// the token) and meets under the prefix, so that each round starts from
+// empty keys and no rank serves a store.
 func InitFromEnv(ctx context.Context, opts ...InitOption) (*ProcessGroup, error) {
 	return Init(ctx, "env://", opts...)
 }
@@ -257,6 +264,10 @@ type initPlan struct {
 	// and meets under torch's prefix for this attempt, agentPrefix.
 	agentStore  bool
 	agentPrefix string
+	// roundPrefix: elastic tandem run's store, served by `tandem store` at
+	// storeAddr (TANDEM_STORE_PREFIX); every rank dials it and meets under
+	// this prefix.
+	roundPrefix string
 	launcher    launch.Launcher
 }
 
@@ -372,6 +383,10 @@ func planInit(rawURL string, cfg *initConfig) (*initPlan, error) {
 			p.agentPrefix = agentStorePrefix(found.job.RestartCount)
 			p.storeAddr = found.MasterHostPort()
 			p.where = fmt.Sprintf("torchrun's agent store at MASTER_ADDR:MASTER_PORT = %s", p.storeAddr)
+		case found.job.StorePrefix != "":
+			p.roundPrefix = found.job.StorePrefix
+			p.storeAddr = found.MasterHostPort()
+			p.where = fmt.Sprintf("the rendezvous store at MASTER_ADDR:MASTER_PORT = %s under %s", p.storeAddr, p.roundPrefix)
 		default:
 			p.storeAddr = found.MasterHostPort()
 			p.where = fmt.Sprintf("the TCP store at MASTER_ADDR:MASTER_PORT = %s", p.storeAddr)
@@ -408,6 +423,28 @@ func dialAgentStore(ctx context.Context, addr, prefix string, rank int, token st
 	}
 	return &agentStoreView{Store: store.NewPrefix(prefix, c), under: c, timeout: timeout}, nil
 }
+
+// dialRoundStore joins the rendezvous store of elastic `tandem run` at addr
+// (served by `tandem store`) as a client, under the round's prefix.
+func dialRoundStore(ctx context.Context, addr, prefix string, rank int, sopts []store.Option) (store.Store, error) {
+	c, err := store.NewTCP(ctx, addr, false, sopts...)
+	if err != nil {
+		return nil, fmt.Errorf("comm: init: rank %d (detected tandem run, %s=%s) could not reach the rendezvous store at MASTER_ADDR:MASTER_PORT = %s: %w "+
+			"(`tandem store` serves it for `tandem run -rdzv-endpoint`: is it running, with the job's token?)",
+			rank, launch.StorePrefixEnv, prefix, addr, err)
+	}
+	return &roundStoreView{Store: store.NewPrefix(prefix, c), under: c}, nil
+}
+
+// roundStoreView is a round's prefix of the rendezvous store, closing the
+// client under it with itself.
+type roundStoreView struct {
+	store.Store
+	under store.Store
+}
+
+// Close closes the view and the client under it.
+func (v *roundStoreView) Close() error { return errors.Join(v.Store.Close(), v.under.Close()) }
 
 // agentStoreView is the attempt's prefix of torchrun's agent store, closing
 // the client under it with itself. torch 1.13's TCPStore server wakes the
@@ -481,7 +518,7 @@ func (v *agentStoreView) until(ctx context.Context, keys []string, timeout time.
 // servesStore reports whether this rank runs the TCP store server that the
 // others depend on (under torchrun's agent store, none does).
 func (p *initPlan) servesStore() bool {
-	return p.env.Rank == 0 && !p.agentStore && (p.scheme == "env" || p.scheme == "tcp")
+	return p.env.Rank == 0 && !p.agentStore && p.roundPrefix == "" && (p.scheme == "env" || p.scheme == "tcp")
 }
 
 // masterIsLoopback reports whether the store lives on this machine's loopback,
@@ -522,6 +559,10 @@ func (p *initPlan) openStore(ctx context.Context, cfg *initConfig) (store.Store,
 	case "env":
 		if p.agentStore {
 			st, err := dialAgentStore(ctx, p.storeAddr, p.agentPrefix, p.env.Rank, cfg.token, cfg.timeout, cfg.logger())
+			return st, err == nil, err
+		}
+		if p.roundPrefix != "" {
+			st, err := dialRoundStore(ctx, p.storeAddr, p.roundPrefix, p.env.Rank, sopts)
 			return st, err == nil, err
 		}
 	case "file":

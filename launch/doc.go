@@ -6,7 +6,9 @@
 // variables by the same rules: comm.EnvFromOS and comm.Init read through it.
 // A launcher of its own (`tandem run` inside a Slurm allocation or a
 // Kubeflow pod) can use Read's NodeRank, NumNodes, LocalWorldSize and
-// master address as its defaults. It depends on nothing but the standard
+// master address as its defaults. Rendezvous is the protocol by which the
+// agents of an elastic `tandem run` agree on each round's nodes and ranks
+// (see Elastic rendezvous below). It depends on nothing but the standard
 // library and internal/errs.
 //
 // # Launchers and their variables
@@ -17,7 +19,7 @@
 //   - tandem run (TANDEM_RESTART_COUNT is set): RANK, WORLD_SIZE,
 //     LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
 //     MASTER_ADDR, MASTER_PORT, TANDEM_RESTART_COUNT, TANDEM_MAX_RESTARTS,
-//     TANDEM_RUN_ID: what Job.Environ writes.
+//     TANDEM_RUN_ID, TANDEM_STORE_PREFIX: what Job.Environ writes.
 //   - torchrun (any TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT,
 //     TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_USE_AGENT_STORE): the same
 //     torch-style variables, and TORCHELASTIC_RESTART_COUNT,
@@ -101,6 +103,40 @@
 //     MASTER_PORT (mpiexec -genv MASTER_PORT PORT).
 //
 // A world of one needs neither.
+//
+// # Elastic rendezvous
+//
+// Rendezvous is the protocol that elastic `tandem run -nnodes MIN:MAX
+// -rdzv-endpoint HOST:PORT -rdzv-id RUNID` agents speak, in the manner of
+// torch's c10d rendezvous. The agents meet in a store that no training node
+// hosts (a standalone `tandem store`; any comm/store.Store satisfies
+// RendezvousStore), so losing any node, rank 0's included, leaves the
+// rendezvous intact. The run's state is one JSON value under
+// "RUNID/rdzv/state", changed only by compare-and-set: the round number,
+// whether the round has formed, its members, the nodes waiting for the next
+// round, and why the round was opened. Each agent bumps its counter
+// "RUNID/rdzv/hb/NODE" every Heartbeat (1 s); another agent that sees a
+// counter stand still for LostAfter (3 s) by its own clock counts that node
+// lost, so the nodes' clocks need not agree.
+//
+// Join forms round N: it closes at once with MaxNodes members; with fewer
+// (but MinNodes), round 0 closes after the last call (LastCall, 1 s, from
+// when MinNodes were there), and a round opened by a restart as soon as
+// every member of the previous round and every node that was waiting has
+// joined or is lost (at most RejoinWait after MinNodes). Members whose
+// heartbeat stops are dropped; a round without MinNodes after JoinTimeout
+// (60 s) is an error. Node ranks follow the previous round's order, then
+// newcomers in the order they joined. While the round runs, Watch ends it
+// when a member is lost or a node is waiting (one that arrived while the
+// round ran: it registers and waits), Restart ends it after a worker
+// failed, and every agent stops its workers and joins round N+1. Round N's
+// workers get TANDEM_RESTART_COUNT=N, the round's WORLD_SIZE, and
+// TANDEM_STORE_PREFIX=RUNID/round/N (Job.StorePrefix) with MASTER_ADDR and
+// MASTER_PORT naming the rendezvous store, where comm.InitFromEnv meets
+// under that prefix. A restart past MaxRestarts marks the run failed, and
+// every agent's next call returns ErrRunFailed. Finish is the exit barrier:
+// once every member's workers exited 0 the run is complete, and an agent
+// that arrives later gets ErrRunComplete.
 //
 // # Debugging
 //

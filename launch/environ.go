@@ -8,7 +8,8 @@ import (
 // Environ returns the variables a launcher sets for the worker j describes,
 // as NAME=VALUE: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
 // GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (the names torchrun uses) and
-// TANDEM_TOKEN, TANDEM_RESTART_COUNT, TANDEM_MAX_RESTARTS, TANDEM_RUN_ID.
+// TANDEM_TOKEN, TANDEM_RESTART_COUNT, TANDEM_MAX_RESTARTS, TANDEM_RUN_ID,
+// TANDEM_STORE_PREFIX.
 // Every one of them is present, empty when j does not know it (an empty
 // variable reads as unset), so that Overlay replaces whatever the launcher
 // itself inherited. Read of the result gives back j's fields with Launcher
@@ -37,6 +38,7 @@ func (j Job) Environ() []string {
 		RestartCountEnv + "=" + strconv.Itoa(max(j.RestartCount, 0)),
 		MaxRestartsEnv + "=" + num(j.MaxRestarts),
 		RunIDEnv + "=" + j.RunID,
+		StorePrefixEnv + "=" + j.StorePrefix,
 	}
 }
 

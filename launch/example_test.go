@@ -58,5 +58,6 @@ func ExampleJob_Environ() {
 	// TANDEM_RESTART_COUNT=0
 	// TANDEM_MAX_RESTARTS=0
 	// TANDEM_RUN_ID=
+	// TANDEM_STORE_PREFIX=
 	// tandem run 1 2 127.0.0.1:29500
 }

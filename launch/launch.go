@@ -129,6 +129,11 @@ type Job struct {
 	// torchrun's agent, in PyTorch's TCPStore protocol
 	// (TORCHELASTIC_USE_AGENT_STORE=True); rank 0 must not serve its own.
 	AgentStore bool
+	// StorePrefix: the store at MasterAddr:MasterPort is already served, by
+	// `tandem store` for an elastic `tandem run` (TANDEM_STORE_PREFIX), in
+	// Tandem's protocol; every rank dials it and meets under this key
+	// prefix, fresh for each rendezvous round. "" otherwise.
+	StorePrefix string
 
 	// RestartCount counts the restarts of this job's workers (0 on the
 	// first start) and MaxRestarts how many the launcher allows.
@@ -200,6 +205,7 @@ func Read(lookup func(string) (string, bool)) (Job, error) {
 			r.int(&j.RestartCount, nil, RestartCountEnv)
 			r.int(&j.MaxRestarts, nil, MaxRestartsEnv)
 			j.RunID, _ = r.get(RunIDEnv)
+			j.StorePrefix, _ = r.get(StorePrefixEnv)
 		case Torchrun:
 			r.int(&j.RestartCount, nil, "TORCHELASTIC_RESTART_COUNT")
 			r.int(&j.MaxRestarts, nil, "TORCHELASTIC_MAX_RESTARTS")

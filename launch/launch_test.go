@@ -350,6 +350,8 @@ func TestEnvironRoundTrip(t *testing.T) {
 	for _, j := range []Job{
 		{Launcher: TandemRun, Rank: 5, WorldSize: 8, LocalRank: 1, LocalWorldSize: 4, NodeRank: 1, NumNodes: 2,
 			MasterAddr: "node0", MasterPort: 29500, RestartCount: 2, MaxRestarts: 3, RunID: "r1", Token: "tok"},
+		{Launcher: TandemRun, Rank: 3, WorldSize: 4, LocalRank: 1, LocalWorldSize: 2, NodeRank: 1, NumNodes: 2,
+			MasterAddr: "10.0.0.1", MasterPort: 29400, RestartCount: 1, MaxRestarts: 5, RunID: "job7", Token: "tok", StorePrefix: "job7/round/1"},
 		{Launcher: TandemRun, Rank: 0, WorldSize: 1, LocalRank: -1, LocalWorldSize: -1, NodeRank: -1, NumNodes: -1, MaxRestarts: -1},
 		{Launcher: TandemRun, Rank: 1, WorldSize: 2, LocalRank: 1, LocalWorldSize: 2, NodeRank: 0, NumNodes: 1,
 			MasterAddr: "::1", MasterPort: 1, MaxRestarts: 0},
@@ -364,6 +366,9 @@ func TestEnvironRoundTrip(t *testing.T) {
 		}
 		if posOf(got) != posOf(j) {
 			t.Fatalf("Environ %q read back as\n %+v\nwant %+v", env, posOf(got), posOf(j))
+		}
+		if got.StorePrefix != j.StorePrefix {
+			t.Fatalf("Environ %q read back with store prefix %q, want %q", env, got.StorePrefix, j.StorePrefix)
 		}
 		if err := got.Resolve(true); err != nil {
 			t.Fatal(err)

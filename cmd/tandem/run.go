@@ -50,9 +50,13 @@ type runConfig struct {
 	argv       []string      // the worker command and its arguments
 	metrics    string        // -metrics-addr: worker local serves at its port+local (launch.MetricsAddrEnv)
 
-	maxRestarts int  // restarts of all workers after a failure (single node)
+	maxRestarts int  // restarts of all workers after a failure (single node, or rounds of an elastic job)
 	restart     int  // this start's number: 0, then 1.. for restarts
 	autoMaster  bool // the master was picked here (a free port), not given
+
+	elastic     *elasticConfig // -rdzv-endpoint: nodes meet in rendezvous rounds (run_elastic.go); nil for a fixed job
+	runID       string         // TANDEM_RUN_ID for the workers ("" for a fixed job)
+	storePrefix string         // TANDEM_STORE_PREFIX: the round's keys in the rendezvous store
 }
 
 // worldSize is the number of workers on all nodes together.
@@ -82,7 +86,7 @@ func (c runConfig) job(local int) launch.Job {
 		NodeRank: c.nodeRank, NumNodes: c.nnodes,
 		MasterAddr: c.masterAddr, MasterPort: c.masterPort,
 		RestartCount: c.restart, MaxRestarts: c.maxRestarts,
-		Token: c.token,
+		Token: c.token, RunID: c.runID, StorePrefix: c.storePrefix,
 	}
 }
 
@@ -108,6 +112,10 @@ type exitError struct {
 	// run, a cancelled context or a start that failed): what -max-restarts
 	// restarts after.
 	workerFailed bool
+	// failedRank and failedHow name the failed worker and how it ended
+	// ("exited with code 3"), for the reason of an elastic restart.
+	failedRank int
+	failedHow  string
 }
 
 func (e *exitError) Error() string { return e.msg }
@@ -124,9 +132,10 @@ stdout and stderr to stderr.
 
 If a worker fails, the others get SIGTERM, then SIGKILL after -grace, and
 tandem run exits with the failed worker's code (128+N if signal N killed it).
-With -max-restarts N (one node only), it starts all the workers again instead,
-up to N times, with TANDEM_RESTART_COUNT counting the restarts: a job that
-saves checkpoints resumes from its last one (ddp_fashion -resume, say).
+With -max-restarts N (one node; for several, see elastic jobs below), it
+starts all the workers again instead, up to N times, with
+TANDEM_RESTART_COUNT counting the restarts: a job that saves checkpoints
+resumes from its last one (ddp_fashion -resume, say).
 SIGINT or SIGTERM to tandem run is passed on to every worker the same way, and
 tandem run then exits with 128+N. A second signal kills the workers at once.
 
@@ -137,6 +146,30 @@ token and its own -node-rank, for example
   TANDEM_TOKEN=$(cat secret) tandem run -nproc 4 -nnodes 2 -node-rank 0 -master node0:29500 -- ./train
   TANDEM_TOKEN=$(cat secret) tandem run -nproc 4 -nnodes 2 -node-rank 1 -master node0:29500 -- ./train
 Rank 0 (on node 0) serves the store on the master's port.
+
+Elastic jobs: with -rdzv-endpoint, the nodes need no fixed ranks and may
+come and go. Start a store that no training node hosts, then tandem run on
+each node with the same -nnodes MIN:MAX, -rdzv-endpoint and -rdzv-id:
+  TANDEM_TOKEN=$(cat secret) tandem store -addr :29400
+  TANDEM_TOKEN=$(cat secret) tandem run -nproc 4 -nnodes 2:3 -rdzv-endpoint store0:29400 -rdzv-id job7 -max-restarts 10 -- ./train
+The launchers meet at the store in numbered rounds: a round forms when MAX
+nodes have joined; with MIN or more, the first round forms when
+-rdzv-last-call has passed since MIN were there, and a round after a
+restart when every node of the round before is back or lost; without MIN
+nodes within -rdzv-join-timeout, tandem run fails. Each round assigns node ranks (the last round's nodes keep their
+order, newcomers come after), so RANK and WORLD_SIZE change with the
+round; TANDEM_RESTART_COUNT is the round's number. The workers meet in the
+same store under a fresh prefix for each round (TANDEM_STORE_PREFIX, which
+comm.InitFromEnv honours). Each launcher bumps a heartbeat counter in the
+store every second; a node whose counter stands still for 3s is lost. A
+failed worker on any node, a lost node, or a node that arrives while the job
+runs (it waits, and asks for the next round) ends the round on every node:
+the workers are stopped (SIGTERM, -grace, SIGKILL) and the launchers meet
+again. Every such restart counts against -max-restarts and is logged on
+stderr with its round, its reason and the new world size; when they run
+out, every launcher exits non-zero. When every worker of a round exits 0,
+the run is complete: every launcher exits 0, and one that comes later
+finds the run complete and exits 0 too.
 
 flags:
 `
@@ -149,14 +182,16 @@ func parseRunFlags(args []string, getenv func(string) string, out io.Writer) (ru
 	fs.SetOutput(out)
 	cfg := runConfig{}
 	fs.IntVar(&cfg.nproc, "nproc", 1, "number of worker `processes` to start on this node")
-	fs.IntVar(&cfg.nnodes, "nnodes", 1, "number of `nodes` in the job, each running its own tandem run")
+	nodes := nodeRange{min: 1, max: 1}
+	fs.Var(&nodes, "nnodes", "number of nodes in the job, `N|MIN:MAX`, each running its own tandem run; a range MIN:MAX needs -rdzv-endpoint (an elastic job)")
 	fs.IntVar(&cfg.nodeRank, "node-rank", 0, "this node's `index`, from 0 to nnodes-1; its workers get ranks node-rank*nproc ...")
 	master := fs.String("master", "", "where rank 0 serves the store, as `host:port` (required with -nnodes > 1; default 127.0.0.1 on a free port)")
 	fs.StringVar(&cfg.token, "token", "", "shared `secret` for the job (default $TANDEM_TOKEN, or a random one on a single node); prefer the variable, flags show in ps")
 	noPrefix := fs.Bool("no-prefix", false, "pass worker output through unchanged, without the \"[rank] \" prefix")
 	fs.DurationVar(&cfg.grace, "grace", defaultGrace, "how long stopped workers get between SIGTERM and SIGKILL")
-	fs.IntVar(&cfg.maxRestarts, "max-restarts", 0, "after a worker fails, stop the others and start all again, at most `N` times (one node only)")
+	fs.IntVar(&cfg.maxRestarts, "max-restarts", 0, "after a worker fails, stop the others and start all again, at most `N` times (one node, or rounds of an elastic job)")
 	fs.StringVar(&cfg.metrics, "metrics-addr", "", "have worker `host:port` plus its local rank serve Prometheus metrics (TANDEM_METRICS_ADDR; see package metrics)")
+	rdzv := addElasticFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), runUsage)
 		fs.PrintDefaults()
@@ -169,6 +204,13 @@ func parseRunFlags(args []string, getenv func(string) string, out io.Writer) (ru
 	}
 	cfg.prefix = !*noPrefix
 	cfg.argv = fs.Args()
+	cfg.nnodes = nodes.max
+	if rdzv.endpoint != "" {
+		return cfg, cfg.setElastic(fs, nodes, rdzv, getenv)
+	}
+	if nodes.min != nodes.max {
+		return cfg, badUsage("-nnodes %s: a range of nodes needs an elastic job: add -rdzv-endpoint HOST:PORT (a `tandem store` every node reaches) and -rdzv-id RUNID", nodes)
+	}
 
 	switch {
 	case len(cfg.argv) == 0:
@@ -184,7 +226,7 @@ func parseRunFlags(args []string, getenv func(string) string, out io.Writer) (ru
 	case cfg.maxRestarts < 0:
 		return cfg, badUsage("-max-restarts %d: must not be negative", cfg.maxRestarts)
 	case cfg.maxRestarts > 0 && cfg.nnodes > 1:
-		return cfg, badUsage("-max-restarts works for single-node jobs only: restarting several nodes together needs a rendezvous of the launchers, which tandem run does not have; restart the job from your scheduler (Slurm --requeue, a Kubernetes Job's backoffLimit) instead")
+		return cfg, badUsage("-max-restarts with a fixed -nnodes works for single-node jobs only: restarting several nodes together needs a rendezvous of the launchers: give -rdzv-endpoint HOST:PORT (a `tandem store`) and -rdzv-id RUNID, and leave out -node-rank and -master")
 	}
 
 	if cfg.metrics != "" {
@@ -279,12 +321,15 @@ func runRun(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := cfg.defaultMaster(); err != nil {
-		return err
-	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	if cfg.elastic != nil {
+		return runElastic(ctx, cfg, os.Stdout, os.Stderr, sigs)
+	}
+	if err := cfg.defaultMaster(); err != nil {
+		return err
+	}
 	return runJob(ctx, cfg, os.Stdout, os.Stderr, sigs)
 }
 

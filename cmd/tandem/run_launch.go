@@ -260,7 +260,8 @@ loop:
 		res = &exitError{code: 1, err: startErr, msg: fmt.Sprintf("%v; stopped the %s already started", startErr, plural(stoppedN, "worker"))}
 	case failed != nil:
 		_, how := failed.outcome()
-		res = &exitError{code: failedCode, err: failed.err, msg: fmt.Sprintf("rank %d (pid %d) %s", failed.w.rank, failed.w.pid, how), workerFailed: !signaled && ctx.Err() == nil}
+		res = &exitError{code: failedCode, err: failed.err, msg: fmt.Sprintf("rank %d (pid %d) %s", failed.w.rank, failed.w.pid, how), workerFailed: !signaled && ctx.Err() == nil,
+			failedRank: failed.w.rank, failedHow: how}
 		if stoppedN > 0 {
 			res.msg += fmt.Sprintf("; stopped the other %s", plural(stoppedN, "worker"))
 		}

@@ -510,7 +510,7 @@ func TestRunWorkerEnvOverridesInherited(t *testing.T) {
 	checkEqual(t, []string{
 		"PATH=/bin", "A=b=c",
 		"RANK=5", "WORLD_SIZE=6", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "GROUP_RANK=2", "GROUP_WORLD_SIZE=3",
-		"MASTER_ADDR=m", "MASTER_PORT=7", "TANDEM_TOKEN=t", "TANDEM_RESTART_COUNT=1", "TANDEM_MAX_RESTARTS=4", "TANDEM_RUN_ID=",
+		"MASTER_ADDR=m", "MASTER_PORT=7", "TANDEM_TOKEN=t", "TANDEM_RESTART_COUNT=1", "TANDEM_MAX_RESTARTS=4", "TANDEM_RUN_ID=", "TANDEM_STORE_PREFIX=",
 	}, env)
 	// What a worker reads back through package launch is what was meant.
 	j, err := launch.From(launch.Lookup(env))
