@@ -267,7 +267,10 @@ func (m *Manager) form(ctx context.Context, res *result, rank int, state State) 
 	if err != nil {
 		return Round{}, fmt.Errorf("elastic: round %d: connecting %d members: %w", res.Round, size, err)
 	}
-	healed, err := m.heal(cctx, pg, res, rank, state)
+	// The state may take longer than connecting: its transfer is bounded
+	// by the caller's context and the group's liveness (a member that
+	// dies mid-transfer fails it within the peer timeout).
+	healed, err := m.heal(ctx, pg, res, rank, state)
 	if err != nil {
 		pg.Abort(err)
 		pg.Close()
