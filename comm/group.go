@@ -62,6 +62,9 @@ type world struct {
 	mu       sync.Mutex
 	nextID   uint32 // lowest group id this rank may propose for a new group
 	abortErr error
+	// abortDone is closed when the transport's abort returns (nil before
+	// an abort).
+	abortDone <-chan struct{}
 	groups   []*ProcessGroup // every group handle made on this world, for the flight record
 
 	flightDir string       // where flight records are dumped
@@ -219,6 +222,7 @@ func (pg *ProcessGroup) Close() error {
 	var err error
 	if pg.id == 0 {
 		pg.world.kill(fmt.Errorf("%w: process group %q was closed", ErrClosed, pg.name))
+		pg.world.waitAbort()
 		err = pg.world.t.Close()
 	}
 	done := make(chan struct{})
@@ -247,10 +251,26 @@ func (pg *ProcessGroup) Abort(cause error) {
 }
 
 func (w *world) abort(cause error) {
+	if done := w.startAbort(cause); done != nil {
+		<-done
+	}
+}
+
+// abortNoWait is abort for a failing operation: every operation fails at
+// once, and the transport's abort (frames telling the peers, then up to a
+// grace period for them to answer, which a stopped peer never does) goes on
+// in the background, so the operation's error reaches its caller without
+// that wait. Close waits for it.
+func (w *world) abortNoWait(cause error) { w.startAbort(cause) }
+
+// startAbort records cause, dumps the flight record, fails every operation
+// and starts the transport's abort; it returns a channel closed when that
+// abort returns, or nil when the world had aborted already.
+func (w *world) startAbort(cause error) <-chan struct{} {
 	w.mu.Lock()
 	if w.abortErr != nil {
 		w.mu.Unlock()
-		return
+		return nil
 	}
 	w.abortErr = cause
 	w.mu.Unlock()
@@ -262,7 +282,25 @@ func (w *world) abort(cause error) {
 	}
 	w.abortDump.Store(&reason)
 	w.kill(cause)
-	w.t.Abort(cause)
+	done := make(chan struct{})
+	w.mu.Lock()
+	w.abortDone = done
+	w.mu.Unlock()
+	go func() {
+		defer close(done)
+		w.t.Abort(cause)
+	}()
+	return done
+}
+
+// waitAbort waits for a transport abort started by startAbort, if any.
+func (w *world) waitAbort() {
+	w.mu.Lock()
+	done := w.abortDone
+	w.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 func (w *world) aborted() error {
@@ -298,4 +336,26 @@ func (pg *ProcessGroup) checkPeer(peer int, what string) error {
 // errorf returns an error wrapping sentinel whose text follows it.
 func errorf(sentinel error, format string, args ...any) error {
 	return fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))
+}
+
+// PeerFailure returns the transport's account of the first member of the
+// group whose link has failed (a crashed, aborted, unresponsive or
+// disconnected peer; wrapping ErrPeerLost), or nil while every link is up
+// or the backend cannot tell. It does not block. A caller that cannot use
+// the group once any member is gone (package elastic) polls it to abort at
+// once, rather than when its next operation happens to involve that peer.
+func (pg *ProcessGroup) PeerFailure() error {
+	if pg.rank < 0 {
+		return nil
+	}
+	me := pg.members[pg.rank]
+	for _, r := range pg.members {
+		if r == me {
+			continue
+		}
+		if err := pg.world.peerLost(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -29,7 +29,7 @@ const (
 	// long, then the survivors form the next round.
 	DefaultConnectTimeout = 10 * time.Second
 	// DefaultWatchInterval is how often a member looks for newcomers
-	// waiting to join.
+	// waiting to join and checks its round's links.
 	DefaultWatchInterval = 100 * time.Millisecond
 )
 

@@ -96,6 +96,7 @@ type Manager struct {
 
 	waiting   atomic.Int64 // the waiting counter as last polled
 	current   atomic.Int64 // the round this member runs in, 0 between rounds
+	live      atomic.Pointer[comm.ProcessGroup] // its group, nil between rounds
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 	closeOnce sync.Once
@@ -127,6 +128,16 @@ func (m *Manager) watch(ctx context.Context) {
 	t := time.NewTicker(m.cfg.WatchInterval)
 	defer t.Stop()
 	for {
+		// A collective notices a lost member only when it waits on that
+		// member; one waiting on another, or none running, would carry on.
+		// Abort the round's group as soon as its transport knows a member
+		// is gone, so that this member and (by the abort) every other one
+		// fail their step at once.
+		if pg := m.live.Load(); pg != nil {
+			if err := pg.PeerFailure(); err != nil {
+				pg.Abort(fmt.Errorf("elastic: a member of the round is gone: %w", err))
+			}
+		}
 		c, cancel := context.WithTimeout(ctx, 5*m.cfg.WatchInterval+time.Second)
 		if v, err := counter(c, m.st, keyWaiting); err == nil {
 			m.waiting.Store(v)
@@ -182,10 +193,17 @@ func (m *Manager) Quorum(ctx context.Context, state State) (Round, error) {
 	detected, why := m.detectedAt, m.dirty
 	prevSize, prevWaiting := 0, int64(0)
 	m.current.Store(0)
+	m.live.Store(nil)
 	if m.pg != nil {
 		prevSize, prevWaiting = m.round.Size, m.res.Waiting
-		m.pg.Abort(fmt.Errorf("%w: elastic: leaving round %d: %v", comm.ErrClosed, m.round.Number, why))
-		m.pg.Close()
+		// Leave the old group in the background: its abort tells the
+		// other members at once, but then waits (up to a few seconds)
+		// for answers that a stopped member never gives.
+		old, number := m.pg, m.round.Number
+		go func() {
+			old.Abort(fmt.Errorf("%w: elastic: leaving round %d: %v", comm.ErrClosed, number, why))
+			old.Close()
+		}()
 		m.pg = nil
 	}
 	deadline := time.Now().Add(m.cfg.JoinTimeout)
@@ -278,6 +296,7 @@ func (m *Manager) form(ctx context.Context, res *result, rank int, state State) 
 	}
 	m.pg, m.res, m.fresh, m.dirty = pg, res, false, nil
 	m.current.Store(int64(res.Round))
+	m.live.Store(pg)
 	m.rounds++
 	m.round = Round{Number: res.Round, Group: pg, Rank: rank, Size: size, Members: res.ids(), Changed: true,
 		Healed: healed, PerRank: perRank, Global: perRank * size, LRScale: lrScale}
