@@ -401,3 +401,49 @@ func BenchmarkScrape(b *testing.B) {
 	}
 	b.ReportMetric(ops, "collectives/scrape")
 }
+
+// A TCP store client's operations, observed by metrics.Store, are served
+// by operation and outcome, with their latencies.
+func TestStoreOps(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sm := metrics.Store()
+	st, err := store.NewTCP(ctx, "127.0.0.1:0", true, store.WithToken(""), store.WithObserver(sm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for i := range 3 {
+		if err := st.Set(ctx, fmt.Sprint("k", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Get(ctx, "k0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Add(ctx, "n", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Wait(ctx, []string{"never"}, 10*time.Millisecond); err == nil {
+		t.Fatal("Wait for a key nobody sets succeeded")
+	}
+	addr, err := metrics.Serve(ctx, "127.0.0.1:0", sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, ctx, addr)
+	for _, c := range []struct {
+		op, state string
+		n         float64
+	}{{"set", "done", 3}, {"get", "done", 1}, {"add", "done", 1}, {"wait", "failed", 1}} {
+		if got := num(value(t, fams, "tandem_store_ops_total", map[string]string{"op": c.op, "state": c.state})); got != c.n {
+			t.Errorf("tandem_store_ops_total{op=%s,state=%s} = %v, want %v", c.op, c.state, got, c.n)
+		}
+	}
+	if h := value(t, fams, "tandem_store_op_duration_seconds", map[string]string{"op": "set"}).GetHistogram(); h.GetSampleCount() != 3 || h.GetSampleSum() <= 0 || h.GetSampleSum() > 30 {
+		t.Errorf("set latency histogram: %d samples summing to %vs, want 3 and a positive sum", h.GetSampleCount(), h.GetSampleSum())
+	}
+	if h := value(t, fams, "tandem_store_op_duration_seconds", map[string]string{"op": "wait"}).GetHistogram(); h.GetSampleSum() < 0.005 {
+		t.Errorf("the Wait that timed out after 10ms (by the server's clock) was observed taking %vs", h.GetSampleSum())
+	}
+}
