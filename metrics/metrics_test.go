@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -272,6 +273,11 @@ func TestEndpoint(t *testing.T) {
 		fb := num(value(t, fams, "tandem_ddp_forward_backward_seconds_total", nil))
 		if step <= 0 || fb <= 0 || fb > step {
 			t.Errorf("rank %d: step time %vs, forward and backward %vs: want both positive, the second within the first", r, step, fb)
+		}
+		fwd := num(value(t, fams, "tandem_ddp_forward_seconds_total", nil))
+		bwd := num(value(t, fams, "tandem_ddp_backward_seconds_total", nil))
+		if fwd != s.ForwardTime.Seconds() || bwd != s.BackwardTime.Seconds() || fwd <= 0 || bwd <= 0 || math.Abs(fwd+bwd-fb) > 1e-9 {
+			t.Errorf("rank %d: forward %vs and backward %vs (Stats: %v, %v), want both positive, adding up to %vs", r, fwd, bwd, s.ForwardTime, s.BackwardTime, fb)
 		}
 		commT := num(value(t, fams, "tandem_ddp_communication_seconds_total", nil))
 		over := num(value(t, fams, "tandem_ddp_overlapped_seconds_total", nil))
