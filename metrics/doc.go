@@ -22,7 +22,6 @@
 //     calls in flight and a summary of call latencies.
 //   - Restarts reports how many times the launcher restarted the job's
 //     workers (launch.Job.RestartCount).
-//
 //   - Store counts a TCP store client's operations by operation (set,
 //     get, add, compare_set, wait, ...) and outcome, with a histogram of
 //     their latencies. Unlike the others it is fed as the operations
