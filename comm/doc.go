@@ -93,8 +93,10 @@
 // costs about 0.2 µs per collective and allocates nothing.
 //
 // The debug level (WithDebugLevel, else TANDEM_DEBUG or PyTorch's
-// TORCH_DISTRIBUTED_DEBUG: OFF, INFO or DETAIL; see package launch) makes a
-// group log its creation and install DumpOnSignal at INFO, and at DETAIL
+// TORCH_DISTRIBUTED_DEBUG: OFF, INFO or DETAIL; see package launch) makes
+// Init log the rendezvous (every rank's host and process, the world size,
+// the store and how long the meeting took) and a group log its creation and
+// install DumpOnSignal at INFO, and at DETAIL
 // also log every collective and keep the stack that issued it in the
 // record. Without WithLogger these logs go to slog.Default().
 //

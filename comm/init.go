@@ -247,6 +247,7 @@ func Init(ctx context.Context, rawURL string, opts ...InitOption) (*ProcessGroup
 		closeStore()
 		return nil, err
 	}
+	r.logMet(pg)
 	if !cfg.noDefault {
 		defaultGroup.CompareAndSwap(nil, pg)
 	}
