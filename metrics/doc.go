@@ -6,7 +6,8 @@
 // so that serving metrics adds nothing to the hot paths:
 //
 //   - Group reads a process group's flight recorder (comm): per collective
-//     kind, the operations finished (by state), the bytes their tensors
+//     kind (and for sends and receives, kinds send and recv), the
+//     operations finished (by state), the bytes their tensors
 //     hold (from the dtype and shape in each operation's fingerprint) and
 //     histograms of those bytes and of the operations' latencies.
 //     Operations that leave the recorder's ring between two scrapes are

@@ -453,3 +453,76 @@ func TestStoreOps(t *testing.T) {
 		t.Errorf("the Wait that timed out after 10ms (by the server's clock) was observed taking %vs", h.GetSampleSum())
 	}
 }
+
+// Sends and receives are counted by kind with their bytes, and one that
+// waits (a receive whose message has not come) holds back nothing issued
+// after it.
+func TestGroupCountsSendRecv(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pgs, err := local.NewGroups(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, pg := range pgs {
+			pg.Close()
+		}
+	}()
+	// Rank 1 waits for a message under tag 9 that does not come until the end.
+	late := tensor.New(tensor.WithShape(1), tensor.Of(tensor.Float64))
+	pending := pgs[1].IRecv(ctx, late, 0, 9)
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := tensor.New(tensor.WithShape(4), tensor.Of(tensor.Float32))
+			for range 3 {
+				var err error
+				if r == 0 {
+					err = pgs[0].Send(ctx, x, 1, 1)
+				} else {
+					err = pgs[1].Recv(ctx, x, 0, 1)
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- pgs[r].AllReduce(ctx, x, comm.Sum).Wait(ctx)
+		}()
+	}
+	wg.Wait()
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr, err := metrics.Serve(ctx, "127.0.0.1:0", metrics.Group(pgs[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, ctx, addr)
+	if got := num(value(t, fams, "tandem_collectives_total", map[string]string{"kind": "recv", "state": "done"})); got != 3 {
+		t.Errorf("%v receives counted, want 3", got)
+	}
+	if got := num(value(t, fams, "tandem_collective_bytes_total", map[string]string{"kind": "recv"})); got != 3*16 {
+		t.Errorf("%v bytes received, want 48", got)
+	}
+	if got := num(value(t, fams, "tandem_collectives_total", map[string]string{"kind": "all_reduce", "state": "done"})); got != 1 {
+		t.Errorf("%v all_reduce counted after the waiting receive, want 1", got)
+	}
+	// The late message arrives: its receive is counted in the next scrape.
+	if err := pgs[0].Send(ctx, late, 1, 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := pending.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fams = scrape(t, ctx, addr)
+	if got := num(value(t, fams, "tandem_collectives_total", map[string]string{"kind": "recv", "state": "done"})); got != 4 {
+		t.Errorf("%v receives counted once the late one came, want 4", got)
+	}
+}
