@@ -222,12 +222,12 @@ type FlightOp struct {
 	Desc string `json:"desc"`
 	// P2P names a send's or receive's stream; nil for a collective.
 	P2P      *FlightP2P `json:"p2p,omitempty"`
-	State    string    `json:"state"` // queued, running, done, failed
-	Enqueued time.Time `json:"enqueued"`
-	Started  time.Time `json:"started,omitzero"`
-	Ended    time.Time `json:"ended,omitzero"`
-	Error    string    `json:"error,omitempty"`
-	Stack    []string  `json:"stack,omitempty"` // at DETAIL: "function file:line", innermost first
+	State    string     `json:"state"` // queued, running, done, failed
+	Enqueued time.Time  `json:"enqueued"`
+	Started  time.Time  `json:"started,omitzero"`
+	Ended    time.Time  `json:"ended,omitzero"`
+	Error    string     `json:"error,omitempty"`
+	Stack    []string   `json:"stack,omitempty"` // at DETAIL: "function file:line", innermost first
 }
 
 // FlightP2P names the stream of a send or receive: the messages between
