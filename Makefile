@@ -70,6 +70,12 @@ DEMO_EPOCHS ?= 5
 # DEMO_TIMELINE=FILE also writes the ranks' DDP timeline of 20 steps there
 # (Chrome-trace JSON) and its picture beside it; off by default.
 DEMO_TIMELINE ?=
+# Each rank serves its Prometheus metrics (collectives, DDP's step, forward,
+# backward and communication times, store operations, restarts) at
+# DEMO_METRICS_ADDR's host on a port of its own, and prints the address
+# ("[r] ddp_fashion: rank r serves metrics at http://..."); port 0 picks
+# free ports, a fixed PORT gives rank r PORT+r. Empty turns it off.
+DEMO_METRICS_ADDR ?= 127.0.0.1:0
 demo:
 	$(GO) build $(TAGFLAG) -o bin/tandem ./cmd/tandem
 	$(GO) build $(TAGFLAG) -o bin/ddp_fashion ./examples/ddp_fashion
@@ -79,7 +85,7 @@ demo:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist) || true; \
 	  fi; }
 	bin/ddp_fashion -check-data
-	bin/tandem run -nproc 2 -- bin/ddp_fashion -epochs $(DEMO_EPOCHS) -out out/ddp_fashion $(if $(DEMO_TIMELINE),-timeline $(DEMO_TIMELINE))
+	bin/tandem run -nproc 2 $(if $(DEMO_METRICS_ADDR),-metrics-addr $(DEMO_METRICS_ADDR)) -- bin/ddp_fashion -epochs $(DEMO_EPOCHS) -out out/ddp_fashion $(if $(DEMO_TIMELINE),-timeline $(DEMO_TIMELINE))
 
 # Elastic training: Fashion-MNIST over three members, one killed with
 # SIGKILL at 30% and a new one added at 60% (examples/elastic/README.md).

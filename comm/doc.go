@@ -81,9 +81,13 @@
 // # Seeing inside a job
 //
 // Every group keeps a flight recorder: a ring, allocated with the group, of
-// its last DefaultFlightRecorderSize collectives (WithFlightRecorder), each
+// its last DefaultFlightRecorderSize operations (WithFlightRecorder), each
 // with its sequence number, kind, fingerprint (dtype, shape, reduction),
-// the times it was issued, started and ended, and its state and error. When
+// the times it was issued, started and ended, and its state and error.
+// Sends and receives are recorded beside the collectives, numbered in
+// their stream (peer, tag and direction: send n matches the peer's
+// receive n) rather than among the collectives, with their peer and tag
+// (FlightOp.P2P). When
 // the world aborts (a timeout, a lost or unresponsive peer, Abort), each
 // rank writes the records of all its groups to its own JSON file
 // (FlightRecord, named by FlightFileName) in the flight directory
@@ -91,14 +95,18 @@
 // os.TempDir()/tandem-flight-RUNID); DumpFlightRecord and
 // WriteFlightRecord write it on request, and DumpOnSignal on SIGUSR1.
 // `tandem debug DIR` merges the ranks' files and says which rank did not
-// reach which operation, or which ranks disagree, and since when. Recording
-// costs about 0.2 µs per collective and allocates nothing.
+// reach which operation, or which ranks disagree, and since when, and
+// which send or receive waits for a peer that did not issue its match.
+// Recording costs about 0.2 µs per operation and allocates nothing of its
+// own.
 //
 // The debug level (WithDebugLevel, else TANDEM_DEBUG or PyTorch's
-// TORCH_DISTRIBUTED_DEBUG: OFF, INFO or DETAIL; see package launch) makes a
-// group log its creation and install DumpOnSignal at INFO, and at DETAIL
-// also log every collective and keep the stack that issued it in the
-// record. Without WithLogger these logs go to slog.Default().
+// TORCH_DISTRIBUTED_DEBUG: OFF, INFO or DETAIL; see package launch) makes
+// Init log the rendezvous (every rank's host and process, the world size,
+// the store and how long the meeting took) and a group log its creation and
+// install DumpOnSignal at INFO, and at DETAIL also log every collective,
+// send and receive and keep the stack that issued it in the record.
+// Without WithLogger these logs go to slog.Default().
 //
 // A StepTimer learns every rank's own step time (what it did not spend
 // waiting for its peers) with a tiny all-gather every few steps, and names

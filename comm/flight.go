@@ -60,6 +60,8 @@ type flightEntry struct {
 	ord             uint64 // 1 for the group's first record; 0: empty slot
 	seq             uint32
 	kind, desc      string
+	p2p             bool // a send or receive: seq counts its stream; peer and tag name it
+	peer, tag       int
 	enq, start, end int64 // Unix nanoseconds; 0: not yet
 	state           uint8
 	err             error
@@ -92,18 +94,34 @@ func (r *flightRecorder) record(seq uint32, op *collective) uint64 {
 	if r == nil {
 		return 0
 	}
+	return r.put(flightEntry{seq: seq, kind: op.name, desc: op.desc})
+}
+
+// recordP2P notes a send or receive as queued: the seq-th message (from 0)
+// of its stream, the messages between this rank and peer under tag in
+// that direction.
+func (r *flightRecorder) recordP2P(kind, desc string, seq uint32, peer, tag int) uint64 {
+	if r == nil {
+		return 0
+	}
+	return r.put(flightEntry{seq: seq, kind: kind, desc: desc, p2p: true, peer: peer, tag: tag})
+}
+
+// put writes e as the newest record, queued now, with the caller's stack
+// at DETAIL.
+func (r *flightRecorder) put(e flightEntry) uint64 {
 	now := time.Now().UnixNano()
 	r.mu.Lock()
 	r.n++
 	ord := r.n
 	i := int((ord - 1) % uint64(len(r.ring)))
-	e := &r.ring[i]
-	*e = flightEntry{ord: ord, seq: seq, kind: op.name, desc: op.desc, enq: now, state: flightQueued}
+	e.ord, e.enq, e.state = ord, now, flightQueued
 	if r.pcs != nil {
 		s := r.pcs[i*flightStackDepth : (i+1)*flightStackDepth]
-		// Skip runtime.Callers, record and start.
-		e.stack = s[:runtime.Callers(3, s)]
+		// Skip runtime.Callers, put, record (or recordP2P) and start (or p2p).
+		e.stack = s[:runtime.Callers(4, s)]
 	}
+	r.ring[i] = e
 	r.mu.Unlock()
 	return ord
 }
@@ -186,20 +204,38 @@ type FlightGroup struct {
 	Ops      []FlightOp `json:"ops"`
 }
 
-// FlightOp is one collective in a FlightRecord.
+// FlightOp is one operation in a FlightRecord: a collective, or a
+// point-to-point send or receive (P2P set).
 type FlightOp struct {
+	// Ord numbers the group's records from 1, collectives and
+	// point-to-point operations alike, in the order they were issued.
+	Ord uint64 `json:"ord"`
+	// Seq is a collective's sequence number in its group, which every rank
+	// gives the same collective; for a send or receive, its number (from
+	// 0) in its stream, which the matching operation on the peer has too.
 	Seq  uint32 `json:"seq"`
-	Kind string `json:"kind"` // "all_reduce"
+	Kind string `json:"kind"` // "all_reduce"; "send" or "recv"
 	// Desc is the collective's fingerprint, which every rank must agree
 	// on: its kind, dtype, shape and reduction, e.g.
-	// "all_reduce(float32,[4],sum)".
-	Desc     string    `json:"desc"`
-	State    string    `json:"state"` // queued, running, done, failed
-	Enqueued time.Time `json:"enqueued"`
-	Started  time.Time `json:"started,omitzero"`
-	Ended    time.Time `json:"ended,omitzero"`
-	Error    string    `json:"error,omitempty"`
-	Stack    []string  `json:"stack,omitempty"` // at DETAIL: "function file:line", innermost first
+	// "all_reduce(float32,[4],sum)"; for a send or receive its dtype,
+	// shape, peer and tag, e.g. "send(float32,[4],to=1,tag=0)".
+	Desc string `json:"desc"`
+	// P2P names a send's or receive's stream; nil for a collective.
+	P2P      *FlightP2P `json:"p2p,omitempty"`
+	State    string     `json:"state"` // queued, running, done, failed
+	Enqueued time.Time  `json:"enqueued"`
+	Started  time.Time  `json:"started,omitzero"`
+	Ended    time.Time  `json:"ended,omitzero"`
+	Error    string     `json:"error,omitempty"`
+	Stack    []string   `json:"stack,omitempty"` // at DETAIL: "function file:line", innermost first
+}
+
+// FlightP2P names the stream of a send or receive: the messages between
+// this rank and Peer (a rank of the group) under Tag, in one direction.
+// Send number n from rank a to rank b matches receive number n on b from a.
+type FlightP2P struct {
+	Peer int `json:"peer"`
+	Tag  int `json:"tag"`
 }
 
 // flightRecord gathers the records of every group of the world.
@@ -233,7 +269,10 @@ func (w *world) flightRecord(reason string) FlightRecord {
 		g := FlightGroup{Name: pg.name, ID: pg.id, Rank: pg.rank, Size: len(pg.members),
 			Members: append([]int(nil), pg.members...), NextSeq: next, Recorded: n, Ops: make([]FlightOp, 0, len(entries))}
 		for _, e := range entries {
-			op := FlightOp{Seq: e.seq, Kind: e.kind, Desc: e.desc, State: flightStates[e.state], Enqueued: time.Unix(0, e.enq)}
+			op := FlightOp{Ord: e.ord, Seq: e.seq, Kind: e.kind, Desc: e.desc, State: flightStates[e.state], Enqueued: time.Unix(0, e.enq)}
+			if e.p2p {
+				op.P2P = &FlightP2P{Peer: e.peer, Tag: e.tag}
+			}
 			if e.start != 0 {
 				op.Started = time.Unix(0, e.start)
 			}

@@ -414,3 +414,104 @@ func BenchmarkFlightRecorder(b *testing.B) {
 		})
 	}
 }
+
+// Sends and receives are in the flight record beside the collectives, each
+// numbered in its stream (peer, tag, direction) so that send n on one rank
+// matches receive n on the other, with its peer, tag, fingerprint and
+// state; a receive whose message never comes is left failed. The
+// collectives keep their own sequence numbers. At DETAIL each is logged
+// and keeps the stack that issued it.
+func TestFlightRecordsPointToPoint(t *testing.T) {
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &logs}, nil))
+	pgs := flightWorld(t, 2, comm.WithFlightDir(t.TempDir()), comm.WithDebugLevel(launch.DebugDetail), comm.WithLogger(log))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	onEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
+		x := tensor.New(tensor.WithShape(4), tensor.Of(tensor.Float32))
+		if err := pg.AllReduce(ctx, x, comm.Sum).Wait(ctx); err != nil {
+			return err
+		}
+		for range 3 {
+			var err error
+			if r == 0 {
+				err = issueSend(ctx, pg, x, 1, 5)
+			} else {
+				err = pg.Recv(ctx, x, 0, 5)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if r == 1 {
+			// Rank 0 never sends under tag 7.
+			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			if err := pg.Recv(short, x, 0, 7); !errors.Is(err, comm.ErrTimeout) {
+				return errors.New("a receive of a message never sent did not time out")
+			}
+		}
+		return pg.AllReduce(ctx, x, comm.Sum).Wait(ctx)
+	})
+	for r, pg := range pgs {
+		g := pg.FlightRecord().Groups[0]
+		if g.NextSeq != 2 {
+			t.Errorf("rank %d: next collective #%d, want #2: sends and receives take no collective numbers", r, g.NextSeq)
+		}
+		var collectives []uint32
+		var p2p []comm.FlightOp
+		for i, op := range g.Ops {
+			if op.Ord != uint64(i+1) {
+				t.Errorf("rank %d: record %d has ordinal %d", r, i, op.Ord)
+			}
+			if op.P2P == nil {
+				collectives = append(collectives, op.Seq)
+				continue
+			}
+			p2p = append(p2p, op)
+		}
+		if len(collectives) != 2 || collectives[0] != 0 || collectives[1] != 1 {
+			t.Errorf("rank %d: collectives %v, want #0 and #1", r, collectives)
+		}
+		want := 3
+		if r == 1 {
+			want = 4
+		}
+		if len(p2p) != want {
+			t.Fatalf("rank %d: %d point-to-point records, want %d: %+v", r, len(p2p), want, p2p)
+		}
+		for i, op := range p2p[:3] {
+			kind, peer, desc := "send", 1, "send(float32,[4],to=1,tag=5)"
+			if r == 1 {
+				kind, peer, desc = "recv", 0, "recv(float32,[4],from=0,tag=5)"
+			}
+			if op.Kind != kind || op.Seq != uint32(i) || *op.P2P != (comm.FlightP2P{Peer: peer, Tag: 5}) || op.Desc != desc || op.State != "done" ||
+				op.Started.Before(op.Enqueued) || op.Ended.Before(op.Started) {
+				t.Errorf("rank %d: point-to-point record %d: %+v, want %s #%d with peer %d, tag 5, %s, done", r, i, op, kind, i, peer, desc)
+			}
+			if r == 0 && (len(op.Stack) < 2 || !strings.Contains(op.Stack[0], "comm.(*ProcessGroup).ISend") || !strings.Contains(strings.Join(op.Stack, "\n"), "issueSend")) {
+				t.Errorf("rank 0: send %d's stack %q, want ISend called from issueSend", i, op.Stack)
+			}
+		}
+		if r == 1 {
+			op := p2p[3]
+			if op.Kind != "recv" || op.Seq != 0 || op.P2P.Tag != 7 || op.State != "failed" || !strings.Contains(op.Error, "timed out") && !strings.Contains(op.Error, "timeout") {
+				t.Errorf("rank 1: the receive under tag 7: %+v, want recv #0, failed with a timeout", op)
+			}
+		}
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if n := strings.Count(out, `msg="comm: point-to-point"`); n != 7 {
+		t.Errorf("%d point-to-point log lines at DETAIL, want 7:\n%s", n, out)
+	}
+}
+
+// issueSend is a named caller for the stack at DETAIL.
+//
+//go:noinline
+func issueSend(ctx context.Context, pg *comm.ProcessGroup, x *tensor.Dense, dst, tag int) error {
+	return pg.Send(ctx, x, dst, tag)
+}

@@ -43,6 +43,7 @@ type ProcessGroup struct {
 	closed   bool
 	inflight sync.WaitGroup
 	p2pTails map[p2pKey]chan struct{} // tail of each point-to-point stream
+	p2pSeq   map[p2pKey]uint32        // messages issued in each stream, for the flight recorder
 
 	// flight is the group's flight recorder (nil when turned off).
 	flight *flightRecorder
@@ -128,7 +129,7 @@ func NewProcessGroup(ctx context.Context, t transport.Transport, opts ...Option)
 
 func newGroup(w *world, id uint32, rank int, members []int, parent context.Context, o options) *ProcessGroup {
 	pg := &ProcessGroup{world: w, id: id, name: o.name, opts: o, rank: rank, members: members,
-		index: make(map[int]int, len(members)), p2pTails: map[p2pKey]chan struct{}{}, wake: make(chan struct{}, 1)}
+		index: make(map[int]int, len(members)), p2pTails: map[p2pKey]chan struct{}{}, p2pSeq: map[p2pKey]uint32{}, wake: make(chan struct{}, 1)}
 	for g, wr := range members {
 		pg.index[wr] = g
 	}

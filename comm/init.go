@@ -44,6 +44,7 @@ type initConfig struct {
 	token       string
 	tokenSet    bool
 	st          store.Store
+	storeOpts   []store.Option
 	groupOpts   []Option
 	noDefault   bool
 	lookup      func(string) (string, bool) // the environment; os.LookupEnv unless a test says otherwise
@@ -103,6 +104,13 @@ func WithToken(token string) InitOption {
 // closes it after the group. A store serves one world: give concurrent
 // worlds separate stores or store.NewPrefix views.
 func WithStore(st store.Store) InitOption { return func(c *initConfig) { c.st = st } }
+
+// WithStoreOptions adds options to the store Init opens itself (not one
+// given with WithStore), after its token and timeout: for example
+// store.WithObserver to measure its operations.
+func WithStoreOptions(opts ...store.Option) InitOption {
+	return func(c *initConfig) { c.storeOpts = append(c.storeOpts, opts...) }
+}
 
 // WithGroupOptions passes options to NewProcessGroup.
 func WithGroupOptions(opts ...Option) InitOption {
@@ -246,6 +254,7 @@ func Init(ctx context.Context, rawURL string, opts ...InitOption) (*ProcessGroup
 		closeStore()
 		return nil, err
 	}
+	r.logMet(pg)
 	if !cfg.noDefault {
 		defaultGroup.CompareAndSwap(nil, pg)
 	}
@@ -550,7 +559,7 @@ func (p *initPlan) backendFor(name string) (transport.Backend, error) {
 
 // openStore returns the rendezvous store and whether Init owns it.
 func (p *initPlan) openStore(ctx context.Context, cfg *initConfig) (store.Store, bool, error) {
-	sopts := []store.Option{store.WithToken(cfg.token), store.WithTimeout(cfg.timeout)}
+	sopts := append([]store.Option{store.WithToken(cfg.token), store.WithTimeout(cfg.timeout)}, cfg.storeOpts...)
 	switch p.scheme {
 	case "store":
 		return cfg.st, false, nil

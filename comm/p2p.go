@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/launch"
 )
 
 // P2PKind says whether a P2POp sends or receives.
@@ -113,13 +116,23 @@ func (pg *ProcessGroup) p2p(ctx context.Context, op P2POp) *work {
 	}
 	prev := pg.p2pTails[key]
 	pg.p2pTails[key] = w.done
+	seq := pg.p2pSeq[key]
+	pg.p2pSeq[key] = seq + 1
+	// Recorded under pg.mu, so that the stream's records are in its order.
+	ord := pg.flight.recordP2P(verb, fmt.Sprintf("%s(%v,%s,%s=%d,tag=%d)", verb, buf.dt, shapeString(buf.shape), dir, op.Peer, op.Tag), seq, op.Peer, op.Tag)
 	pg.inflight.Add(1)
 	pg.mu.Unlock()
 	go func() {
 		defer pg.inflight.Done()
-		err := pg.runP2P(ctx, op, buf.b, prev)
+		t0 := time.Now()
+		err := pg.runP2P(ctx, op, buf.b, prev, ord)
 		if err != nil {
 			err = fmt.Errorf("%s: %w", desc, err)
+		}
+		pg.flight.ended(ord, err)
+		if pg.opts.debug >= launch.DebugDetail {
+			pg.opts.logger.Info("comm: point-to-point", "group", pg.name, "rank", pg.rank, "op", verb, "peer", op.Peer, "tag", op.Tag,
+				"seq", seq, "bytes", len(buf.b), "took", time.Since(t0), "err", err)
 		}
 		pg.mu.Lock()
 		if pg.p2pTails[key] == w.done {
@@ -131,7 +144,7 @@ func (pg *ProcessGroup) p2p(ctx context.Context, op P2POp) *work {
 	return w
 }
 
-func (pg *ProcessGroup) runP2P(userCtx context.Context, op P2POp, b []byte, prev chan struct{}) error {
+func (pg *ProcessGroup) runP2P(userCtx context.Context, op P2POp, b []byte, prev chan struct{}, ord uint64) error {
 	ctx, _, release := pg.opContext(userCtx)
 	defer release()
 	if prev != nil {
@@ -141,6 +154,7 @@ func (pg *ProcessGroup) runP2P(userCtx context.Context, op P2POp, b []byte, prev
 			return pg.p2pError(ctx, ctx.Err())
 		}
 	}
+	pg.flight.started(ord)
 	t, peer, tag := pg.world.t, pg.members[op.Peer], p2pTag(pg.id, op.Tag)
 	var err error
 	if op.Kind == P2PSend {

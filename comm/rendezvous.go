@@ -14,6 +14,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/launch"
 )
 
 // Rendezvous: how the ranks of a new world meet in the store before their
@@ -46,6 +47,9 @@ type rendezvous struct {
 	where       string        // the store, for messages
 	timeout     time.Duration // for messages
 	staleHint   string        // added to a duplicate-rank error: how to clear a leftover store
+
+	claims [][]byte      // every rank's claim, once join has read them
+	took   time.Duration // how long run took, once it succeeded
 }
 
 func rankKeys(base string, n int) []string {
@@ -102,7 +106,23 @@ func (r *rendezvous) join(ctx context.Context) error {
 				ErrMismatch, r.rank, r.world, peer, w)
 		}
 	}
+	r.claims = claims
 	return nil
+}
+
+// logMet logs, at launch.DebugInfo and above, on pg's logger, who met in
+// the rendezvous that made pg's world: every rank's host and process, the
+// world size, the store and how long the meeting took.
+func (r *rendezvous) logMet(pg *ProcessGroup) {
+	if pg.DebugLevel() < launch.DebugInfo {
+		return
+	}
+	ranks := make([]string, len(r.claims))
+	for i, c := range r.claims {
+		ranks[i] = fmt.Sprintf("%d: %s", i, describeClaim(c))
+	}
+	pg.Logger().Info("comm: rendezvous done", "rank", r.rank, "world_size", r.world, "store", r.where,
+		"took", r.took, "ranks", strings.Join(ranks, "; "))
 }
 
 // ready marks this rank's backend as connected and waits for every rank's,
@@ -278,6 +298,7 @@ const lingerAfterFailure = 4 * pollSlice
 // the others. serving says that this rank serves the store and must keep it
 // up a moment after a failure.
 func (r *rendezvous) run(ctx context.Context, connect func(context.Context) (transport.Transport, error), serving bool) (transport.Transport, error) {
+	began := time.Now()
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := r.watch(rctx, cancel)
@@ -291,6 +312,7 @@ func (r *rendezvous) run(ctx context.Context, connect func(context.Context) (tra
 	}
 	stop()
 	if err == nil {
+		r.took = time.Since(began)
 		return tr, nil
 	}
 	if tr != nil {

@@ -4,10 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/testlog"
+	"github.com/tandemml/tandem/launch"
 )
 
 // tcpURL is the tcp:// init URL of a store on 127.0.0.1:port.
@@ -140,4 +146,80 @@ func TestRendezvousRankZeroMissing(t *testing.T) {
 		t.Fatalf("want ErrTimeout, got %v", err)
 	}
 	mentions(t, "rank 1", err, "rank 0")
+}
+
+// storeOpCounter is a store.Observer counting operations by name.
+type storeOpCounter struct {
+	mu  sync.Mutex
+	ops map[string]int
+}
+
+func (c *storeOpCounter) StoreOp(op string, _ time.Duration, _ error) {
+	c.mu.Lock()
+	if c.ops == nil {
+		c.ops = map[string]int{}
+	}
+	c.ops[op]++
+	c.mu.Unlock()
+}
+
+// At INFO every rank logs the rendezvous once its group exists: the world
+// size, every rank's host and process, and how long it took; at OFF
+// nothing. The store Init opens takes the options WithStoreOptions gives.
+func TestRendezvousLoggedAtInfo(t *testing.T) {
+	for _, level := range []launch.DebugLevel{launch.DebugOff, launch.DebugInfo} {
+		t.Run(level.String(), func(t *testing.T) {
+			port := freePort(t)
+			var logs testlog.Buffer
+			obs := make([]*storeOpCounter, 2)
+			pgs := make([]*ProcessGroup, 2)
+			errc := make(chan error, 2)
+			for r := range 2 {
+				obs[r] = &storeOpCounter{}
+				go func() {
+					var err error
+					pgs[r], err = Init(context.Background(), tcpURL(port, r, 2), noEnv(), WithoutDefault(), WithInitTimeout(20*time.Second),
+						WithStoreOptions(store.WithObserver(obs[r])),
+						WithGroupOptions(WithLogger(logs.Logger()), WithDebugLevel(level), WithFlightDir(t.TempDir())))
+					errc <- err
+				}()
+			}
+			for range 2 {
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+			}
+			closeAll(pgs)
+			var lines []string
+			for l := range strings.Lines(logs.String()) {
+				if strings.Contains(l, `msg="comm: rendezvous done"`) {
+					lines = append(lines, l)
+				}
+			}
+			if level == launch.DebugOff {
+				if len(lines) != 0 {
+					t.Fatalf("at OFF: %q", lines)
+				}
+			} else {
+				if len(lines) != 2 {
+					t.Fatalf("%d rendezvous lines, want one per rank:\n%s", len(lines), logs.String())
+				}
+				pid := fmt.Sprintf("pid %d", os.Getpid())
+				for _, l := range lines {
+					for _, want := range []string{"world_size=2", "took=", "0: host ", "1: host ", pid, "127.0.0.1:" + strconv.Itoa(port)} {
+						if !strings.Contains(l, want) {
+							t.Errorf("no %q in %s", want, l)
+						}
+					}
+				}
+			}
+			for r, o := range obs {
+				o.mu.Lock()
+				if o.ops["compare_set"] == 0 || o.ops["wait"] == 0 {
+					t.Errorf("rank %d: its store observed %v, want the rendezvous' compare_set and wait", r, o.ops)
+				}
+				o.mu.Unlock()
+			}
+		})
+	}
 }

@@ -146,7 +146,8 @@
 // on. Buckets go out strictly in order, so every rank issues its collectives
 // in the same order. Stats tells how much of the communication time was
 // hidden behind the backward pass, and how many buckets started before it
-// ended.
+// ended; it times the forward pass (up to the loss) and the backward pass
+// apart (ForwardTime, BackwardTime), and metrics.DDP serves all of these.
 //
 // # Numerics
 //
@@ -210,7 +211,8 @@
 // events on one rank, MergeTimelines (and `tandem timeline`) merges the
 // files the ranks wrote; either gives one trace, a process per rank, for
 // chrome://tracing or ui.perfetto.dev. Off (the default) it costs a nil
-// check per step. GraphDDP records its runs as one forward+backward event.
+// check per step. GraphDDP under TapeMachine, which does not say when the
+// loss is ready, records its runs as one forward+backward event.
 //
 // # Where this differs from PyTorch
 //

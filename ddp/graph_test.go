@@ -355,6 +355,11 @@ func TestGraphParity(t *testing.T) {
 				if !tape && st.BucketsOverlapped == 0 {
 					t.Errorf("graph executor: no bucket started before the backward pass ended (stats %v)", st)
 				}
+				// The graph executor says when the loss is ready, TapeMachine
+				// does not: its runs count in ComputeTime alone.
+				if split := st.ForwardTime + st.BackwardTime; tape && split != 0 || !tape && (split != st.ComputeTime || st.ForwardTime <= 0 || st.BackwardTime <= 0) {
+					t.Errorf("forward %v + backward %v against compute %v (TapeMachine %v)", st.ForwardTime, st.BackwardTime, st.ComputeTime, tape)
+				}
 			})
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -387,6 +388,15 @@ func (n *GraphDDP) compile() error {
 		}); err != nil {
 			return err
 		}
+	}
+	// As in DDP.compile: the loss ends the forward pass.
+	if err := prog.OnNodeReady(n.loss, func(context.Context, *G.Node, G.Value) error {
+		if p := n.open; p != nil {
+			p.s.forwardEnd = time.Now()
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("ddp: NewGraph: %w", err)
 	}
 	if d.world > 1 && runtime.GOMAXPROCS(0) == 1 {
 		// See DDP.compile: offer the processor to the goroutines moving

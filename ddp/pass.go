@@ -317,7 +317,7 @@ func (p *Pass) finish() error {
 		}
 		n.publish()
 		d.accumulated = true
-		d.stats.noSyncStep(s.backwardEnd.Sub(p.runStart), time.Since(p.start))
+		d.stats.noSyncStep(s, p.runStart, time.Since(p.start))
 		if tl := d.cfg.timeline; tl != nil {
 			tl.record(d.rank, s, p.start, p.runStart, time.Now())
 		}

@@ -160,17 +160,15 @@ func (d *DDP) compile(x, y *tensor.Dense) (*program, error) {
 			return nil, err
 		}
 	}
-	if d.cfg.timeline != nil {
-		// The loss is the forward pass's last value: the timeline splits
-		// the run there into forward and backward.
-		if err := prog.OnNodeReady(p.loss, func(context.Context, *G.Node, G.Value) error {
-			if s := d.cur; s != nil {
-				s.forwardEnd = time.Now()
-			}
-			return nil
-		}); err != nil {
-			return nil, err
+	// The loss is the forward pass's last value: Stats and the timeline
+	// split the run there into forward and backward.
+	if err := prog.OnNodeReady(p.loss, func(context.Context, *G.Node, G.Value) error {
+		if s := d.cur; s != nil {
+			s.forwardEnd = time.Now()
 		}
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	if d.world > 1 && runtime.GOMAXPROCS(0) == 1 {
 		// With a single P, the goroutines moving a bucket's data only run

@@ -47,7 +47,7 @@ type stepState struct {
 	inBucket, copied int64 // gradients computed in their views, copied in
 
 	backwardEnd time.Time
-	forwardEnd  time.Time // the loss was computed (set only with WithTimeline)
+	forwardEnd  time.Time // the loss was computed (zero when the executor could not say: TapeMachine)
 	// afterBackward: the gradients are marked ready after the pass that
 	// computed them (TapeMachine, a graph the user ran), so no bucket
 	// overlaps with it.

@@ -35,8 +35,13 @@ type Stats struct {
 	// write into a given tensor).
 	GradsInBucket, GradsCopied int64
 	// StepTime is the time spent in Step, ComputeTime its forward and
-	// backward passes.
-	StepTime, ComputeTime time.Duration
+	// backward passes: ForwardTime up to the loss and BackwardTime from the
+	// loss on. ComputeTime is their sum, except that a GraphDDP run under
+	// TapeMachine (or driven by the loop outside Pass.Run with an executor
+	// of its own), which does not say when the loss was ready, counts in
+	// ComputeTime alone.
+	StepTime, ComputeTime     time.Duration
+	ForwardTime, BackwardTime time.Duration
 	// CommTime is the time during which at least one bucket's reduction was
 	// in flight (from its hand-over to the hook until its result was
 	// ready); OverlappedTime the part of it during the backward pass, and
@@ -70,8 +75,9 @@ func (s Stats) String() string {
 		fmt.Fprintf(&b, " %s", byteSize(bk.Bytes))
 	}
 	fmt.Fprintf(&b, "\nsent %s in %d bucket reductions, %d started during backward; gradients computed in the buckets %d, copied in %d", byteSize(s.BytesSent), s.BucketsReduced, s.BucketsOverlapped, s.GradsInBucket, s.GradsCopied)
-	fmt.Fprintf(&b, "\nstep %v, compute %v, communication %v (%.0f%% overlapped with backward), waiting %v",
-		s.StepTime.Round(time.Microsecond), s.ComputeTime.Round(time.Microsecond), s.CommTime.Round(time.Microsecond),
+	fmt.Fprintf(&b, "\nstep %v, compute %v (forward %v, backward %v), communication %v (%.0f%% overlapped with backward), waiting %v",
+		s.StepTime.Round(time.Microsecond), s.ComputeTime.Round(time.Microsecond), s.ForwardTime.Round(time.Microsecond),
+		s.BackwardTime.Round(time.Microsecond), s.CommTime.Round(time.Microsecond),
 		100*s.Overlap(), s.WaitTime.Round(time.Microsecond))
 	if len(s.Stragglers.Times) > 0 {
 		fmt.Fprintf(&b, "\n%s", s.Stragglers)
@@ -122,12 +128,21 @@ func (d *DDP) ResetStats() {
 	d.stats.mu.Unlock()
 }
 
-func (st *statsState) noSyncStep(compute, total time.Duration) {
+func (st *statsState) noSyncStep(s *stepState, runStart time.Time, total time.Duration) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.s.NoSyncSteps++
-	st.s.ComputeTime += compute
+	st.addCompute(s, runStart)
 	st.s.StepTime += total
+}
+
+// addCompute adds a run's forward and backward passes; st.mu is held.
+func (st *statsState) addCompute(s *stepState, runStart time.Time) {
+	st.s.ComputeTime += s.backwardEnd.Sub(runStart)
+	if f := s.forwardEnd; !f.IsZero() && !f.Before(runStart) && !f.After(s.backwardEnd) {
+		st.s.ForwardTime += f.Sub(runStart)
+		st.s.BackwardTime += s.backwardEnd.Sub(f)
+	}
 }
 
 // syncStep adds a synchronized (or shadowed) step.
@@ -140,7 +155,7 @@ func (st *statsState) syncStep(s *stepState, runStart, start time.Time) {
 		st.s.ShadowSteps++
 	} else {
 		st.s.Steps++
-		st.s.ComputeTime += s.backwardEnd.Sub(runStart)
+		st.addCompute(s, runStart)
 	}
 	st.s.StepTime += end.Sub(start)
 	st.s.WaitTime += end.Sub(s.backwardEnd)

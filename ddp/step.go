@@ -127,7 +127,7 @@ func (d *DDP) step(ctx context.Context, x, y *tensor.Dense) (float64, error) {
 			}
 		}
 		d.accumulated = true
-		d.stats.noSyncStep(s.backwardEnd.Sub(runStart), time.Since(start))
+		d.stats.noSyncStep(s, runStart, time.Since(start))
 		if tl := d.cfg.timeline; tl != nil {
 			tl.record(d.rank, s, start, runStart, time.Now())
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -240,9 +241,17 @@ func BenchmarkTimeline(b *testing.B) {
 	}
 }
 
-// GraphDDP records its steps too: a run of the whole graph is one
-// forward+backward event, followed by the all-reduce and the wait.
+// GraphDDP records its steps too: under the graph executor the forward
+// and backward passes (split at the loss), under TapeMachine a run of the
+// whole graph as one forward+backward event, followed by the all-reduce
+// and the wait.
 func TestTimelineGraphDDP(t *testing.T) {
+	for _, tape := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tape=%v", tape), func(t *testing.T) { testTimelineGraphDDP(t, tape) })
+	}
+}
+
+func testTimelineGraphDDP(t *testing.T, tape bool) {
 	const world, steps = 2, 3
 	pgs := localWorld(t, world)
 	ctx := testCtx(t, time.Minute)
@@ -259,7 +268,11 @@ func TestTimelineGraphDDP(t *testing.T) {
 			return err
 		}
 		tls[r] = ddp.NewTimeline(0, 0)
-		net, err := ddp.NewGraph(ctx, pgs[r], ddp.GraphSpec{Graph: g, Loss: loss, Params: G.Nodes{w}, Grads: grads}, ddp.WithTimeline(tls[r]))
+		opts := []ddp.Option{ddp.WithTimeline(tls[r])}
+		if tape {
+			opts = append(opts, ddp.WithTapeMachine())
+		}
+		net, err := ddp.NewGraph(ctx, pgs[r], ddp.GraphSpec{Graph: g, Loss: loss, Params: G.Nodes{w}, Grads: grads}, opts...)
 		if err != nil {
 			return err
 		}
@@ -280,7 +293,11 @@ func TestTimelineGraphDDP(t *testing.T) {
 			}
 			n[e.Name]++
 		}
-		if n[ddp.EventForward+"+"+ddp.EventBackward] != steps || n[ddp.EventAllReduce] != steps || n[ddp.EventWait] != steps || n[ddp.EventStep] != steps {
+		compute := n[ddp.EventForward] == steps && n[ddp.EventBackward] == steps && n[ddp.EventForward+"+"+ddp.EventBackward] == 0
+		if tape {
+			compute = n[ddp.EventForward+"+"+ddp.EventBackward] == steps && n[ddp.EventForward] == 0
+		}
+		if !compute || n[ddp.EventAllReduce] != steps || n[ddp.EventWait] != steps || n[ddp.EventStep] != steps {
 			t.Fatalf("rank %d: events %v, want %d of each", r, n, steps)
 		}
 	}

@@ -19,6 +19,8 @@ func DDP(m StatsSource) prometheus.Collector {
 		steps:       prometheus.NewDesc("tandem_ddp_steps_total", "DDP steps, by kind: sync (gradients all-reduced), no_sync (inside NoSync) and shadow (shadowed after Join).", []string{"kind"}, nil),
 		stepTime:    d("tandem_ddp_step_seconds_total", "Time spent in DDP steps."),
 		computeTime: d("tandem_ddp_forward_backward_seconds_total", "Time spent in the steps' forward and backward passes."),
+		forward:     d("tandem_ddp_forward_seconds_total", "Time spent in the steps' forward passes, up to the loss (0 for GraphDDP under TapeMachine, which does not say when the loss is ready)."),
+		backward:    d("tandem_ddp_backward_seconds_total", "Time spent in the steps' backward passes, from the loss to the last gradient (0 for GraphDDP under TapeMachine)."),
 		commTime:    d("tandem_ddp_communication_seconds_total", "Time during which at least one gradient bucket's reduction was in flight."),
 		overlapTime: d("tandem_ddp_overlapped_seconds_total", "Part of the communication time that ran during the backward pass."),
 		waitTime:    d("tandem_ddp_wait_seconds_total", "Time steps waited for reductions after the backward pass."),
@@ -35,12 +37,12 @@ type ddpCollector struct {
 	m                                                      StatsSource
 	steps, stepTime, computeTime, commTime, overlapTime    *prometheus.Desc
 	waitTime, overlap, reduced, overlapped, bytes, buckets *prometheus.Desc
-	straggler                                              *prometheus.Desc
+	straggler, forward, backward                           *prometheus.Desc
 }
 
 func (c *ddpCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.steps, c.stepTime, c.computeTime, c.commTime, c.overlapTime,
-		c.waitTime, c.overlap, c.reduced, c.overlapped, c.bytes, c.buckets, c.straggler} {
+		c.waitTime, c.overlap, c.reduced, c.overlapped, c.bytes, c.buckets, c.straggler, c.forward, c.backward} {
 		ch <- d
 	}
 }
@@ -58,6 +60,8 @@ func (c *ddpCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.steps, float64(s.ShadowSteps), "shadow")
 	counter(c.stepTime, s.StepTime.Seconds())
 	counter(c.computeTime, s.ComputeTime.Seconds())
+	counter(c.forward, s.ForwardTime.Seconds())
+	counter(c.backward, s.BackwardTime.Seconds())
 	counter(c.commTime, s.CommTime.Seconds())
 	counter(c.overlapTime, s.OverlappedTime.Seconds())
 	counter(c.waitTime, s.WaitTime.Seconds())

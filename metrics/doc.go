@@ -6,7 +6,8 @@
 // so that serving metrics adds nothing to the hot paths:
 //
 //   - Group reads a process group's flight recorder (comm): per collective
-//     kind, the operations finished (by state), the bytes their tensors
+//     kind (and for sends and receives, kinds send and recv), the
+//     operations finished (by state), the bytes their tensors
 //     hold (from the dtype and shape in each operation's fingerprint) and
 //     histograms of those bytes and of the operations' latencies.
 //     Operations that leave the recorder's ring between two scrapes are
@@ -14,17 +15,21 @@
 //     histograms: scrape more often than the ring fills, or enlarge it
 //     with comm.WithFlightRecorder.
 //   - DDP reads a data-parallel model's Stats (ddp): steps, the time spent
-//     in steps, in their forward and backward passes (one figure: DDP
-//     times the two together), in communication, the part of it hidden
-//     behind the backward pass, the time spent waiting, buckets reduced
-//     and overlapped, and bytes sent.
+//     in steps, in their forward passes, their backward passes (and the
+//     two together), in communication, the part of it hidden behind the
+//     backward pass, the time spent waiting, buckets reduced and
+//     overlapped, bytes sent and the straggler factor.
 //   - RPC reads an agent's Metrics (rpc): calls and requests by outcome,
 //     calls in flight and a summary of call latencies.
 //   - Restarts reports how many times the launcher restarted the job's
 //     workers (launch.Job.RestartCount).
-//
-// The store client keeps no counters of its own, so store operations
-// appear only as the collectives and RPC calls built on them.
+//   - Store counts a TCP store client's operations by operation (set,
+//     get, add, compare_set, wait, ...) and outcome, with a histogram of
+//     their latencies. Unlike the others it is fed as the operations
+//     happen: give it to the client as its store.Observer
+//     (store.WithObserver, or comm.WithStoreOptions for the store that
+//     comm.Init opens), which costs a clock reading and a counter update
+//     per operation.
 //
 // Serve starts an HTTP server for a set of collectors, with the Go
 // runtime's and the process's standard metrics beside them; Register adds

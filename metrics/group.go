@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"maps"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,10 +12,12 @@ import (
 	"github.com/tandemml/tandem/comm"
 )
 
-// Group returns a collector of the collectives of pg's world on this rank
-// (pg, its subgroups or its parent: every group the flight recorder
-// holds), labelled by group name and collective kind. Give one Group per
-// world: two would report the same series.
+// Group returns a collector of the collectives, sends and receives of
+// pg's world on this rank (pg, its subgroups or its parent: every group
+// the flight recorder holds), labelled by group name and kind (all_reduce,
+// ..., send, recv). Each operation is counted once it has ended, whatever
+// still runs before it. Give one Group per world: two would report the
+// same series.
 func Group(pg *comm.ProcessGroup) prometheus.Collector {
 	return newGroupCollector(pg.FlightRecord)
 }
@@ -23,7 +26,7 @@ type groupCollector struct {
 	record func() comm.FlightRecord
 
 	mu       sync.Mutex
-	next     map[uint32]uint32 // group id: the first sequence number not yet counted
+	counted  map[uint32]*counted // by group id
 	ops      *prometheus.CounterVec
 	bytes    *prometheus.CounterVec
 	size     *prometheus.HistogramVec
@@ -34,8 +37,8 @@ type groupCollector struct {
 func newGroupCollector(record func() comm.FlightRecord) *groupCollector {
 	labels := []string{"group", "kind"}
 	return &groupCollector{
-		record: record,
-		next:   map[uint32]uint32{},
+		record:  record,
+		counted: map[uint32]*counted{},
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tandem_collectives_total",
 			Help: "Collectives finished, by group, kind and state (done or failed)."}, []string{"group", "kind", "state"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tandem_collective_bytes_total",
@@ -60,24 +63,39 @@ func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.recorded
 }
 
+// counted is what a group's collector has counted of its flight record:
+// every record before next, and those at or after it in done (records
+// that ended while an earlier one still ran).
+type counted struct {
+	next uint64
+	done map[uint64]bool
+}
+
 func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 	rec := c.record()
 	c.mu.Lock()
 	for _, g := range rec.Groups {
 		ch <- prometheus.MustNewConstMetric(c.recorded, prometheus.CounterValue, float64(g.Recorded), g.Name)
-		next, seen := c.next[g.ID]
+		k := c.counted[g.ID]
+		if k == nil {
+			k = &counted{next: 1, done: map[uint64]bool{}}
+			c.counted[g.ID] = k
+		}
+		if len(g.Ops) > 0 && g.Ops[0].Ord > k.next {
+			// The ring moved past records that never ended in a scrape.
+			k.next = g.Ops[0].Ord
+			maps.DeleteFunc(k.done, func(ord uint64, _ bool) bool { return ord < k.next })
+		}
 		for _, op := range g.Ops {
-			if seen && op.Seq < next {
+			if op.Ord < k.next || k.done[op.Ord] || op.State != "done" && op.State != "failed" {
 				continue
 			}
-			if op.State != "done" && op.State != "failed" {
-				break // counted once it ends, with those after it
-			}
 			c.observe(g.Name, op)
-			next, seen = op.Seq+1, true
+			k.done[op.Ord] = true
 		}
-		if seen {
-			c.next[g.ID] = next
+		for k.done[k.next] {
+			delete(k.done, k.next)
+			k.next++
 		}
 	}
 	c.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -273,6 +274,11 @@ func TestEndpoint(t *testing.T) {
 		if step <= 0 || fb <= 0 || fb > step {
 			t.Errorf("rank %d: step time %vs, forward and backward %vs: want both positive, the second within the first", r, step, fb)
 		}
+		fwd := num(value(t, fams, "tandem_ddp_forward_seconds_total", nil))
+		bwd := num(value(t, fams, "tandem_ddp_backward_seconds_total", nil))
+		if fwd != s.ForwardTime.Seconds() || bwd != s.BackwardTime.Seconds() || fwd <= 0 || bwd <= 0 || math.Abs(fwd+bwd-fb) > 1e-9 {
+			t.Errorf("rank %d: forward %vs and backward %vs (Stats: %v, %v), want both positive, adding up to %vs", r, fwd, bwd, s.ForwardTime, s.BackwardTime, fb)
+		}
 		commT := num(value(t, fams, "tandem_ddp_communication_seconds_total", nil))
 		over := num(value(t, fams, "tandem_ddp_overlapped_seconds_total", nil))
 		if commT <= 0 || over > commT {
@@ -400,4 +406,123 @@ func BenchmarkScrape(b *testing.B) {
 		resp.Body.Close()
 	}
 	b.ReportMetric(ops, "collectives/scrape")
+}
+
+// A TCP store client's operations, observed by metrics.Store, are served
+// by operation and outcome, with their latencies.
+func TestStoreOps(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sm := metrics.Store()
+	st, err := store.NewTCP(ctx, "127.0.0.1:0", true, store.WithToken(""), store.WithObserver(sm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for i := range 3 {
+		if err := st.Set(ctx, fmt.Sprint("k", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Get(ctx, "k0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Add(ctx, "n", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Wait(ctx, []string{"never"}, 10*time.Millisecond); err == nil {
+		t.Fatal("Wait for a key nobody sets succeeded")
+	}
+	addr, err := metrics.Serve(ctx, "127.0.0.1:0", sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, ctx, addr)
+	for _, c := range []struct {
+		op, state string
+		n         float64
+	}{{"set", "done", 3}, {"get", "done", 1}, {"add", "done", 1}, {"wait", "failed", 1}} {
+		if got := num(value(t, fams, "tandem_store_ops_total", map[string]string{"op": c.op, "state": c.state})); got != c.n {
+			t.Errorf("tandem_store_ops_total{op=%s,state=%s} = %v, want %v", c.op, c.state, got, c.n)
+		}
+	}
+	if h := value(t, fams, "tandem_store_op_duration_seconds", map[string]string{"op": "set"}).GetHistogram(); h.GetSampleCount() != 3 || h.GetSampleSum() <= 0 || h.GetSampleSum() > 30 {
+		t.Errorf("set latency histogram: %d samples summing to %vs, want 3 and a positive sum", h.GetSampleCount(), h.GetSampleSum())
+	}
+	if h := value(t, fams, "tandem_store_op_duration_seconds", map[string]string{"op": "wait"}).GetHistogram(); h.GetSampleSum() < 0.005 {
+		t.Errorf("the Wait that timed out after 10ms (by the server's clock) was observed taking %vs", h.GetSampleSum())
+	}
+}
+
+// Sends and receives are counted by kind with their bytes, and one that
+// waits (a receive whose message has not come) holds back nothing issued
+// after it.
+func TestGroupCountsSendRecv(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pgs, err := local.NewGroups(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, pg := range pgs {
+			pg.Close()
+		}
+	}()
+	// Rank 1 waits for a message under tag 9 that does not come until the end.
+	late := tensor.New(tensor.WithShape(1), tensor.Of(tensor.Float64))
+	pending := pgs[1].IRecv(ctx, late, 0, 9)
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := tensor.New(tensor.WithShape(4), tensor.Of(tensor.Float32))
+			for range 3 {
+				var err error
+				if r == 0 {
+					err = pgs[0].Send(ctx, x, 1, 1)
+				} else {
+					err = pgs[1].Recv(ctx, x, 0, 1)
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- pgs[r].AllReduce(ctx, x, comm.Sum).Wait(ctx)
+		}()
+	}
+	wg.Wait()
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr, err := metrics.Serve(ctx, "127.0.0.1:0", metrics.Group(pgs[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, ctx, addr)
+	if got := num(value(t, fams, "tandem_collectives_total", map[string]string{"kind": "recv", "state": "done"})); got != 3 {
+		t.Errorf("%v receives counted, want 3", got)
+	}
+	if got := num(value(t, fams, "tandem_collective_bytes_total", map[string]string{"kind": "recv"})); got != 3*16 {
+		t.Errorf("%v bytes received, want 48", got)
+	}
+	if got := num(value(t, fams, "tandem_collectives_total", map[string]string{"kind": "all_reduce", "state": "done"})); got != 1 {
+		t.Errorf("%v all_reduce counted after the waiting receive, want 1", got)
+	}
+	// The late message arrives: its receive is counted in the next scrape.
+	if err := pgs[0].Send(ctx, late, 1, 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := pending.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fams = scrape(t, ctx, addr)
+	if got := num(value(t, fams, "tandem_collectives_total", map[string]string{"kind": "recv", "state": "done"})); got != 4 {
+		t.Errorf("%v receives counted once the late one came, want 4", got)
+	}
 }

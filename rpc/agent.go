@@ -109,6 +109,13 @@ func Init(ctx context.Context, name string, rank, worldSize int, opts ...Option)
 	if strings.ContainsAny(name, "\x00\n") || len(name) > maxNameLen {
 		return nil, fmt.Errorf("%w: rpc: worker name %q: no NUL or newline, at most %d bytes", ErrInvalidArgument, name, maxNameLen)
 	}
+	if !o.debugSet {
+		dbg, err := launch.DebugFromEnv()
+		if err != nil {
+			return nil, fmt.Errorf("rpc: init: %w", err)
+		}
+		o.debug = dbg.Level
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
@@ -151,8 +158,17 @@ func Init(ctx context.Context, name string, rank, worldSize int, opts ...Option)
 	if err := a.agreeToken(ctx); err != nil {
 		return nil, err
 	}
+	met := time.Now()
 	if err := a.rendezvous(ctx, worldSize); err != nil {
 		return nil, err
+	}
+	if o.debug >= launch.DebugInfo {
+		names := make([]string, len(a.workers))
+		for r, w := range a.workers {
+			names[r] = w.Name
+		}
+		o.logger.Info("rpc: workers met", "worker", a.self.Name, "rank", rank, "world_size", worldSize,
+			"workers", names, "took", time.Since(met))
 	}
 	for _, ext := range registeredExtensions() {
 		if err := ext.attach(a); err != nil {

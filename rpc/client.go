@@ -12,6 +12,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/internal/liveness"
+	"github.com/tandemml/tandem/launch"
 )
 
 // Sync calls fn on worker to with arg and waits for its result, which must
@@ -128,7 +129,11 @@ func (p *pendingCall) finish(r *Response, err error) {
 		// into them (a local copy, short).
 		<-filling
 	}
-	p.a.m.callDone(time.Since(p.start), err)
+	took := time.Since(p.start)
+	p.a.m.callDone(took, err)
+	if a := p.a; a.opts.debug >= launch.DebugDetail {
+		a.opts.logger.Info("rpc: call", "worker", a.self.Name, "to", p.c.peer.Name, "fn", p.fn, "took", took, "err", err)
+	}
 	p.fut.Complete(r, err)
 }
 

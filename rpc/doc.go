@@ -172,6 +172,20 @@
 // functions locally with CallLocal, and make graceful shutdown wait for
 // their background work with Hold.
 //
+// # Observing
+//
+// Agent.Metrics counts calls and requests by outcome, those in flight, and
+// the latencies of calls (package metrics serves them to Prometheus). The
+// debug level (TANDEM_DEBUG or TORCH_DISTRIBUTED_DEBUG, or WithDebugLevel)
+// adds log lines on the agent's logger: at INFO the rendezvous (the
+// workers that met, the world size and how long it took), at DETAIL also
+// every call the agent makes (callee, function, duration, error) and every
+// request it serves. The agent keeps no flight record of its calls as
+// process groups do of their collectives: calls have no order that every
+// worker shares, so there is no operation that one worker did not reach
+// for a merged record to point at; the DETAIL log and the metrics say what
+// a record would.
+//
 // # Ending
 //
 // Shutdown(ctx, true) waits until all outstanding work on all workers is

@@ -45,6 +45,8 @@ type options struct {
 	timeout        time.Duration
 	maxMessage     int64
 	logger         *slog.Logger
+	debug          launch.DebugLevel // valid when debugSet
+	debugSet       bool
 	clientIC       []ClientInterceptor
 	serverIC       []ServerInterceptor
 	socketBuffer   int
@@ -160,8 +162,17 @@ func WithMaxMessageSize(n int64) Option {
 }
 
 // WithLogger sets where the agent logs connection failures and leaks
-// (slog.Default otherwise).
+// (slog.Default otherwise), and what the debug level asks for.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithDebugLevel sets the agent's debug level, overriding TANDEM_DEBUG (and
+// TORCH_DISTRIBUTED_DEBUG): at launch.DebugInfo the agent logs the
+// rendezvous (who met, how long it took), at launch.DebugDetail also every
+// call it makes (callee, function, duration, error) and every request it
+// serves, with slog at level Info on its logger.
+func WithDebugLevel(l launch.DebugLevel) Option {
+	return func(o *options) { o.debug, o.debugSet = l, true }
+}
 
 // WithClientInterceptor adds an interceptor around every outgoing call (the
 // first added is the outermost).

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/tandemml/tandem/launch"
 )
 
 // onRequest handles a frame read from a server connection. For a call to a
@@ -239,5 +241,8 @@ func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, v any, err e
 		enc.abandon()
 	}
 	a.m.requestDone(err)
+	if a.opts.debug >= launch.DebugDetail {
+		a.opts.logger.Info("rpc: request served", "worker", a.self.Name, "from", c.peer.Name, "fn", fn, "err", err)
+	}
 	return settled
 }

@@ -27,7 +27,8 @@ func init() {
 // of a job dumped (on an abort, a timeout, a lost peer, SIGUSR1 or on
 // request; see comm.FlightRecord), says in one paragraph per process group
 // which rank did not reach which operation, or which ranks disagree, and
-// since when, and prints each rank's last operations.
+// since when, and which send or receive did not finish and whether the
+// peer issued its match, and prints each rank's last operations.
 func runDebug(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("debug", flag.ContinueOnError)
 	last := fs.Int("n", 5, "operations to list per rank and group")
@@ -112,7 +113,9 @@ type groupView struct {
 	name    string
 	id      uint32
 	members []int                     // world ranks
-	byWorld map[int]*comm.FlightGroup // records present, by world rank
+	byWorld map[int]*comm.FlightGroup // records present, by world rank: their collectives
+	p2p     map[int][]comm.FlightOp   // their sends and receives, by world rank
+	all     map[int][]comm.FlightOp   // every operation, in the order issued, by world rank
 	peerErr map[int][]string          // world rank -> what the others said about it
 }
 
@@ -125,10 +128,23 @@ func groupViews(recs []comm.FlightRecord) []*groupView {
 			g := &rec.Groups[gi]
 			v := views[g.ID]
 			if v == nil {
-				v = &groupView{name: g.Name, id: g.ID, members: g.Members, byWorld: map[int]*comm.FlightGroup{}, peerErr: map[int][]string{}}
+				v = &groupView{name: g.Name, id: g.ID, members: g.Members, byWorld: map[int]*comm.FlightGroup{},
+					p2p: map[int][]comm.FlightOp{}, all: map[int][]comm.FlightOp{}, peerErr: map[int][]string{}}
 				views[g.ID] = v
 			}
-			v.byWorld[rec.Rank] = g
+			// The collectives are numbered alike on every rank; sends and
+			// receives by stream, matched apart.
+			coll := *g
+			coll.Ops = nil
+			for _, op := range g.Ops {
+				if op.P2P != nil {
+					v.p2p[rec.Rank] = append(v.p2p[rec.Rank], op)
+				} else {
+					coll.Ops = append(coll.Ops, op)
+				}
+			}
+			v.byWorld[rec.Rank] = &coll
+			v.all[rec.Rank] = g.Ops
 		}
 	}
 	out := make([]*groupView, 0, len(views))
@@ -184,8 +200,88 @@ func rankList(rs []int) string {
 }
 
 // diagnose says in one paragraph what went wrong in the group, or that
-// nothing did; ok is false when it found a problem.
+// nothing did; ok is false when it found a problem. Sends and receives
+// that did not finish are named after the collectives' diagnosis.
 func (v *groupView) diagnose() (para string, ok bool) {
+	para, ok = v.diagnoseCollectives()
+	if p2p := v.pendingP2P(); p2p != "" {
+		if ok {
+			para = fmt.Sprintf("Group %q (%d ranks): the collectives are not held up, but %s", v.name, len(v.members), p2p)
+		} else {
+			para += " Besides, " + p2p
+		}
+		return para, false
+	}
+	return para, ok
+}
+
+// pendingP2P describes the sends and receives that did not finish, each
+// with what the peer's record says of its matching operation, or "".
+func (v *groupView) pendingP2P() string {
+	var parts []string
+	for _, r := range v.members {
+		for _, op := range v.p2p[r] {
+			if op.State == "done" {
+				continue
+			}
+			peer := op.P2P.Peer
+			if peer >= 0 && peer < len(v.members) {
+				peer = v.members[peer] // group rank to world rank
+			}
+			dir, match, mdir := "to", "recv", "from"
+			if op.Kind == "recv" {
+				dir, match, mdir = "from", "send", "to"
+			}
+			what := fmt.Sprintf("rank %d's %s #%d %s rank %d under tag %d (%s) is %s since %s", r, op.Kind, op.Seq, dir, peer, op.P2P.Tag, op.Desc, op.State, clock(startOf(op)))
+			if op.State == "failed" && op.Error != "" {
+				what = fmt.Sprintf("rank %d's %s #%d %s rank %d under tag %d (%s) failed at %s: %s", r, op.Kind, op.Seq, dir, peer, op.P2P.Tag, op.Desc, clock(endOf(op)), firstLine(op.Error))
+			}
+			switch theirs, last, has := v.matching(peer, r, match, op); {
+			case !has:
+				what += fmt.Sprintf("; rank %d left no record", peer)
+			case theirs != nil:
+				what += fmt.Sprintf("; rank %d's matching %s is %s", peer, match, theirs.State)
+			case last >= 0:
+				what += fmt.Sprintf("; rank %d did not issue the matching %s #%d (its last %s %s rank %d under that tag was #%d)", peer, match, op.Seq, match, mdir, r, last)
+			default:
+				what += fmt.Sprintf("; rank %d did not issue the matching %s #%d (it has no %s %s rank %d under that tag on record)", peer, match, op.Seq, match, mdir, r)
+			}
+			parts = append(parts, what)
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	for i := 1; i < len(parts); i++ {
+		parts[i] = capital(parts[i])
+	}
+	return strings.Join(parts, ". ") + "."
+}
+
+// matching finds, in world rank peer's record, the operation of kind
+// that matches op of world rank r (the same number in the same stream,
+// the other way), or else the number of the last of that stream it has
+// (-1 if none); has is false when peer left no record.
+func (v *groupView) matching(peer, r int, kind string, op comm.FlightOp) (m *comm.FlightOp, last int64, has bool) {
+	if _, has = v.byWorld[peer]; !has {
+		return nil, -1, false
+	}
+	gr := slices.Index(v.members, r) // r's rank in the group
+	last = -1
+	for i, o := range v.p2p[peer] {
+		if o.Kind != kind || o.P2P.Peer != gr || o.P2P.Tag != op.P2P.Tag {
+			continue
+		}
+		if o.Seq == op.Seq {
+			return &v.p2p[peer][i], int64(o.Seq), true
+		}
+		last = max(last, int64(o.Seq))
+	}
+	return nil, last, true
+}
+
+// diagnoseCollectives is diagnose for the group's collectives.
+func (v *groupView) diagnoseCollectives() (para string, ok bool) {
 	label := fmt.Sprintf("Group %q (%d ranks)", v.name, len(v.members))
 	var present, absent []int
 	for _, r := range v.members {
@@ -417,12 +513,12 @@ func writeDebugReport(w io.Writer, recs []comm.FlightRecord, last int) error {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "rank\tseq\tkind\tstate\tenqueued\ttook\tfingerprint")
 		for _, r := range v.members {
-			g, has := v.byWorld[r]
+			_, has := v.byWorld[r]
 			if !has {
 				fmt.Fprintf(tw, "%d\t-\t(no record)\t\t\t\t\n", r)
 				continue
 			}
-			ops := g.Ops[max(0, len(g.Ops)-last):]
+			ops := v.all[r][max(0, len(v.all[r])-last):]
 			if len(ops) == 0 {
 				fmt.Fprintf(tw, "%d\t-\t(no operations)\t\t\t\t\n", r)
 			}
@@ -434,7 +530,11 @@ func writeDebugReport(w io.Writer, recs []comm.FlightRecord, last int) error {
 				case op.State == "running":
 					took = "running " + recTime(recs, r).Sub(startOf(op)).Round(time.Millisecond).String()
 				}
-				fmt.Fprintf(tw, "%d\t#%d\t%s\t%s\t%s\t%s\t%s\n", r, op.Seq, op.Kind, op.State, clock(op.Enqueued), took, op.Desc)
+				seq := fmt.Sprintf("#%d", op.Seq)
+				if op.P2P != nil {
+					seq = fmt.Sprintf("%s#%d", op.Kind, op.Seq) // its stream's number
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r, seq, op.Kind, op.State, clock(op.Enqueued), took, op.Desc)
 			}
 		}
 		tw.Flush()

@@ -379,3 +379,37 @@ func TestDebugFindsStoppedRank(t *testing.T) {
 		t.Errorf("with every record, the report no longer blames rank 1")
 	}
 }
+
+// A receive whose message was never sent is named, with the peer's last
+// send in that stream, when the collectives are fine; the sends and
+// receives are listed with their streams' numbers.
+func TestDebugNamesPendingReceive(t *testing.T) {
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	recs := []comm.FlightRecord{synthRecord(0, 2, 4, false, base), synthRecord(1, 2, 4, false, base)}
+	p2p := func(kind string, seq uint32, peer int, state string, at time.Duration) comm.FlightOp {
+		dir := "to"
+		if kind == "recv" {
+			dir = "from"
+		}
+		t := base.Add(at)
+		op := comm.FlightOp{Seq: seq, Kind: kind, Desc: fmt.Sprintf("%s(float32,[8],%s=%d,tag=3)", kind, dir, peer), P2P: &comm.FlightP2P{Peer: peer, Tag: 3},
+			State: state, Enqueued: t, Started: t}
+		if state == "done" {
+			op.Ended = t.Add(time.Millisecond)
+		}
+		return op
+	}
+	g0, g1 := &recs[0].Groups[0], &recs[1].Groups[0]
+	g0.Ops = append(g0.Ops, p2p("send", 0, 1, "done", 100*time.Millisecond), p2p("send", 1, 1, "done", 110*time.Millisecond))
+	g1.Ops = append(g1.Ops, p2p("recv", 0, 0, "done", 100*time.Millisecond), p2p("recv", 1, 0, "done", 110*time.Millisecond),
+		p2p("recv", 2, 0, "running", 120*time.Millisecond))
+	out := debugReport(t, writeRecords(t, recs...))
+	mustContain(t, out, `Group "world" (2 ranks): the collectives are not held up, but rank 1's recv #2 from rank 0 under tag 3 (recv(float32,[8],from=0,tag=3)) is running since 03:04:05.120; rank 0 did not issue the matching send #2 (its last send to rank 1 under that tag was #1).`,
+		"0 send#1 send done", "1 recv#2 recv running", "1 recv#1 recv done")
+	// Both sides posted their operation: the report says so.
+	g0.Ops = append(g0.Ops, p2p("send", 2, 1, "running", 130*time.Millisecond))
+	out = debugReport(t, writeRecords(t, recs...))
+	mustContain(t, out, "Rank 1's recv #2 from rank 0 under tag 3", "rank 0's matching send is running",
+		"rank 0's send #2 to rank 1 under tag 3 (send(float32,[8],to=1,tag=3)) is running since 03:04:05.130; rank 1's matching recv is running")
+	t.Log("\n" + out)
+}

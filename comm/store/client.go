@@ -97,7 +97,7 @@ var _ Store = (*TCPStore)(nil)
 // the server is not up yet, until ctx's deadline (the store's timeout when
 // ctx has none).
 // Options: WithToken (default from TANDEM_TOKEN), WithTimeout, WithMaxFrame,
-// WithMaxValue, WithLogger. A server that refuses the token, or that cannot
+// WithMaxValue, WithLogger, WithObserver. A server that refuses the token, or that cannot
 // prove it holds the client's token, yields an error wrapping
 // ErrUnauthorized.
 func Dial(ctx context.Context, addr string, opts ...Option) (Store, error) {
@@ -547,16 +547,30 @@ func replyError(r *message) error {
 // request describes one call for do.
 type request struct {
 	op       string // for messages
+	label    string // for the observer: op with underscores
 	m        message
 	blocking bool          // Get, MultiGet, Wait: m.num carries the timeout
 	wait     time.Duration // Wait's own timeout; 0 for the store's default
 	once     bool          // a write: the server applies it at most once
 }
 
-// do sends a request and returns the server's reply, reconnecting and
+// do sends a request and returns the server's reply (see send), and
+// reports the call to the observer, if there is one.
+func (s *TCPStore) do(ctx context.Context, rq *request) (message, error) {
+	o := s.cfg.observer
+	if o == nil {
+		return s.send(ctx, rq)
+	}
+	start := time.Now()
+	r, err := s.send(ctx, rq)
+	o.StoreOp(rq.label, time.Since(start), err)
+	return r, err
+}
+
+// send sends a request and returns the server's reply, reconnecting and
 // sending it again (same id, so the server can recognise a repeat) when the
 // connection breaks.
-func (s *TCPStore) do(ctx context.Context, rq *request) (message, error) {
+func (s *TCPStore) send(ctx context.Context, rq *request) (message, error) {
 	if err := ctx.Err(); err != nil {
 		return message{}, ctxError(ctx, rq.op)
 	}
@@ -675,14 +689,14 @@ func (s *TCPStore) Set(ctx context.Context, key string, value []byte) error {
 	if err := s.checkValue("set", len(value)); err != nil {
 		return err
 	}
-	_, err := s.do(ctx, &request{op: "set", once: true,
+	_, err := s.do(ctx, &request{op: "set", label: "set", once: true,
 		m: message{op: opSet, keys: []string{key}, vals: [][]byte{value}}})
 	return err
 }
 
 // Get implements Store.
 func (s *TCPStore) Get(ctx context.Context, key string) ([]byte, error) {
-	r, err := s.do(ctx, &request{op: "get", blocking: true,
+	r, err := s.do(ctx, &request{op: "get", label: "get", blocking: true,
 		m: message{op: opGet, keys: []string{key}}})
 	if err != nil {
 		return nil, err
@@ -696,7 +710,7 @@ func (s *TCPStore) Get(ctx context.Context, key string) ([]byte, error) {
 // Add implements Store. After a reconnect it is applied at most once; see
 // TCPStore.
 func (s *TCPStore) Add(ctx context.Context, key string, delta int64) (int64, error) {
-	r, err := s.do(ctx, &request{op: "add", once: true,
+	r, err := s.do(ctx, &request{op: "add", label: "add", once: true,
 		m: message{op: opAdd, keys: []string{key}, num: delta}})
 	return r.num, err
 }
@@ -707,7 +721,7 @@ func (s *TCPStore) CompareSet(ctx context.Context, key string, expected, desired
 	if err := s.checkValue("compare-set", len(desired)); err != nil {
 		return nil, err
 	}
-	r, err := s.do(ctx, &request{op: "compare-set", once: true,
+	r, err := s.do(ctx, &request{op: "compare-set", label: "compare_set", once: true,
 		m: message{op: opCompareSet, keys: []string{key}, vals: [][]byte{expected, desired}}})
 	if err != nil {
 		return nil, err
@@ -720,26 +734,26 @@ func (s *TCPStore) CompareSet(ctx context.Context, key string, expected, desired
 
 // DeleteKey implements Store.
 func (s *TCPStore) DeleteKey(ctx context.Context, key string) (bool, error) {
-	r, err := s.do(ctx, &request{op: "delete-key", once: true,
+	r, err := s.do(ctx, &request{op: "delete-key", label: "delete_key", once: true,
 		m: message{op: opDeleteKey, keys: []string{key}}})
 	return r.num != 0, err
 }
 
 // NumKeys implements Store.
 func (s *TCPStore) NumKeys(ctx context.Context) (int64, error) {
-	r, err := s.do(ctx, &request{op: "num-keys", m: message{op: opNumKeys}})
+	r, err := s.do(ctx, &request{op: "num-keys", label: "num_keys", m: message{op: opNumKeys}})
 	return r.num, err
 }
 
 // Check implements Store.
 func (s *TCPStore) Check(ctx context.Context, keys []string) (bool, error) {
-	r, err := s.do(ctx, &request{op: "check", m: message{op: opCheck, keys: keys}})
+	r, err := s.do(ctx, &request{op: "check", label: "check", m: message{op: opCheck, keys: keys}})
 	return r.num != 0, err
 }
 
 // Wait implements Store.
 func (s *TCPStore) Wait(ctx context.Context, keys []string, timeout time.Duration) error {
-	_, err := s.do(ctx, &request{op: "wait", blocking: true, wait: timeout,
+	_, err := s.do(ctx, &request{op: "wait", label: "wait", blocking: true, wait: timeout,
 		m: message{op: opWait, keys: keys}})
 	return err
 }
@@ -756,14 +770,14 @@ func (s *TCPStore) MultiSet(ctx context.Context, keys []string, values [][]byte)
 	if err := s.checkValue("multi-set", n); err != nil {
 		return err
 	}
-	_, err := s.do(ctx, &request{op: "multi-set", once: true,
+	_, err := s.do(ctx, &request{op: "multi-set", label: "multi_set", once: true,
 		m: message{op: opMultiSet, keys: keys, vals: values}})
 	return err
 }
 
 // MultiGet implements Store.
 func (s *TCPStore) MultiGet(ctx context.Context, keys []string) ([][]byte, error) {
-	r, err := s.do(ctx, &request{op: "multi-get", blocking: true,
+	r, err := s.do(ctx, &request{op: "multi-get", label: "multi_get", blocking: true,
 		m: message{op: opMultiGet, keys: keys}})
 	if err != nil {
 		return nil, err
@@ -780,7 +794,7 @@ func (s *TCPStore) Append(ctx context.Context, key string, value []byte) error {
 	if err := s.checkValue("append", len(value)); err != nil {
 		return err
 	}
-	_, err := s.do(ctx, &request{op: "append", once: true,
+	_, err := s.do(ctx, &request{op: "append", label: "append", once: true,
 		m: message{op: opAppend, keys: []string{key}, vals: [][]byte{value}}})
 	return err
 }

@@ -65,4 +65,12 @@
 // breaks reconnects and sends its in-flight requests again; writes are
 // applied at most once thanks to a per-client session the server remembers
 // (see TCPStore for the exact guarantees).
+//
+// # Observing
+//
+// A TCP store client keeps no counters of its own. WithObserver hands it an
+// Observer that it tells of every operation it completes: the operation's
+// name, its duration (reconnects included) and its error. Package metrics
+// implements one that serves them as Prometheus metrics; this package does
+// not depend on it.
 package store

@@ -32,6 +32,7 @@ type config struct {
 	maxValue int
 	logger   *slog.Logger
 	poll     time.Duration
+	observer Observer
 
 	maxPending, maxPendingPerHost int
 }
@@ -136,5 +137,25 @@ func WithPollInterval(d time.Duration) Option {
 		if d > 0 {
 			c.poll = d
 		}
+	}
+}
+
+// Observer is told of every operation a TCP store client completes: its
+// name (set, get, add, compare_set, delete_key, num_keys, check, wait,
+// multi_set, multi_get, append), how long it took, reconnects and retries
+// included, and its error (nil on success). StoreOp is called on the
+// goroutine that made the call, after the reply, so it must be quick and
+// safe for concurrent use. Package metrics implements one (metrics.Store)
+// that counts the operations and keeps histograms of their latencies.
+type Observer interface {
+	StoreOp(op string, d time.Duration, err error)
+}
+
+// WithObserver has a TCP store client report each of its operations to o.
+// Without it (the default) nothing is measured. The memory and file stores
+// ignore it.
+func WithObserver(o Observer) Option {
+	return func(c *config) {
+		c.observer = o
 	}
 }

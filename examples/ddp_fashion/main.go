@@ -12,6 +12,12 @@
 //
 // Started without a launcher it trains in a single process.
 //
+// Under `tandem run -metrics-addr HOST:PORT` (make demo passes
+// 127.0.0.1:0) every rank serves Prometheus metrics and prints where: its
+// collectives, the rendezvous store's operations, DDP's steps with their
+// step, forward, backward and communication times and overlap, and the
+// launcher's restarts (see package metrics).
+//
 // -resume continues from the newest intact checkpoint in -out, skipping
 // (and naming) newer ones that are truncated or fail their checksum. A run
 // whose loss, gradients or weights stop being finite stops at once on every
@@ -28,10 +34,12 @@ import (
 	"io/fs"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/local"
+	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/data"
 	"github.com/tandemml/tandem/ddp"
 	"github.com/tandemml/tandem/internal/blas"
@@ -128,17 +136,31 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pg, err := joinJob(ctx, job, stdout)
+	// Under tandem run -metrics-addr (make demo), this rank serves its
+	// metrics: its collectives, the rendezvous store's operations, DDP's
+	// step, forward, backward and communication times (once train has
+	// made it) and the restarts.
+	_, serve := launch.MetricsAddr(os.LookupEnv)
+	var initOpts []comm.InitOption
+	var storeOps *metrics.StoreMetrics
+	if serve {
+		storeOps = metrics.Store()
+		initOpts = append(initOpts, comm.WithStoreOptions(store.WithObserver(storeOps)))
+	}
+	pg, err := joinJob(ctx, job, stdout, initOpts...)
 	if err != nil {
 		return err
 	}
 	defer pg.Close()
-	// Under tandem run -metrics-addr, serve this rank's collectives.
-	mctx, stopMetrics := context.WithCancel(ctx)
-	defer stopMetrics()
-	if addr, err := metrics.ServeFromEnv(mctx, metrics.Group(pg)); err != nil {
-		return err
-	} else if addr != "" {
+	if serve {
+		var model liveDDP
+		cfg.OnDDP = model.set
+		mctx, stopMetrics := context.WithCancel(ctx)
+		defer stopMetrics()
+		addr, err := metrics.ServeFromEnv(mctx, metrics.Group(pg), metrics.DDP(&model), storeOps)
+		if err != nil {
+			return err
+		}
 		fmt.Fprintf(stdout, "ddp_fashion: rank %d serves metrics at http://%s%s\n", pg.Rank(), addr, metrics.Path)
 	}
 	note := resumeOnRestart(&cfg, job)
@@ -160,9 +182,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 // run, torchrun, mpirun, Slurm, Kubeflow: whatever package launch
 // recognised in job), or a group of one when no launcher started this
 // process.
-func joinJob(ctx context.Context, job launch.Job, stdout io.Writer) (*comm.ProcessGroup, error) {
+func joinJob(ctx context.Context, job launch.Job, stdout io.Writer, opts ...comm.InitOption) (*comm.ProcessGroup, error) {
 	if job.Launcher != launch.Unknown {
-		return comm.InitFromEnv(ctx)
+		return comm.InitFromEnv(ctx, opts...)
 	}
 	fmt.Fprintln(stdout, "ddp_fashion: no launcher environment (RANK, WORLD_SIZE); training in this process alone")
 	groups, err := local.NewGroups(ctx, 1)
@@ -170,6 +192,20 @@ func joinJob(ctx context.Context, job launch.Job, stdout io.Writer) (*comm.Proce
 		return nil, err
 	}
 	return groups[0], nil
+}
+
+// liveDDP is the model's DDP for the metrics endpoint, which serves from
+// before train makes it: its Stats are zero until then.
+type liveDDP struct{ p atomic.Pointer[ddp.DDP] }
+
+func (l *liveDDP) set(d *ddp.DDP) { l.p.Store(d) }
+
+// Stats implements metrics.StatsSource.
+func (l *liveDDP) Stats() ddp.Stats {
+	if d := l.p.Load(); d != nil {
+		return d.Stats()
+	}
+	return ddp.Stats{}
 }
 
 // restartVar names the variable that counts restarts under job's launcher.

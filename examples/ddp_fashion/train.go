@@ -43,6 +43,10 @@ type config struct {
 	ProgressEvery int              // percent between progress lines
 	Now           func() time.Time // clock for the progress display (nil = time.Now)
 
+	// OnDDP, when set, is given the model's DDP once it is made (to serve
+	// its Stats as metrics).
+	OnDDP func(*ddp.DDP)
+
 	nanInput *nanInput // test aid: a NaN in one rank's batch (see nanInput)
 }
 
@@ -199,6 +203,9 @@ func train(ctx context.Context, pg *comm.ProcessGroup, cfg config, trainSet, tes
 	net, err := ddp.New(ctx, pg, model, ddpOpts...)
 	if err != nil {
 		return nil, nil, err
+	}
+	if cfg.OnDDP != nil {
+		cfg.OnDDP(net)
 	}
 	if start < cfg.Epochs {
 		fmt.Fprintf(w, "training on %d examples (%d per rank, %d steps of %d per epoch) with %d rank(s), testing on %d\n",
