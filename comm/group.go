@@ -66,7 +66,7 @@ type world struct {
 	// abortDone is closed when the transport's abort returns (nil before
 	// an abort).
 	abortDone <-chan struct{}
-	groups   []*ProcessGroup // every group handle made on this world, for the flight record
+	groups    []*ProcessGroup // every group handle made on this world, for the flight record
 
 	flightDir string       // where flight records are dumped
 	logger    *slog.Logger // the world group's
@@ -256,13 +256,6 @@ func (w *world) abort(cause error) {
 		<-done
 	}
 }
-
-// abortNoWait is abort for a failing operation: every operation fails at
-// once, and the transport's abort (frames telling the peers, then up to a
-// grace period for them to answer, which a stopped peer never does) goes on
-// in the background, so the operation's error reaches its caller without
-// that wait. Close waits for it.
-func (w *world) abortNoWait(cause error) { w.startAbort(cause) }
 
 // startAbort records cause, dumps the flight record, fails every operation
 // and starts the transport's abort; it returns a channel closed when that

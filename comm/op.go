@@ -357,6 +357,6 @@ func (pg *ProcessGroup) fail(ctx context.Context, label string, err error) error
 		out = fmt.Errorf("%s: %w", label, err)
 	}
 	pg.opts.logger.Warn("comm: collective failed; aborting the process group", "group", pg.name, "rank", pg.rank, "err", out)
-	pg.world.abortNoWait(out)
+	pg.world.abort(out)
 	return out
 }

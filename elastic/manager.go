@@ -94,8 +94,8 @@ type Manager struct {
 	detectedAt time.Time // when dirty was set
 	events     []Event
 
-	waiting   atomic.Int64 // the waiting counter as last polled
-	current   atomic.Int64 // the round this member runs in, 0 between rounds
+	waiting   atomic.Int64                      // the waiting counter as last polled
+	current   atomic.Int64                      // the round this member runs in, 0 between rounds
 	live      atomic.Pointer[comm.ProcessGroup] // its group, nil between rounds
 	stopWatch context.CancelFunc
 	watchDone chan struct{}

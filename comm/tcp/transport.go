@@ -46,6 +46,8 @@ type Transport struct {
 
 	life      sync.Mutex // serialises Abort and Close
 	closeOnce sync.Once
+	drainOnce sync.Once     // drainAsync's
+	drained   chan struct{} // closed when Abort's drain ends
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -170,10 +172,13 @@ func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf [
 
 // Abort fails every pending and future operation with an error wrapping
 // cause, and sends an abort frame to every peer so that their operations with
-// this rank fail with ErrPeerLost. It returns once every peer has
-// acknowledged (by closing its side of the connection) or a grace period of
-// a few seconds has passed, so that afterwards no peer still believes this
-// rank alive. Close must still be called.
+// this rank fail with ErrPeerLost. It returns once the frames are sent; the
+// wait for every peer's acknowledgement (it closes its side of the
+// connection), bounded by a grace period of a few seconds, goes on in the
+// background, since a stopped or unreachable peer never answers and the
+// caller of a failed operation should not wait for it. Close must still be
+// called; it waits for the acknowledgements, so that after Close no peer
+// still believes this rank alive.
 func (t *Transport) Abort(cause error) {
 	if cause == nil {
 		cause = errors.New("no cause given")
@@ -192,10 +197,20 @@ func (t *Transport) Abort(cause error) {
 		text = text[:maxCauseLen]
 	}
 	t.eachConn(func(p *peer) { p.shutdownWrite(frameAbort, text) })
-	// Wait until every peer has taken note: a peer answers the abort frame
-	// by closing its side, which ends our reader. Once Abort returns, no
-	// live peer can still send to this rank successfully.
-	t.drainReaders()
+	// A peer answers the abort frame by closing its side, which ends our
+	// reader; Close waits for that (drainReaders), Abort does not.
+	t.drainAsync()
+}
+
+// drainAsync starts drainReaders in the background (once).
+func (t *Transport) drainAsync() {
+	t.drainOnce.Do(func() {
+		t.drained = make(chan struct{})
+		go func() {
+			defer close(t.drained)
+			t.drainReaders()
+		}()
+	})
 }
 
 // drainReaders lets every reader run until its peer closes its side, for at
@@ -224,7 +239,8 @@ func (t *Transport) Close() error {
 		t.eachConn(func(p *peer) { p.shutdownWrite(frameBye, nil) })
 		t.life.Unlock()
 		// Let readers drain until each peer closes its side, then cut.
-		t.drainReaders()
+		t.drainAsync()
+		<-t.drained
 		t.watchers.Wait() // every peer has failed, so each ends promptly
 		for _, p := range t.peers {
 			if p.conn != nil {
