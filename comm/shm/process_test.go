@@ -106,8 +106,17 @@ func TestHelperRank(t *testing.T) {
 }
 
 func backendNamed(name string) transport.Backend {
-	if name == "tcp" {
+	switch name {
+	case "tcp":
 		return tcp.NewBackend(tcp.WithHost("127.0.0.1"))
+	case comm.AutoBackend:
+		// comm.Init's default: it finds every rank on this host and
+		// connects through shared memory.
+		b, err := comm.Lookup(comm.AutoBackend)
+		if err != nil {
+			panic(err)
+		}
+		return b
 	}
 	return shm.NewBackend()
 }
