@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
 )
@@ -140,14 +139,6 @@ func (h *hierTransport) PeerError(peer int) error {
 		return pe.PeerError(p)
 	}
 	return nil
-}
-
-// PeerTimeout returns the TCP transport's peer timeout when it has one.
-func (h *hierTransport) PeerTimeout() time.Duration {
-	if pt, ok := h.tcp.(interface{ PeerTimeout() time.Duration }); ok {
-		return pt.PeerTimeout()
-	}
-	return 0
 }
 
 // Abort aborts both paths: every peer, on this host or another, sees this
