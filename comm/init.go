@@ -168,9 +168,9 @@ func InitFromEnv(ctx context.Context, opts ...InitOption) (*ProcessGroup, error)
 // waits for all ranks (naming those that never arrive), connects the
 // backend (WithBackend, else $TANDEM_BACKEND, else "auto": shared memory
 // when every rank runs on this host, TCP between hosts, see AutoBackend)
-// and returns the group. Everything is
-// bounded by ctx and WithInitTimeout. Unless WithoutDefault is given, the first
-// group Init returns in a process also becomes the default group.
+// and returns the group. Everything is bounded by ctx and WithInitTimeout.
+// Unless WithoutDefault is given, the first group Init returns in a process
+// also becomes the default group.
 //
 // The group owns the store that Init created (not one passed with WithStore)
 // and closes it with itself. With file://, the last rank to close its group
