@@ -12,7 +12,11 @@ import (
 // every rank (in place). Every rank passes a tensor of the same dtype and
 // shape. Buffers of at least WithRingThreshold bytes use a pipelined ring
 // (reduce-scatter then all-gather, bandwidth-optimal); smaller ones use
-// recursive doubling (latency-optimal). Every rank ends with bit-identical
+// recursive doubling (latency-optimal). When the group's ranks run on
+// several hosts, several of them on some host (the automatic backend's
+// layout, see AutoBackend), all-reduce runs hierarchically instead: reduce
+// inside each host, the same choice of algorithms between one leader per
+// host, broadcast inside each host. Every rank ends with bit-identical
 // values.
 func (pg *ProcessGroup) AllReduce(ctx context.Context, t *tensor.Dense, op ReduceOp) Work {
 	buf, err := tensorBuffer(t, "all_reduce tensor")
@@ -97,6 +101,9 @@ func allReduceBytes(ctx context.Context, c *opCtx, b []byte, dt dtype, op Reduce
 			finalize(b)
 		}
 		return nil
+	}
+	if local, leaders, ok := c.hostViews(); ok {
+		return hierAllReduce(ctx, local, leaders, b, dt, op.kind, finalize)
 	}
 	if len(b) < c.pg.opts.ringThreshold || len(b)/dt.size() < n {
 		return recursiveDoubling(ctx, c, b, dt, op.kind, finalize)

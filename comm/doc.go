@@ -5,8 +5,8 @@
 // the small point-to-point interface in comm/transport.
 //
 // comm is to its backends what database/sql is to its drivers: a backend
-// (comm/tcp for processes over sockets, comm/local for goroutine ranks in one
-// process) provides a transport.Transport and registers itself by name with
+// (comm/tcp for processes over sockets, comm/shm for processes of one host,
+// comm/local for goroutine ranks in one process) provides a transport.Transport and registers itself by name with
 // Register; the algorithms (ring, recursive doubling, binomial trees,
 // pairwise exchange) live here and know nothing of sockets.
 //
@@ -37,6 +37,15 @@
 // `tandem run -rdzv-endpoint`, `tandem store` serves Tandem's store there and
 // every rank joins it under the round's TANDEM_STORE_PREFIX. Init with tcp:// or
 // file:// URLs, or WithStore, meets elsewhere.
+//
+// Init chooses the transport from where the ranks run (AutoBackend): each
+// rank publishes its host's identity (boot id, network, mount and PID
+// namespaces) in the store, and a world whose ranks all share one host
+// connects through shared memory (comm/shm), a world of one rank per host
+// through TCP, and a world of several hosts with several ranks on some
+// through both, all-reduce then running hierarchically (inside each host,
+// between hosts, inside each host again). WithBackend or TANDEM_BACKEND
+// (tcp, shm, auto or any registered name) overrides the choice.
 //
 // # Semantics
 //

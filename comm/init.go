@@ -24,10 +24,14 @@ import (
 // here, so InitFromEnv works without a blank import. Other backends
 // (comm/local, later shared memory or MPI) import comm and register
 // themselves by name from their own init.
-func init() { Register("tcp", tcp.Backend{}) }
+func init() {
+	Register("tcp", tcp.Backend{})
+	Register(AutoBackend, autoBackend{})
+}
 
-// DefaultBackend is the backend Init uses when WithBackend is not given.
-const DefaultBackend = "tcp"
+// DefaultBackend is the backend Init uses when neither WithBackend nor
+// $TANDEM_BACKEND (BackendEnv) names one: AutoBackend.
+const DefaultBackend = AutoBackend
 
 // TokenEnv names the environment variable holding the job's shared secret,
 // the default of WithToken: launch.TokenEnv.
@@ -48,6 +52,7 @@ type initConfig struct {
 	groupOpts   []Option
 	noDefault   bool
 	lookup      func(string) (string, bool) // the environment; os.LookupEnv unless a test says otherwise
+	hostID      string                      // WithHostID
 }
 
 // WithRank sets this process's rank, overriding RANK (and its fallbacks).
@@ -56,11 +61,14 @@ func WithRank(rank int) InitOption { return func(c *initConfig) { c.rank = rank 
 // WithWorldSize sets the number of processes, overriding WORLD_SIZE.
 func WithWorldSize(n int) InitOption { return func(c *initConfig) { c.world = n } }
 
-// WithBackend picks the registered backend by name ("tcp", the default;
-// "local" for goroutine ranks once comm/local is imported). To use the TCP
-// backend on one network of a machine with several, register a configured
-// copy, e.g. comm.Register("tcp-ib", tcp.NewBackend(tcp.WithHost("10.1.0.5")))
-// and pass WithBackend("tcp-ib").
+// WithBackend picks the registered backend by name: "auto" (AutoBackend,
+// the default: shared memory between the ranks of one host, TCP between
+// hosts), "tcp", "shm" (every rank on one host), "local" for goroutine
+// ranks once comm/local is imported. It overrides $TANDEM_BACKEND
+// (BackendEnv), which overrides the default. To use the TCP backend on one
+// network of a machine with several, register a configured copy, e.g.
+// comm.Register("tcp-ib", tcp.NewBackend(tcp.WithHost("10.1.0.5"))) and
+// pass WithBackend("tcp-ib").
 func WithBackend(name string) InitOption { return func(c *initConfig) { c.backend = name } }
 
 // WithInitTimeout bounds the whole initialisation (store, rendezvous,
@@ -173,9 +181,11 @@ func InitFromEnv(ctx context.Context, opts ...InitOption) (*ProcessGroup, error)
 // error. Init then claims this rank in the store (two processes with one
 // rank fail on the second), checks that every rank agrees on the world size,
 // waits for all ranks (naming those that never arrive), connects the
-// backend (WithBackend, default "tcp") and returns the group. Everything is
-// bounded by ctx and WithInitTimeout. Unless WithoutDefault is given, the first
-// group Init returns in a process also becomes the default group.
+// backend (WithBackend, else $TANDEM_BACKEND, else "auto": shared memory
+// when every rank runs on this host, TCP between hosts, see AutoBackend)
+// and returns the group. Everything is bounded by ctx and WithInitTimeout.
+// Unless WithoutDefault is given, the first group Init returns in a process
+// also becomes the default group.
 //
 // The group owns the store that Init created (not one passed with WithStore)
 // and closes it with itself. With file://, the last rank to close its group
@@ -186,12 +196,13 @@ func InitFromEnv(ctx context.Context, opts ...InitOption) (*ProcessGroup, error)
 // Otherwise it listens on every interface and offers each of its addresses
 // to its peers (see comm/tcp.WithHost to pin one).
 func Init(ctx context.Context, rawURL string, opts ...InitOption) (*ProcessGroup, error) {
-	cfg := initConfig{rank: -1, world: -1, backend: DefaultBackend, timeout: DefaultTimeout, lookup: os.LookupEnv}
+	cfg := initConfig{rank: -1, world: -1, timeout: DefaultTimeout, lookup: os.LookupEnv}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
 		}
 	}
+	cfg.backend = cfg.backendName()
 	if !cfg.tokenSet {
 		cfg.token, _ = cfg.lookup(TokenEnv)
 	}
@@ -204,7 +215,7 @@ func Init(ctx context.Context, rawURL string, opts ...InitOption) (*ProcessGroup
 		ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
 		defer cancel()
 	}
-	backend, err := plan.backendFor(cfg.backend)
+	backend, err := plan.backendFor(&cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -545,12 +556,20 @@ func (p *initPlan) masterIsLoopback() bool {
 }
 
 // backendFor resolves the backend name. When every rank runs on this machine
-// (the store is on loopback), the built-in TCP backend stays on loopback too.
-func (p *initPlan) backendFor(name string) (transport.Backend, error) {
-	if name == DefaultBackend && p.masterIsLoopback() {
-		return tcp.NewBackend(tcp.WithHost("127.0.0.1")), nil
+// (the store is on loopback), the built-in TCP backend stays on loopback too,
+// alone or under the automatic backend.
+func (p *initPlan) backendFor(cfg *initConfig) (transport.Backend, error) {
+	var tb transport.Backend = tcp.Backend{}
+	if p.masterIsLoopback() {
+		tb = tcp.NewBackend(tcp.WithHost("127.0.0.1"))
 	}
-	b, err := Lookup(name)
+	switch cfg.backend {
+	case "tcp":
+		return tb, nil
+	case AutoBackend:
+		return autoFor(tb, cfg), nil
+	}
+	b, err := Lookup(cfg.backend)
 	if err != nil {
 		return nil, fmt.Errorf("comm: init: %w", err)
 	}

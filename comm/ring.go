@@ -58,6 +58,7 @@ func ringRun(ctx context.Context, c *opCtx, segs [][]byte, dt dtype, k ReduceKin
 	for u := from; u < to; u++ {
 		jobs += numChunks(segs[sendSeg(u)], chunk)
 	}
+	rr := reduceReceiverOf(c.pg.world.t)
 	var scratch *[]byte
 	if from < n-1 {
 		scratch = getScratch(chunk)
@@ -73,7 +74,7 @@ func ringRun(ctx context.Context, c *opCtx, segs [][]byte, dt dtype, k ReduceKin
 			for i := range numChunks(seg, chunk) {
 				p := chunkOf(seg, i, chunk)
 				if u < n-1 {
-					if rr, ok := c.pg.world.t.(reduceReceiver); ok {
+					if rr != nil {
 						// Reduced straight out of where the chunk arrived.
 						if err := rr.RecvReduce(ctx, c.pg.members[prev], c.tag(stepRing), p,
 							func(d, s []byte) { reduceInto(d, s, dt, k) }); err != nil {

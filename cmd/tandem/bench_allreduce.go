@@ -1,9 +1,9 @@
 package main
 
 // `tandem bench allreduce`: all-reduce latency and bandwidth on this machine,
-// over the TCP backend with one real process per rank (children of this
-// binary, started in a hidden worker mode) or over the local backend with
-// goroutine ranks. Comparable with /work/shared/peers/torch_allreduce.py
+// over the TCP or shared-memory backend (or Init's automatic choice) with
+// one real process per rank (children of this binary, started in a hidden
+// worker mode) or over the local backend with goroutine ranks. Comparable with /work/shared/peers/torch_allreduce.py
 // (PyTorch gloo): same sizes, same iteration counts, rank 0's median.
 
 import (
@@ -25,7 +25,7 @@ import (
 
 func init() {
 	benches["allreduce"] = command{
-		summary: "all-reduce latency and bandwidth: tandem bench allreduce -nproc N [-backend tcp|local] [-dtype float32] [-sizes 4K,64K,...] [-iters K] [-json]",
+		summary: "all-reduce latency and bandwidth: tandem bench allreduce -nproc N [-backend tcp|shm|auto|local] [-dtype float32] [-sizes 4K,64K,...] [-iters K] [-json]",
 		run: func(ctx context.Context, args []string) error {
 			return benchAllReduce(ctx, args, os.Stdout, selfLauncher("allreduce"))
 		},
@@ -61,7 +61,7 @@ const defaultAllreduceSizes = "4K,16K,64K,256K,1M,4M,16M,64M"
 func benchAllReduce(ctx context.Context, args []string, stdout io.Writer, launch workerLauncher) error {
 	fs := flag.NewFlagSet("tandem bench allreduce", flag.ContinueOnError)
 	nproc := fs.Int("nproc", 2, "number of ranks")
-	backend := fs.String("backend", "tcp", "`backend`: tcp (one process per rank) or local (goroutine ranks)")
+	backend := fs.String("backend", "tcp", "`backend`: tcp, shm or auto (one process per rank; auto is Init's default choice) or local (goroutine ranks)")
 	dtype := fs.String("dtype", "float32", "element type: float32, float64, int32 or int64")
 	sizesFlag := fs.String("sizes", defaultAllreduceSizes, "comma-separated buffer `sizes` in bytes (suffixes K, M, G: KiB, MiB, GiB)")
 	iters := fs.Int("iters", 0, "timed iterations per size (0: 200 for small buffers down to 5 for 64 MiB, as PyTorch's script)")
@@ -90,12 +90,12 @@ func benchAllReduce(ctx context.Context, args []string, stdout io.Writer, launch
 	}
 	var results []allreduceResult
 	switch *backend {
-	case "tcp":
-		results, err = allreduceProcesses(ctx, cfg, *nproc, launch)
+	case "tcp", "shm", comm.AutoBackend:
+		results, err = allreduceProcesses(ctx, cfg, *nproc, *backend, launch)
 	case "local":
 		results, err = allreduceGoroutines(ctx, cfg, *nproc)
 	default:
-		return fmt.Errorf("-backend %q: want tcp or local", *backend)
+		return fmt.Errorf("-backend %q: want tcp, shm, auto or local", *backend)
 	}
 	if err != nil {
 		return err
@@ -131,15 +131,15 @@ func (c allreduceConfig) itersFor(bytes int) int {
 	return max(5, min(200, (1<<24)/elems))
 }
 
-// allreduceProcesses runs one worker process per rank over the TCP backend
-// and returns rank 0's results.
-func allreduceProcesses(ctx context.Context, cfg allreduceConfig, n int, launch workerLauncher) ([]allreduceResult, error) {
+// allreduceProcesses runs one worker process per rank over the named
+// backend (through TANDEM_BACKEND) and returns rank 0's results.
+func allreduceProcesses(ctx context.Context, cfg allreduceConfig, n int, backend string, launch workerLauncher) ([]allreduceResult, error) {
 	sizes := make([]string, len(cfg.sizes))
 	for i, s := range cfg.sizes {
 		sizes[i] = strconv.Itoa(s)
 	}
 	args := []string{"-worker", "-dtype", cfg.dtype, "-sizes", strings.Join(sizes, ","), "-iters", strconv.Itoa(cfg.iters)}
-	return runBenchWorkers[allreduceResult](ctx, n, launch, args, nil)
+	return runBenchWorkers[allreduceResult](ctx, n, launch, args, []string{comm.BackendEnv + "=" + backend})
 }
 
 // allreduceWorker is one rank: it joins the world from the environment,

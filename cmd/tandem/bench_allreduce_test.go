@@ -64,6 +64,8 @@ func checkResults(t *testing.T, res []allreduceResult, backend string, world int
 func TestBenchAllReduceProcesses(t *testing.T) {
 	res := runAllReduceBench(t, "-nproc", "3", "-sizes", "4K,256K", "-iters", "3", "-json")
 	checkResults(t, res, "tcp", 3, 4<<10, 256<<10)
+	res = runAllReduceBench(t, "-nproc", "2", "-backend", "shm", "-sizes", "4K", "-iters", "3", "-json")
+	checkResults(t, res, "shm", 2, 4<<10)
 }
 
 func TestBenchAllReduceGoroutines(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
@@ -81,6 +82,32 @@ func (b Backend) ringBytes(world int) int {
 	return c
 }
 
+// SegmentBytes returns the size of the segment that a world of the given
+// size maps: what its directory (/dev/shm unless WithDir) must have free.
+func (b Backend) SegmentBytes(world int) int64 {
+	if world <= 1 {
+		return 0
+	}
+	return int64(segmentSize(world, b.ringBytes(world)))
+}
+
+// FreeBytes returns how many bytes the segment's directory (/dev/shm unless
+// WithDir) has free for this user.
+func (b Backend) FreeBytes() (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(b.directory(), &st); err != nil {
+		return 0, fmt.Errorf("shm: reading the free space of %s: %w", b.directory(), err)
+	}
+	return int64(st.Bavail) * st.Bsize, nil
+}
+
+func (b Backend) directory() string {
+	if b.dir == "" {
+		return "/dev/shm"
+	}
+	return b.dir
+}
+
 // Connect maps the world's shared segment and returns this rank's
 // transport. Rank 0 creates the segment and publishes its name through
 // cfg.Store; every rank maps it, and once all have, the file's name is
@@ -130,10 +157,7 @@ func (b Backend) connect(ctx context.Context, cfg transport.Config) (*Transport,
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	dir := b.dir
-	if dir == "" {
-		dir = "/dev/shm"
-	}
+	dir := b.directory()
 	world := cfg.Size
 	var seg *segment
 	var err error

@@ -15,12 +15,13 @@ import (
 // BenchmarkAllReduceProcess all-reduces float32 buffers between ranks that
 // are processes (rank 0 this one, the others re-executions of the test
 // binary), over shm and, in the same run and interleaved with it, over tcp
-// (loopback, with its single-copy path). busGB/s is the bus bandwidth,
+// (loopback, with its single-copy path) and over comm's automatic backend
+// (Init's default, which should find one host and match shm). busGB/s is the bus bandwidth,
 // bytes*2(n-1)/n per all-reduce, as nccl-tests and gloo's benchmark count it.
 func BenchmarkAllReduceProcess(b *testing.B) {
 	for _, world := range []int{2, 4} {
 		for _, size := range []int{4 << 10, 16 << 20, 64 << 20} {
-			for _, backend := range []string{"shm", "tcp"} {
+			for _, backend := range []string{"shm", "tcp", "auto"} {
 				b.Run(fmt.Sprintf("world=%d/bytes=%d/%s", world, size, backend), func(b *testing.B) {
 					benchAllReduce(b, backend, world, size)
 				})

@@ -34,7 +34,9 @@
 // system call only when that flag is set, so a busy stream costs no system
 // calls. Futexes wake in microseconds and cost no CPU while idle, where a
 // sleep back-off would either add latency or burn CPU; the spin covers the
-// common case of a peer that answers within microseconds. Sleeps last at most
+// common case of a peer that answers within microseconds. When the world
+// has more ranks than this process has CPUs, waits sleep at once: polling
+// would hold a CPU that the awaited rank needs. Sleeps last at most
 // 10 ms: every wake-up checks the context, this rank's own state and the
 // peer's.
 //

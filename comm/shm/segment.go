@@ -126,6 +126,14 @@ func createSegment(dir string, world, ringCap int, token string) (*segment, stri
 		os.Remove(path)
 		return nil, "", fmt.Errorf("shm: connect: sizing the shared segment to %d bytes: %w", size, err)
 	}
+	// Reserve the pages now: a tmpfs that runs out of room under a sparse
+	// file kills the process that touches the missing page with SIGBUS,
+	// where this fails with ENOSPC and a message.
+	if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil && err != syscall.EOPNOTSUPP {
+		os.Remove(path)
+		return nil, "", fmt.Errorf("shm: connect: reserving %d bytes for the shared segment in %s: %w; give it more room (docker run --shm-size, a larger tmpfs), shrink the rings (WithRingBytes) or use the tcp backend (TANDEM_BACKEND=tcp)",
+			size, dir, err)
+	}
 	s, err := mapSegment(f, size)
 	if err != nil {
 		os.Remove(path)
