@@ -138,6 +138,8 @@ func (j *netJob) checkAddrs(t *testing.T, q int) {
 	for _, h := range j.net.Hosts() {
 		hosts[h.Addr()] = true
 	}
+	var seen []string
+	defer func() { t.Logf("round %d's members advertise %v", q, seen) }()
 	for rank := 0; ; rank++ {
 		key := "elastic/test/r/" + strconv.Itoa(q) + "/pg/tandem/tcp/addr/" + strconv.Itoa(rank)
 		ok, err := j.st.Check(ctx, []string{key})
@@ -154,6 +156,7 @@ func (j *netJob) checkAddrs(t *testing.T, q int) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		seen = append(seen, string(v))
 		first, _, _ := strings.Cut(string(v), ",")
 		host, _, err := net.SplitHostPort(first)
 		if err != nil || !hosts[host] {
