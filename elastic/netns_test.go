@@ -91,6 +91,39 @@ func (j *netJob) release(t *testing.T) {
 	}
 }
 
+// round reads the members of round q in rank order.
+func (j *netJob) round(ctx context.Context, q int) ([]string, error) {
+	b, err := j.st.Get(ctx, "elastic/test/r/"+strconv.Itoa(q)+"/result")
+	if err != nil {
+		return nil, err
+	}
+	var res struct{ Members []struct{ ID string } }
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, m := range res.Members {
+		ids = append(ids, m.ID)
+	}
+	return ids, nil
+}
+
+// latest returns the newest round and its members in rank order.
+func (j *netJob) latest(t *testing.T) (int, []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	q, err := j.st.Add(ctx, "elastic/test/latest", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := j.round(ctx, int(q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(q), ids
+}
+
 // waitRound waits at most limit for the job to form a round after round
 // after whose members are ids (in any order), and returns its number.
 func (j *netJob) waitRound(t *testing.T, after int, ids []string, limit time.Duration) int {
@@ -101,17 +134,9 @@ func (j *netJob) waitRound(t *testing.T, after int, ids []string, limit time.Dur
 	for q := after + 1; ; {
 		latest, err := j.st.Add(ctx, "elastic/test/latest", 0)
 		for ; err == nil && q <= int(latest); q++ {
-			var b []byte
-			if b, err = j.st.Get(ctx, "elastic/test/r/"+strconv.Itoa(q)+"/result"); err != nil {
-				break
-			}
-			var res struct{ Members []struct{ ID string } }
-			if err = json.Unmarshal(b, &res); err != nil {
-				break
-			}
 			var got []string
-			for _, m := range res.Members {
-				got = append(got, m.ID)
+			if got, err = j.round(ctx, q); err != nil {
+				break
 			}
 			if slices.Sort(got); slices.Equal(got, want) {
 				return q
@@ -230,11 +255,17 @@ func TestNetnsFaults(t *testing.T) {
 	}
 	ids := []string{"a", "b", "c"}
 
-	// A member killed or stopped in the middle of a step.
+	// A member killed or stopped in the middle of a step: the kill hits
+	// the round's rank 0 (the member that heals the others), the stop its
+	// last rank.
 	for _, fault := range []struct {
 		name string
 		sig  syscall.Signal
-	}{{"kill -9 mid-step", syscall.SIGKILL}, {"SIGSTOP", syscall.SIGSTOP}} {
+		rank func(size int) int
+	}{
+		{"kill -9 of rank 0 mid-step", syscall.SIGKILL, func(int) int { return 0 }},
+		{"SIGSTOP of the last rank mid-step", syscall.SIGSTOP, func(n int) int { return n - 1 }},
+	} {
 		t.Run(fault.name, func(t *testing.T) {
 			const steps, hitAt = 40, 10
 			j := newNetJob(t, 3, ref(steps))
@@ -242,16 +273,31 @@ func TestNetnsFaults(t *testing.T) {
 			for i, id := range ids {
 				ps = append(ps, j.start(t, j.net.Host(i), id, steps, 15*time.Millisecond, 1))
 			}
-			ps[2].waitStepWithin(t, hitAt, 20*time.Second)
-			j.checkAddrs(t, 1)
+			// A member that starts late joins at a later round.
+			q := j.waitRound(t, 0, ids, 20*time.Second)
+			_, members := j.latest(t)
+			victim := slices.Index(ids, members[fault.rank(len(members))])
+			ps[victim].waitStepWithin(t, hitAt, 20*time.Second)
+			if now, _ := j.latest(t); now != q {
+				t.Fatalf("round %d formed while nothing failed (after round %d of all three)", now, q)
+			}
+			j.checkAddrs(t, q)
 			time.Sleep(5 * time.Millisecond) // into the next step
 			hit := time.Now()
-			if err := ps[2].cmd.Process.Signal(fault.sig); err != nil {
+			if err := ps[victim].cmd.Process.Signal(fault.sig); err != nil {
 				t.Fatal(err)
 			}
-			rs := j.finish(t, 20*time.Second, ps[:2]...)
+			t.Logf("%s: %s, rank %d of round %d", fault.sig, ids[victim], fault.rank(len(members)), q)
+			var live []*memberProc
+			var names []string
+			for i, p := range ps {
+				if i != victim {
+					live, names = append(live, p), append(names, ids[i])
+				}
+			}
+			rs := j.finish(t, 20*time.Second, live...)
 			for i, r := range rs {
-				resumed(t, ids[i], r, hit, 2, hitAt)
+				resumed(t, names[i], r, hit, 2, hitAt)
 			}
 		})
 	}
@@ -259,16 +305,20 @@ func TestNetnsFaults(t *testing.T) {
 	// The link of one host down for 5 s: the others go on without it; it
 	// comes back to find its round gone, rejoins and is healed.
 	t.Run("link down 5s", func(t *testing.T) {
-		// Held back, the job runs at most 10 steps a second: the lost
+		// Held back, the job runs fewer than 7 steps a second: the lost
 		// member is back long before the others could finish.
-		const steps, hitAt = 150, 10
+		const steps, hitAt = 90, 10
 		const cut = 5 * time.Second
 		j := newNetJob(t, 3, ref(steps))
 		var ps []*memberProc
 		for i, id := range ids {
 			ps = append(ps, j.start(t, j.net.Host(i), id, steps, 15*time.Millisecond, 1))
 		}
+		q := j.waitRound(t, 0, ids, 20*time.Second)
 		ps[2].waitStepWithin(t, hitAt, 20*time.Second)
+		if now, _ := j.latest(t); now != q {
+			t.Fatalf("round %d formed while nothing failed (after round %d of all three)", now, q)
+		}
 		j.holdBack(t)
 		time.Sleep(5 * time.Millisecond)
 		hit := time.Now()
@@ -276,7 +326,7 @@ func TestNetnsFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Back in a round of three: then the job may go at full speed.
-		j.waitRound(t, 1, ids, cut+5*time.Second)
+		j.waitRound(t, q, ids, cut+5*time.Second)
 		j.release(t)
 		rs := j.finish(t, 20*time.Second, ps...)
 		var lost *elastic.Event
@@ -304,13 +354,17 @@ func TestNetnsFaults(t *testing.T) {
 	// The link of one host down for 0.5 s: TCP may ride it out (no new
 	// round), or the members reconfigure; either way all three go on.
 	t.Run("link down 0.5s", func(t *testing.T) {
-		const steps, hitAt = 80, 10
+		const steps, hitAt = 60, 10
 		j := newNetJob(t, 3, ref(steps))
 		var ps []*memberProc
 		for i, id := range ids {
 			ps = append(ps, j.start(t, j.net.Host(i), id, steps, 15*time.Millisecond, 1))
 		}
+		q := j.waitRound(t, 0, ids, 20*time.Second)
 		ps[2].waitStepWithin(t, hitAt, 20*time.Second)
+		if now, _ := j.latest(t); now != q {
+			t.Fatalf("round %d formed while nothing failed (after round %d of all three)", now, q)
+		}
 		j.holdBack(t)
 		time.Sleep(5 * time.Millisecond)
 		hit := time.Now()

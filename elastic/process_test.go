@@ -91,7 +91,7 @@ func TestHelperMember(t *testing.T) {
 // slowPause is a member's extra pause after each commit while its SLOW file
 // exists: a test holds the job back with it while a member it lost finds
 // its way back.
-const slowPause = 100 * time.Millisecond
+const slowPause = 150 * time.Millisecond
 
 type memberProc struct {
 	cmd   *exec.Cmd
