@@ -28,6 +28,7 @@ type netJob struct {
 	ref  []float64   // the undisturbed run's final parameters
 	ps   []*memberProc
 	slow string // while this file exists, the members slow down
+	gate string // the members join once this file exists
 }
 
 func newNetJob(t *testing.T, hosts int, ref []float64) *netJob {
@@ -46,7 +47,7 @@ func newNetJob(t *testing.T, hosts int, ref []float64) *netJob {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := &netJob{net: nt, addr: srv.Addr(), st: st, ref: ref, slow: filepath.Join(t.TempDir(), "slow")}
+	j := &netJob{net: nt, addr: srv.Addr(), st: st, ref: ref, slow: filepath.Join(t.TempDir(), "slow"), gate: filepath.Join(t.TempDir(), "go")}
 	t.Cleanup(func() {
 		st.Close()
 		if t.Failed() {
@@ -67,12 +68,36 @@ func (j *netJob) start(t *testing.T, h *netns.Host, id string, steps int64, paus
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	cmd := h.Command(ctx, os.Args[0], "-test.run=^TestHelperMember$", "-test.count=1")
-	cmd.Env = append(os.Environ(), memberSpec(j.addr, id, steps, out, pause, seed, j.slow))
+	cmd.Env = append(os.Environ(), memberSpec(j.addr, id, steps, out, pause, seed, j.slow, j.gate))
 	logs := &testlog.Buffer{}
 	cmd.Stderr = logs
 	p := runMember(t, cmd, out, logs)
 	j.ps = append(j.ps, p)
 	return p
+}
+
+// startAll runs members ids on the first hosts, waits until every one has
+// started, and lets them join together.
+func (j *netJob) startAll(t *testing.T, ids []string, steps int64, pause time.Duration) []*memberProc {
+	t.Helper()
+	var ps []*memberProc
+	for i, id := range ids {
+		ps = append(ps, j.start(t, j.net.Host(i), id, steps, pause, 1))
+	}
+	deadline := time.After(30 * time.Second)
+	for i, p := range ps {
+		select {
+		case <-p.ready:
+		case <-p.exited:
+			t.Fatalf("member %s exited before it was ready%s", ids[i], p.logTail())
+		case <-deadline:
+			t.Fatalf("member %s not started within 30s%s", ids[i], p.logTail())
+		}
+	}
+	if err := os.WriteFile(j.gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return ps
 }
 
 // holdBack slows the members down (slowPause more per step) until release,
@@ -269,10 +294,7 @@ func TestNetnsFaults(t *testing.T) {
 		t.Run(fault.name, func(t *testing.T) {
 			const steps, hitAt = 40, 10
 			j := newNetJob(t, 3, ref(steps))
-			var ps []*memberProc
-			for i, id := range ids {
-				ps = append(ps, j.start(t, j.net.Host(i), id, steps, 15*time.Millisecond, 1))
-			}
+			ps := j.startAll(t, ids, steps, 15*time.Millisecond)
 			// A member that starts late joins at a later round.
 			q := j.waitRound(t, 0, ids, 20*time.Second)
 			_, members := j.latest(t)
@@ -310,10 +332,7 @@ func TestNetnsFaults(t *testing.T) {
 		const steps, hitAt = 90, 10
 		const cut = 5 * time.Second
 		j := newNetJob(t, 3, ref(steps))
-		var ps []*memberProc
-		for i, id := range ids {
-			ps = append(ps, j.start(t, j.net.Host(i), id, steps, 15*time.Millisecond, 1))
-		}
+		ps := j.startAll(t, ids, steps, 15*time.Millisecond)
 		q := j.waitRound(t, 0, ids, 20*time.Second)
 		ps[2].waitStepWithin(t, hitAt, 20*time.Second)
 		if now, _ := j.latest(t); now != q {
@@ -356,10 +375,7 @@ func TestNetnsFaults(t *testing.T) {
 	t.Run("link down 0.5s", func(t *testing.T) {
 		const steps, hitAt = 60, 10
 		j := newNetJob(t, 3, ref(steps))
-		var ps []*memberProc
-		for i, id := range ids {
-			ps = append(ps, j.start(t, j.net.Host(i), id, steps, 15*time.Millisecond, 1))
-		}
+		ps := j.startAll(t, ids, steps, 15*time.Millisecond)
 		q := j.waitRound(t, 0, ids, 20*time.Second)
 		ps[2].waitStepWithin(t, hitAt, 20*time.Second)
 		if now, _ := j.latest(t); now != q {
@@ -413,11 +429,8 @@ func TestNetnsFaults(t *testing.T) {
 		if err := j.net.Host(2).Netem(20*time.Millisecond, 1); err != nil {
 			t.Fatal(err)
 		}
-		var ps []*memberProc
+		ps := j.startAll(t, ids, steps, 15*time.Millisecond)
 		start := time.Now()
-		for i, id := range ids {
-			ps = append(ps, j.start(t, j.net.Host(i), id, steps, 15*time.Millisecond, 1))
-		}
 		rs := j.finish(t, 40*time.Second, ps...)
 		for i, r := range rs {
 			t.Logf("%s: %d round(s) over %v: %+v", ids[i], len(r.Events), time.Since(start).Round(time.Millisecond), r.Events)
@@ -429,15 +442,16 @@ func TestNetnsFaults(t *testing.T) {
 	t.Run("node added", func(t *testing.T) {
 		const steps, joinAt = 80, 10
 		j := newNetJob(t, 2, ref(steps))
-		var ps []*memberProc
-		for i, id := range ids[:2] {
-			ps = append(ps, j.start(t, j.net.Host(i), id, steps, 20*time.Millisecond, 1))
-		}
+		ps := j.startAll(t, ids[:2], steps, 20*time.Millisecond)
 		ps[0].waitStepWithin(t, joinAt, 20*time.Second)
+		// Held back until the newcomer trains, the job is still running
+		// when it arrives, however slowly this machine starts it.
+		j.holdBack(t)
 		h := j.net.AddHost(t)
 		// Its own initial weights: only healing makes it equal.
 		c := j.start(t, h, "c", steps, 20*time.Millisecond, 99)
 		c.waitStepWithin(t, 1, 10*time.Second)
+		j.release(t)
 		took := c.first.Sub(c.started)
 		if took > 5*time.Second {
 			t.Errorf("the newcomer committed its first step %v after it started, want within 5s", took)

@@ -20,11 +20,13 @@ import (
 )
 
 // childEnv makes the test binary a member process: "ADDR ID STEPS OUT
-// [PAUSE SEED SLOW]": it meets at the store at ADDR, trains until the job
-// has committed STEPS steps, sleeping PAUSE (a Go duration, default 15ms)
-// after each commit, and slowPause more while the file SLOW exists ("-":
-// none), from initial weights drawn with SEED (default 1), and writes its
-// report to OUT.
+// [PAUSE SEED SLOW GO]": it meets at the store at ADDR, trains until the
+// job has committed STEPS steps, sleeping PAUSE (a Go duration, default
+// 15ms) after each commit, and slowPause more while the file SLOW exists
+// ("-": none), from initial weights drawn with SEED (default 1), and writes
+// its report to OUT. With GO (not "-") it prints READY once started and
+// joins the job only when the file GO exists, so that members started on a
+// loaded machine still meet in one first round.
 const childEnv = "TANDEM_ELASTIC_TEST_MEMBER"
 
 // childReport is what a member process leaves in its OUT file.
@@ -61,6 +63,19 @@ func TestHelperMember(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if len(f) > 7 && f[7] != "-" {
+		fmt.Println("READY")
+		for {
+			if _, err := os.Stat(f[7]); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s never appeared", f[7])
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
 	st, err := store.NewTCP(ctx, f[0], false)
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +112,8 @@ type memberProc struct {
 	cmd   *exec.Cmd
 	out   string
 	steps chan int64
+	// ready is closed when the member prints READY.
+	ready chan struct{}
 	// started is when the process was started, first when it reported its
 	// first committed step (set before that step is sent on steps).
 	started, first time.Time
@@ -108,19 +125,22 @@ type memberProc struct {
 	err    error
 }
 
-// memberSpec is the childEnv setting of a member; slow "" is none.
-func memberSpec(addr, id string, steps int64, out string, pause time.Duration, seed uint64, slow string) string {
+// memberSpec is the childEnv setting of a member; slow or gate "" is none.
+func memberSpec(addr, id string, steps int64, out string, pause time.Duration, seed uint64, slow, gate string) string {
 	if slow == "" {
 		slow = "-"
 	}
-	return fmt.Sprintf("%s=%s %s %d %s %s %d %s", childEnv, addr, id, steps, out, pause, seed, slow)
+	if gate == "" {
+		gate = "-"
+	}
+	return fmt.Sprintf("%s=%s %s %d %s %s %d %s %s", childEnv, addr, id, steps, out, pause, seed, slow, gate)
 }
 
 func startMember(t *testing.T, addr, id string, steps int64) *memberProc {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), id+".json")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperMember$", "-test.count=1")
-	cmd.Env = append(os.Environ(), memberSpec(addr, id, steps, out, 15*time.Millisecond, 1, ""))
+	cmd.Env = append(os.Environ(), memberSpec(addr, id, steps, out, 15*time.Millisecond, 1, "", ""))
 	cmd.Stderr = os.Stderr
 	if !testing.Verbose() {
 		cmd.Stderr = nil
@@ -138,7 +158,7 @@ func runMember(t *testing.T, cmd *exec.Cmd, out string, logs *testlog.Buffer) *m
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &memberProc{cmd: cmd, out: out, steps: make(chan int64, 4096), started: time.Now(), exited: make(chan struct{}), logs: logs}
+	p := &memberProc{cmd: cmd, out: out, steps: make(chan int64, 4096), ready: make(chan struct{}), started: time.Now(), exited: make(chan struct{}), logs: logs}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +172,8 @@ func runMember(t *testing.T, cmd *exec.Cmd, out string, logs *testlog.Buffer) *m
 					p.first = time.Now()
 				}
 				p.steps <- n
+			} else if sc.Text() == "READY" {
+				close(p.ready)
 			} else if logs != nil {
 				logs.Write([]byte(sc.Text() + "\n"))
 			}
@@ -161,6 +183,10 @@ func runMember(t *testing.T, cmd *exec.Cmd, out string, logs *testlog.Buffer) *m
 		p.err = cmd.Wait()
 	}()
 	t.Cleanup(func() {
+		if t.Failed() {
+			// Into the log: where a member still running is.
+			p.logTail()
+		}
 		cmd.Process.Kill()
 		select {
 		case <-p.exited:
