@@ -174,3 +174,61 @@ func TestMemberJoinsAndIsHealed(t *testing.T) {
 	}
 	t.Logf("newcomer healed at step %d and committed its first step %v after starting", ev[0].Step, firstCommit.Sub(started))
 }
+
+// TestMemberLeftBehindRejoins drops one member out of its round and keeps it
+// away long enough for the others to form a round without it (as a link
+// that is cut and comes back, or a SIGSTOP and SIGCONT, would): when it
+// returns, its round is gone, and it must rejoin the running job and be
+// healed rather than wait alone for a round nobody else joins.
+func TestMemberLeftBehindRejoins(t *testing.T) {
+	const steps, stallAt = 200, 10
+	const stall = 2500 * time.Millisecond
+	want := reference(t, steps)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := tcpStore(t)
+	cfg := fastConfig()
+	cfg.MaxSize = 3
+	cfg.JoinTimeout = 10 * time.Second
+	mbs := []*member{newMember(t, ctx, st, "a", 1, cfg), newMember(t, ctx, st, "b", 1, cfg), newMember(t, ctx, st, "c", 1, cfg)}
+	mbs[0].afterCommit = func(int64) { time.Sleep(15 * time.Millisecond) }
+	var woke time.Time
+	mbs[2].beforeStep = func(step int64) error {
+		if step == stallAt && woke.IsZero() {
+			// Its peers see it gone at once; it sees its step fail
+			// only after the stall.
+			mbs[2].round.Group.Abort(nil)
+			time.Sleep(stall)
+			woke = time.Now()
+		}
+		return nil
+	}
+	for i, err := range runMembers(ctx, steps, mbs...) {
+		if err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+	}
+	for _, mb := range mbs {
+		defer mb.m.Close()
+		if d := maxDiff(mb.params(), want); d > 1e-9 {
+			t.Errorf("%s differs from the single-process run by %g", mb.id, d)
+		}
+	}
+	var back *elastic.Event
+	for _, ev := range mbs[2].m.Events() {
+		if ev.Resumed.After(woke) {
+			back = &ev
+			break
+		}
+	}
+	if back == nil || back.Size != 3 || !back.Healed {
+		t.Fatalf("c: no healed round of 3 after it woke: %+v", mbs[2].m.Events())
+	}
+	t.Logf("c: back in round %d (size 3, healed at step %d) %v after it woke", back.Round, back.Step, back.Resumed.Sub(woke))
+	for _, mb := range mbs[:2] {
+		ev := mb.m.Events()
+		if last := ev[len(ev)-1]; last.Round != back.Round || len(ev) < 3 || ev[1].Size != 2 {
+			t.Errorf("%s: rounds %+v, want one of 2 without c, then c's round %d", mb.id, ev, back.Round)
+		}
+	}
+}

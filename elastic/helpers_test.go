@@ -61,6 +61,8 @@ type member struct {
 	loader *data.Loader
 	stream *elastic.Stream
 	seed   uint64
+	// round is the round the member runs in.
+	round elastic.Round
 	// beforeStep, when set, runs before each step with the step about to
 	// run; an error stops the member there (a simulated death).
 	beforeStep func(step int64) error
@@ -111,6 +113,7 @@ func (mb *member) train(ctx context.Context, steps int64) error {
 		if err != nil {
 			return fmt.Errorf("%s: quorum: %w", mb.id, err)
 		}
+		mb.round = r
 		if r.Changed {
 			if mb.net, err = ddp.New(ctx, r.Group, mb.model); err != nil {
 				// The round broke while DDP set up: the next Quorum

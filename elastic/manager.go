@@ -212,7 +212,17 @@ func (m *Manager) Quorum(ctx context.Context, state State) (Round, error) {
 		return Round{}, fmt.Errorf("elastic: reading the latest round: %w", err)
 	}
 	q := max(m.round.Number+1, int(latest)+1)
-	if m.fresh {
+	// A member the job went on without (its link was cut, or it was
+	// stopped, while the others formed a round) is an outsider now, like
+	// a newcomer: the running members only make room for it once it
+	// announces itself, and it must not form a round of its own beside
+	// theirs.
+	leftBehind := !m.fresh && int(latest) > m.round.Number
+	if leftBehind {
+		m.cfg.Logger.Info("elastic: the job went on without this member; rejoining", "round", m.round.Number, "latest", latest, "id", m.cfg.ID)
+		prevSize = 0
+	}
+	if m.fresh || leftBehind {
 		// A newcomer says so first, so that running members make room.
 		if _, err := m.st.Add(ctx, keyWaiting, 1); err != nil {
 			return Round{}, fmt.Errorf("elastic: announcing this member: %w", err)

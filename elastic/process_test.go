@@ -16,9 +16,17 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/elastic"
+	"github.com/tandemml/tandem/internal/testlog"
 )
 
-// childEnv makes the test binary a member process: "ADDR ID STEPS OUT".
+// childEnv makes the test binary a member process: "ADDR ID STEPS OUT
+// [PAUSE SEED SLOW GO]": it meets at the store at ADDR, trains until the
+// job has committed STEPS steps, sleeping PAUSE (a Go duration, default
+// 15ms) after each commit, and slowPause more while the file SLOW exists
+// ("-": none), from initial weights drawn with SEED (default 1), and writes
+// its report to OUT. With GO (not "-") it prints READY once started and
+// joins the job only when the file GO exists, so that members started on a
+// loaded machine still meet in one first round.
 const childEnv = "TANDEM_ELASTIC_TEST_MEMBER"
 
 // childReport is what a member process leaves in its OUT file.
@@ -36,8 +44,38 @@ func TestHelperMember(t *testing.T) {
 	}
 	f := strings.Fields(spec)
 	steps, _ := strconv.ParseInt(f[2], 10, 64)
+	pause, seed := 15*time.Millisecond, uint64(1)
+	if len(f) > 4 {
+		var err error
+		if pause, err = time.ParseDuration(f[4]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(f) > 5 {
+		var err error
+		if seed, err = strconv.ParseUint(f[5], 10, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow := ""
+	if len(f) > 6 && f[6] != "-" {
+		slow = f[6]
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if len(f) > 7 && f[7] != "-" {
+		fmt.Println("READY")
+		for {
+			if _, err := os.Stat(f[7]); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s never appeared", f[7])
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
 	st, err := store.NewTCP(ctx, f[0], false)
 	if err != nil {
 		t.Fatal(err)
@@ -45,11 +83,16 @@ func TestHelperMember(t *testing.T) {
 	defer st.Close()
 	cfg := fastConfig()
 	cfg.MaxSize = 3
-	mb := newMember(t, ctx, st, f[1], 1, cfg)
+	mb := newMember(t, ctx, st, f[1], seed, cfg)
 	defer mb.m.Close()
 	mb.afterCommit = func(step int64) {
 		fmt.Printf("STEP %d\n", step)
-		time.Sleep(15 * time.Millisecond) // a job long enough to hit mid-run
+		time.Sleep(pause) // a job long enough to hit mid-run
+		if slow != "" {
+			if _, err := os.Stat(slow); err == nil {
+				time.Sleep(slowPause)
+			}
+		}
 	}
 	if err := mb.train(ctx, steps); err != nil {
 		t.Fatal(err)
@@ -60,73 +103,161 @@ func TestHelperMember(t *testing.T) {
 	}
 }
 
+// slowPause is a member's extra pause after each commit while its SLOW file
+// exists: a test holds the job back with it while a member it lost finds
+// its way back.
+const slowPause = 150 * time.Millisecond
+
 type memberProc struct {
 	cmd   *exec.Cmd
 	out   string
 	steps chan int64
+	// ready is closed when the member prints READY.
+	ready chan struct{}
+	// started is when the process was started, first when it reported its
+	// first committed step (set before that step is sent on steps).
+	started, first time.Time
+	// logs holds the member's stderr when the caller captures it.
+	logs *testlog.Buffer
+	// exited is closed when the process has exited, with its error in
+	// err.
+	exited chan struct{}
+	err    error
+}
+
+// memberSpec is the childEnv setting of a member; slow or gate "" is none.
+func memberSpec(addr, id string, steps int64, out string, pause time.Duration, seed uint64, slow, gate string) string {
+	if slow == "" {
+		slow = "-"
+	}
+	if gate == "" {
+		gate = "-"
+	}
+	return fmt.Sprintf("%s=%s %s %d %s %s %d %s %s", childEnv, addr, id, steps, out, pause, seed, slow, gate)
 }
 
 func startMember(t *testing.T, addr, id string, steps int64) *memberProc {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), id+".json")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperMember$", "-test.count=1")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d %s", childEnv, addr, id, steps, out))
+	cmd.Env = append(os.Environ(), memberSpec(addr, id, steps, out, 15*time.Millisecond, 1, "", ""))
 	cmd.Stderr = os.Stderr
 	if !testing.Verbose() {
 		cmd.Stderr = nil
 	}
+	return runMember(t, cmd, out, nil)
+}
+
+// runMember starts cmd, a member process that writes its report to out, and
+// follows the steps it reports; the rest of its stdout (the test
+// framework's output) goes to logs, when not nil. The process is killed
+// when the test ends.
+func runMember(t *testing.T, cmd *exec.Cmd, out string, logs *testlog.Buffer) *memberProc {
+	t.Helper()
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := &memberProc{cmd: cmd, out: out, steps: make(chan int64, 4096), ready: make(chan struct{}), started: time.Now(), exited: make(chan struct{}), logs: logs}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &memberProc{cmd: cmd, out: out, steps: make(chan int64, 1024)}
 	go func() {
+		defer close(p.exited)
 		sc := bufio.NewScanner(pipe)
 		for sc.Scan() {
 			if s, ok := strings.CutPrefix(sc.Text(), "STEP "); ok {
 				n, _ := strconv.ParseInt(s, 10, 64)
+				if p.first.IsZero() {
+					p.first = time.Now()
+				}
 				p.steps <- n
+			} else if sc.Text() == "READY" {
+				close(p.ready)
+			} else if logs != nil {
+				logs.Write([]byte(sc.Text() + "\n"))
 			}
 		}
 		close(p.steps)
+		// Every read is done (Wait closes the pipe).
+		p.err = cmd.Wait()
 	}()
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() {
+		if t.Failed() {
+			// Into the log: where a member still running is.
+			p.logTail()
+		}
+		cmd.Process.Kill()
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			t.Errorf("member %s: not gone 10s after SIGKILL", out)
+		}
+	})
 	return p
 }
 
 // waitStep waits until the member reports step n.
 func (p *memberProc) waitStep(t *testing.T, n int64) {
 	t.Helper()
-	deadline := time.After(30 * time.Second)
+	p.waitStepWithin(t, n, 30*time.Second)
+}
+
+// waitStepWithin waits at most limit until the member reports step n.
+func (p *memberProc) waitStepWithin(t *testing.T, n int64, limit time.Duration) {
+	t.Helper()
+	deadline := time.After(limit)
 	for {
 		select {
 		case s, ok := <-p.steps:
 			if !ok {
-				t.Fatalf("member exited before step %d", n)
+				t.Fatalf("member exited before step %d%s", n, p.logTail())
 			}
 			if s >= n {
 				return
 			}
 		case <-deadline:
-			t.Fatalf("no step %d within 30s", n)
+			t.Fatalf("no step %d within %v%s", n, limit, p.logTail())
 		}
 	}
 }
 
+// logTail returns the member's captured output, for a failure message.
+// A member still running is first asked for its goroutines (SIGQUIT), so
+// that the log shows where it is stuck.
+func (p *memberProc) logTail() string {
+	if p.logs == nil {
+		return ""
+	}
+	select {
+	case <-p.exited:
+	default:
+		if p.cmd.Process.Signal(syscall.SIGQUIT) == nil {
+			select {
+			case <-p.exited:
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}
+	return "; its log:\n" + p.logs.String()
+}
+
 func (p *memberProc) report(t *testing.T) childReport {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
+	return p.reportWithin(t, 60*time.Second)
+}
+
+// reportWithin waits at most limit for the member to finish and returns
+// its report.
+func (p *memberProc) reportWithin(t *testing.T, limit time.Duration) childReport {
+	t.Helper()
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("member: %v", err)
+	case <-p.exited:
+		if p.err != nil {
+			t.Fatalf("member: %v%s", p.err, p.logTail())
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("member did not finish within 60s")
+	case <-time.After(limit):
+		t.Fatalf("member did not finish within %v%s", limit, p.logTail())
 	}
 	b, err := os.ReadFile(p.out)
 	if err != nil {

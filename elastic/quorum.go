@@ -19,7 +19,8 @@ import (
 //
 //	latest         the number of the newest decided round
 //	waiting        a counter every member bumps when it wants a place it
-//	               does not have (a newcomer, or one a round left out);
+//	               does not have (a newcomer, one a round left out, or
+//	               one the job went on without);
 //	               running members watch it and reconfigure when it grows
 //	done           set when the job finished; joiners stop waiting
 //	r/<q>/n        round q's join counter: Add 1 gives a member its slot
@@ -97,8 +98,8 @@ func counter(ctx context.Context, st store.Store, key string) (int64, error) {
 // is the size at which the round may close at once.
 //
 // An insider (a member of the round before, or of a round that failed to
-// form) may decide the round. An outsider (a newcomer, or one a round left
-// out) only waits for the running members to reconfigure, unless no round
+// form) may decide the round. An outsider (a newcomer, one a round left
+// out, or one the job went on without) only waits for the running members to reconfigure, unless no round
 // runs: none was ever decided, or the latest one's members have stopped
 // bumping its alive counter for three peer timeouts (they are all gone).
 // That keeps a newcomer from forming a second job beside a running one.

@@ -6,7 +6,8 @@
 // inside the host) whose other end is enslaved to a Linux bridge in the root
 // namespace; the bridge gets an
 // address too, so a server in the test process (a store, say) is reachable
-// from every host at RootAddr. Hosts reach each other over the bridge at
+// from every host at RootAddr, and a fixed hardware address, so that a host
+// added later does not change it under the running hosts' neighbour tables. Hosts reach each other over the bridge at
 // layer 2 (IP forwarding stays off). Each network has its own /24, derived
 // from the test process's pid and checked against every IPv4 address and
 // route already on the machine; nothing outside the network's own namespaces,

@@ -3,9 +3,11 @@ package netns
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -177,8 +179,17 @@ func (nt *Net) setup() error {
 		return fmt.Errorf("ip netns del %s: %s", probe, out)
 	}
 
+	// A bridge whose hardware address was not set takes the lowest of its
+	// ports' addresses, so a host added later (AddHost) could change it
+	// under the neighbour tables of the hosts already running: their frames
+	// to the root namespace would then be dropped until those entries
+	// expire (tens of seconds). A set address stays.
+	mac, err := localMAC()
+	if err != nil {
+		return err
+	}
 	steps := [][]string{
-		{"link", "add", nt.bridge, "type", "bridge", "forward_delay", "0", "stp_state", "0"},
+		{"link", "add", nt.bridge, "address", mac, "type", "bridge", "forward_delay", "0", "stp_state", "0"},
 		{"addr", "add", nt.root.String() + "/" + strconv.Itoa(nt.subnet.Bits()), "dev", nt.bridge},
 		{"link", "set", nt.bridge, "up"},
 	}
@@ -189,6 +200,16 @@ func (nt *Net) setup() error {
 		}
 	}
 	return nil
+}
+
+// localMAC returns a random locally administered unicast hardware address.
+func localMAC() (string, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("a hardware address for the bridge: %w", err)
+	}
+	b[0] = b[0]&^0x01 | 0x02
+	return net.HardwareAddr(b[:]).String(), nil
 }
 
 // Hosts returns the hosts, in the order they were made.

@@ -666,3 +666,35 @@ func TestNewWithoutRoot(t *testing.T) {
 		}
 	}
 }
+
+// TestAddHostKeepsBridgeAddress: a bridge takes the lowest hardware address
+// of its ports unless its own was set, and a host that joins later must not
+// change it: the running hosts' neighbour tables hold it, and their frames
+// to the root namespace, sent to a port's address that is no longer the
+// bridge's, would be dropped until those entries expire.
+func TestAddHostKeepsBridgeAddress(t *testing.T) {
+	nt := New(t, 2)
+	show := func() (mac, assign string) {
+		out, err := run(nt.ip, "-o", "link", "show", nt.bridge)
+		if err != nil {
+			t.Fatalf("ip link show %s: %v: %s", nt.bridge, err, out)
+		}
+		_, after, _ := strings.Cut(out, "link/ether ")
+		b, err := os.ReadFile(filepath.Join("/sys/class/net", nt.bridge, "addr_assign_type"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Fields(after + " ")[0], strings.TrimSpace(string(b))
+	}
+	before, assign := show()
+	// 3: NET_ADDR_SET, an address the bridge keeps.
+	if assign != "3" {
+		t.Errorf("the bridge's address %s was not set (addr_assign_type %s)", before, assign)
+	}
+	for i := range 6 {
+		nt.AddHost(t)
+		if now, _ := show(); now != before {
+			t.Fatalf("host %d joined: the bridge's address changed from %s to %s", i+2, before, now)
+		}
+	}
+}
