@@ -24,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"slices"
@@ -115,7 +116,25 @@ type elasticRunResult struct {
 	// Exits lists members that ended on their own (an error), not by the
 	// bench's hand.
 	Exits []string `json:"member_exits,omitempty"`
+	// BySize splits the window by the size of the round that committed
+	// each step; StalledS is the time in gaps between two commits longer
+	// than elasticStallGap (detection, re-forming, healing).
+	BySize   []elasticSizeShare `json:"by_size"`
+	StalledS float64            `json:"stalled_s"`
 }
+
+// elasticSizeShare is the part of a run a round size trained in: the
+// steps it committed and the time between them.
+type elasticSizeShare struct {
+	Size      int     `json:"size"`
+	Steps     int64   `json:"steps"`
+	Seconds   float64 `json:"seconds"`
+	StepsPerS float64 `json:"steps_per_s"`
+}
+
+// elasticStallGap is the gap between two commits that counts as a stall
+// rather than a step.
+const elasticStallGap = 200 * time.Millisecond
 
 // elasticSummary is the last line of `tandem bench elastic -json`.
 type elasticSummary struct {
@@ -205,7 +224,10 @@ func benchElastic(ctx context.Context, args []string, stdout io.Writer, launch w
 		return err
 	}
 	defer os.RemoveAll(cfg.flightDir)
-	srv, err := store.NewServer("127.0.0.1:0")
+	// Killed members leave connections reset: expected here, not worth a
+	// warning each.
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	srv, err := store.NewServer("127.0.0.1:0", store.WithLogger(quiet))
 	if err != nil {
 		return fmt.Errorf("serving the job's store: %w", err)
 	}
@@ -225,8 +247,8 @@ func benchElastic(ctx context.Context, args []string, stdout io.Writer, launch w
 		return fmt.Errorf("the fault-free run: %w", err)
 	}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "fault-free: %d steps, %.2f steps/s (%.0f samples/s), load %s -> %s\n",
-			base.Steps, base.StepsPerS, base.SamplesPerS, base.LoadStart, base.LoadEnd)
+		fmt.Fprintf(stdout, "fault-free: %d steps, %.2f steps/s (%.0f samples/s), load %s -> %s\n  %s\n",
+			base.Steps, base.StepsPerS, base.SamplesPerS, base.LoadStart, base.LoadEnd, describeSizes(base))
 	}
 	cfg.rate = base.StepsPerS
 	faulty, fr, err := runElasticJob(ctx, cfg, srv.Addr(), "faults", true, launch)
@@ -297,8 +319,8 @@ func printElasticTable(w io.Writer, cfg elasticBenchConfig, fr []elasticFaultRes
 		fmt.Fprintf(w, "%3d %9s %5s %7s %9s %9s %10s %5d %11s %10.1f  %s\n", f.Fault, d(f.AtS), f.Kind, f.Victim,
 			d(f.DetectS), d(f.ResumeS), d(f.FirstStepS), f.Size, from, f.StepsLost, rejoin)
 	}
-	fmt.Fprintf(w, "with faults: %d steps, %.2f steps/s (%.0f samples/s) = %.1f%% of fault-free, load %s -> %s\n",
-		sum.Faulty.Steps, sum.Faulty.StepsPerS, sum.Faulty.SamplesPerS, 100*sum.Ratio, sum.Faulty.LoadStart, sum.Faulty.LoadEnd)
+	fmt.Fprintf(w, "with faults: %d steps, %.2f steps/s (%.0f samples/s) = %.1f%% of fault-free, load %s -> %s\n  %s\n",
+		sum.Faulty.Steps, sum.Faulty.StepsPerS, sum.Faulty.SamplesPerS, 100*sum.Ratio, sum.Faulty.LoadStart, sum.Faulty.LoadEnd, describeSizes(sum.Faulty))
 	fmt.Fprintf(w, "median over %d faults: detect %s, resume %s, steps lost %.1f, rejoin %s (%d victims did not train again)\n",
 		sum.Faults, d(sum.MedianDetectS), d(sum.MedianResumeS), sum.MedianStepsLost, d(sum.MedianRejoinS), sum.NotRejoined)
 	for _, e := range append(sum.FaultFree.Exits, sum.Faulty.Exits...) {
@@ -306,13 +328,16 @@ func printElasticTable(w io.Writer, cfg elasticBenchConfig, fr []elasticFaultRes
 	}
 	fmt.Fprintf(w, `legend: times from the injection (SIGKILL or SIGSTOP); "at" from the start of the measured window, which opens at the first step
   committed by a round of all %d members. detect: the first survivor's elastic.Event.Detected; resume: the last survivor's
-  Event.Resumed (its new round formed and healed); 1st step: the first step committed after that; size: the survivors' round;
+  Event.Resumed (its new round formed and healed); 1st step: the first step a survivor committed after that; size: that round's;
   from step: the step the survivors' round resumed from / the highest step committed anywhere before the fault (resuming from
   less would lose a committed step). steps lost: the fault-free run's steps/s times the time from this fault to the next (or
   to the window's end) minus the steps committed in that time: the step in flight that was discarded, the outage, the
-  slower smaller round and the pause when the victim's replacement is healed in. rejoin: from the newcomer's start (kill)
-  or the SIGCONT (stop) to that member's first committed step.
-`, cfg.nproc)
+  slower smaller round and the pause when the victim's replacement is healed in (negative when that time ran faster than
+  the fault-free run's average). rejoin: from the newcomer's start (kill) or the SIGCONT (stop) to that member's first step
+  committed in a round with others. size N: the time between consecutive commits made by rounds of N members, and the
+  rate there (on a machine with fewer cores than members a smaller round can step faster); stalled: gaps between two
+  commits longer than %v.
+`, cfg.nproc, elasticStallGap)
 }
 
 // elasticProc is one member process.
@@ -493,6 +518,78 @@ func (j *elasticJob) running() int {
 	return n
 }
 
+// bySize attributes the time between each step's first commit in
+// [from, to] and the previous step's to the size of the round that
+// committed it, or to stalls when the gap is longer than elasticStallGap.
+func (j *elasticJob) bySize(from, to time.Time) ([]elasticSizeShare, float64) {
+	j.mu.Lock()
+	first := map[int64]elasticMemberLine{}
+	for _, l := range j.steps {
+		if l.T < from.UnixNano() || l.T > to.UnixNano() {
+			continue
+		}
+		if f, ok := first[l.Step]; !ok || l.T < f.T {
+			first[l.Step] = l
+		}
+	}
+	j.mu.Unlock()
+	steps := make([]elasticMemberLine, 0, len(first))
+	for _, l := range first {
+		steps = append(steps, l)
+	}
+	slices.SortFunc(steps, func(a, b elasticMemberLine) int { return cmp.Compare(a.Step, b.Step) })
+	shares := map[int]*elasticSizeShare{}
+	var stalled time.Duration
+	for i := 1; i < len(steps); i++ {
+		gap := time.Duration(steps[i].T - steps[i-1].T)
+		if gap > elasticStallGap {
+			stalled += gap
+			continue
+		}
+		sh := shares[steps[i].Size]
+		if sh == nil {
+			sh = &elasticSizeShare{Size: steps[i].Size}
+			shares[steps[i].Size] = sh
+		}
+		sh.Steps++
+		sh.Seconds += gap.Seconds()
+	}
+	var out []elasticSizeShare
+	for _, sh := range shares {
+		if sh.Seconds > 0 {
+			sh.StepsPerS = float64(sh.Steps) / sh.Seconds
+		}
+		out = append(out, *sh)
+	}
+	slices.SortFunc(out, func(a, b elasticSizeShare) int { return cmp.Compare(b.Size, a.Size) })
+	return out, stalled.Seconds()
+}
+
+// describeSizes is the by-size part of a run's line.
+func describeSizes(r elasticRunResult) string {
+	var parts []string
+	for _, sh := range r.BySize {
+		parts = append(parts, fmt.Sprintf("size %d %.1fs at %.1f steps/s", sh.Size, sh.Seconds, sh.StepsPerS))
+	}
+	return fmt.Sprintf("%s; stalled %.1fs (gaps over %v)", strings.Join(parts, ", "), r.StalledS, elasticStallGap)
+}
+
+// returned is the first round the fault's rejoiner entered after it was
+// started or continued. (A step line alone does not tell: a stopped member
+// may print, once continued, the step it had committed before the stop.)
+func (j *elasticJob) returned(f *elasticFault) (elasticMemberLine, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var back elasticMemberLine
+	found := false
+	for _, l := range j.rounds {
+		if l.ID == f.Rejoiner && !f.recovered.IsZero() && l.Resumed > f.recovered.UnixNano() && (!found || l.Resumed < back.Resumed) {
+			back, found = l, true
+		}
+	}
+	return back, found
+}
+
 // elasticFault is an injected fault while the run goes on.
 type elasticFault struct {
 	elasticFaultResult
@@ -634,7 +731,11 @@ func runElasticJob(ctx context.Context, cfg elasticBenchConfig, addr, name strin
 		if f.Skipped != "" {
 			return true
 		}
-		_, ok := j.firstStep(f.recovered, func(l elasticMemberLine) bool { return l.ID == f.Rejoiner })
+		back, ok := j.returned(f)
+		if !ok || len(back.Members) < 2 {
+			return ok // not yet, or a split: nothing more to wait for
+		}
+		_, ok = j.firstStep(time.Unix(0, back.Resumed), func(l elasticMemberLine) bool { return l.ID == f.Rejoiner })
 		return ok
 	}
 	settleBy := time.Now().Add(cfg.settle)
@@ -651,6 +752,7 @@ func runElasticJob(ctx context.Context, cfg elasticBenchConfig, addr, name strin
 	res.Steps = j.progress(end) - p0
 	res.StepsPerS = float64(res.Steps) / cfg.duration.Seconds()
 	res.SamplesPerS = res.StepsPerS * float64(cfg.batch)
+	res.BySize, res.StalledS = j.bySize(t0, end)
 
 	out := make([]elasticFaultResult, len(faults))
 	for i, f := range faults {
@@ -712,7 +814,7 @@ func (j *elasticJob) measure(f *elasticFault, faults []*elasticFault, rate float
 	}
 	if all && resumed != 0 {
 		f.ResumeS = secs(resumed)
-		if l, ok := j.firstStep(time.Unix(0, resumed), func(elasticMemberLine) bool { return true }); ok {
+		if l, ok := j.firstStep(time.Unix(0, resumed), func(l elasticMemberLine) bool { return slices.Contains(f.survivors, l.ID) }); ok {
 			f.FirstStepS = secs(l.T)
 		}
 	}
@@ -721,18 +823,10 @@ func (j *elasticJob) measure(f *elasticFault, faults []*elasticFault, rate float
 	if f.recovered.IsZero() {
 		return
 	}
-	// The rejoiner's first round after it came back, and its first step
-	// there: a round with others is the job, one alone is a second job.
-	var back *elasticMemberLine
-	j.mu.Lock()
-	for i := range j.rounds {
-		l := &j.rounds[i]
-		if l.ID == f.Rejoiner && l.Resumed > f.recovered.UnixNano() && (back == nil || l.Resumed < back.Resumed) {
-			back = l
-		}
-	}
-	j.mu.Unlock()
-	if back == nil {
+	// The rejoiner's first step in the round it came back to: a round
+	// with others is the job, one alone is a second job.
+	back, ok := j.returned(f)
+	if !ok {
 		return
 	}
 	if len(back.Members) < 2 && j.cfg.nproc > 1 {

@@ -77,6 +77,9 @@ func TestBenchElastic(t *testing.T) {
 		s.MedianDetectS <= 0 || s.MedianResumeS <= 0 || s.FaultFree.LoadStart == "" {
 		t.Errorf("summary: %+v", s)
 	}
+	if len(s.FaultFree.BySize) == 0 || s.FaultFree.BySize[0].Size != 3 || s.FaultFree.BySize[0].StepsPerS <= 0 || len(s.Faulty.BySize) == 0 {
+		t.Errorf("the runs by round size: %+v, %+v", s.FaultFree.BySize, s.Faulty.BySize)
+	}
 	if len(s.FaultFree.Exits)+len(s.Faulty.Exits) > 0 {
 		t.Errorf("members ended on their own: %v %v", s.FaultFree.Exits, s.Faulty.Exits)
 	}
