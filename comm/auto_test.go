@@ -120,9 +120,10 @@ func TestAutoBackendChoice(t *testing.T) {
 		opts   []InitOption
 		want   string
 	}{
-		{"same host", 3, nil, []InitOption{env()}, "shm"},
-		{"a host each", 3, func(r int) string { return fmt.Sprint("host", r) }, []InitOption{env()}, "tcp"},
-		{"two hosts of two", 4, func(r int) string { return fmt.Sprint("host", r/2) }, []InitOption{env()}, "hier"},
+		{"default", 3, nil, []InitOption{env()}, "tcp"},
+		{"same host", 3, nil, []InitOption{env(BackendEnv, "auto")}, "shm"},
+		{"a host each", 3, func(r int) string { return fmt.Sprint("host", r) }, []InitOption{env(BackendEnv, "auto")}, "tcp"},
+		{"two hosts of two", 4, func(r int) string { return fmt.Sprint("host", r/2) }, []InitOption{env(BackendEnv, "auto")}, "hier"},
 		{"TANDEM_BACKEND=tcp", 2, nil, []InitOption{env(BackendEnv, "tcp")}, "tcp"},
 		{"TANDEM_BACKEND=auto", 2, nil, []InitOption{env(BackendEnv, " auto ")}, "shm"},
 		{"WithBackend beats TANDEM_BACKEND", 2, nil, []InitOption{env(BackendEnv, "tcp"), WithBackend("shm")}, "shm"},
@@ -152,7 +153,7 @@ func TestAutoBackendChoice(t *testing.T) {
 // one.
 func TestHierAllReduceTwoHosts(t *testing.T) {
 	const n = 4
-	pgs := initHosts(t, n, func(r int) string { return fmt.Sprint("host", r%2) }, noEnv(),
+	pgs := initHosts(t, n, func(r int) string { return fmt.Sprint("host", r%2) }, noEnv(), WithBackend(AutoBackend),
 		WithGroupOptions(WithRingThreshold(4096), WithChunkSize(8192)))
 	for r, pg := range pgs {
 		if transportKind(pg) != "hier" {
