@@ -12,8 +12,8 @@ import (
 )
 
 // goFast is gonum's BLAS with the float32 matrix product, the one training
-// spends its time in, computed in 4x16 tiles of AVX fused multiply-adds
-// where the processor has them.
+// spends its time in, computed in the vector kernels of the widest family
+// the processor has (see kernels).
 type goFast struct{ pure }
 
 //go:noescape
@@ -22,26 +22,78 @@ func sgemmTile6x16(k int, a, b, c *float32, ldc int, alpha float32)
 //go:noescape
 func sdot2x4(k int, a *float32, lda int, b *float32, ldb int, out *float32)
 
-// fastSgemm: the processor runs the kernels.
-var fastSgemm = cpufeat.FMA
+//go:noescape
+func sgemmTile8x32(k int, a, b, c *float32, ldc int, alpha float32)
+
+//go:noescape
+func sdot4x4(k int, a *float32, lda int, b *float32, ldb int, out *float32)
+
+// kernels is one family of assembly kernels and the shapes they compute.
+type kernels struct {
+	name string
+	// tile adds alpha times the product of a packed mr-row panel of A and
+	// a packed nr-column panel of B into an mr×nr tile of C.
+	tile   func(k int, a, b, c *float32, ldc int, alpha float32)
+	mr, nr int
+	// dot writes the dr×dc dot products of dr rows of A with dc rows of
+	// B over the first k terms, k a multiple of dk.
+	dot        func(k int, a *float32, lda int, b *float32, ldb int, out *float32)
+	dr, dc, dk int
+	// rest computes the rows of an A·Bᵀ left over by dr (nil: dr is 2
+	// and the last row is done in Go).
+	rest *kernels
+}
+
+// avx2 is the 256-bit family (AVX2 and FMA3): 6x16 tiles, 2x4 dots.
+var avx2 = &kernels{name: "go-fma", tile: sgemmTile6x16, mr: 6, nr: 16, dot: sdot2x4, dr: 2, dc: 4, dk: 8}
+
+// avx512 is the 512-bit family (AVX-512 F and VL): 8x32 tiles, 4x4 dots
+// sixteen terms at a time; the rows of A·Bᵀ left over by four go to avx2.
+var avx512 = &kernels{name: "go-avx512", tile: sgemmTile8x32, mr: 8, nr: 32, dot: sdot4x4, dr: 4, dc: 4, dk: 16, rest: avx2}
+
+// best is the family the products use: the widest the processor and the
+// operating system support (nil where neither).
+var best = func() *kernels {
+	switch {
+	case cpufeat.AVX512 && cpufeat.FMA:
+		return avx512
+	case cpufeat.FMA:
+		return avx2
+	}
+	return nil
+}()
+
+// fastCore names the family in use, "" for none.
+func fastCore() string {
+	if best == nil {
+		return ""
+	}
+	return best.name
+}
 
 // fastFrom is the size (m·n·k) from which the tiled product pays for its
 // packing; smaller products go to gonum.
 const fastFrom = 1 << 12
 
 func (goFast) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if !fastSgemm || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+	if best == nil || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		// gonum also reports bad arguments, with its own panics.
 		pure{}.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
+	sgemmWith(best, tA == gblas.Trans, tB == gblas.Trans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// sgemmWith computes C = alpha·op(A)·op(B) + beta·C in the kernels kn,
+// the arguments already checked.
+func sgemmWith(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	scaleRows(m, n, beta, c, ldc)
-	if tA == gblas.NoTrans && tB == gblas.Trans {
+	if !transA && transB {
 		// A·Bᵀ: rows of A against rows of B, both contiguous, nothing to pack.
-		sgemmNT(m, n, k, alpha, a, lda, b, ldb, c, ldc)
+		sgemmNT(kn, m, n, k, alpha, a, lda, b, ldb, c, ldc)
 		return
 	}
-	sgemmTiles(tA == gblas.Trans, tB == gblas.Trans, m, n, k, alpha, a, lda, b, ldb, c, ldc)
+	sgemmTiles(kn, transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc)
 }
 
 // scaleRows multiplies the m×n matrix C by beta; beta 0 writes zeros
@@ -62,13 +114,14 @@ func scaleRows(m, n int, beta float32, c []float32, ldc int) {
 }
 
 // ntBlock is how many rows of B the A·Bᵀ product keeps in the cache while
-// every row pair of A passes over them.
+// every row block of A passes over them.
 const ntBlock = 128
 
-// sgemmNT adds alpha·A·Bᵀ to C, A m×k and B n×k: 2x4 blocks of dot
-// products in the vector kernel, the edges and the last k%8 terms in Go.
-func sgemmNT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	k8 := k &^ 7
+// sgemmNT adds alpha·A·Bᵀ to C, A m×k and B n×k: dr×dc blocks of dot
+// products in the vector kernel, the edges and the last k%dk terms in Go.
+func sgemmNT(kn *kernels, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	dr, dc := kn.dr, kn.dc
+	kq := k - k%kn.dk
 	dot := func(i, j int) float32 {
 		var s float32
 		ar, br := a[i*lda:i*lda+k], b[j*ldb:j*ldb+k]
@@ -77,39 +130,46 @@ func sgemmNT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb 
 		}
 		return s
 	}
-	var out [8]float32
+	mq := m - m%dr
+	if kn.rest != nil && mq < m {
+		sgemmNT(kn.rest, m-mq, n, k, alpha, a[mq*lda:], lda, b, ldb, c[mq*ldc:], ldc)
+		m = mq
+	}
+	var out [16]float32
 	for jb := 0; jb < n; jb += ntBlock {
 		je := min(jb+ntBlock, n)
-		j4 := jb + (je-jb)&^3
-		for i := 0; i < m; i += 2 {
-			if i+1 == m { // the last row alone
-				for j := jb; j < je; j++ {
-					c[i*ldc+j] += alpha * dot(i, j)
+		jq := jb + (je-jb)/dc*dc
+		for i := 0; i < m; i += dr {
+			if i+dr > m { // the last rows, fewer than dr
+				for ii := i; ii < m; ii++ {
+					for j := jb; j < je; j++ {
+						c[ii*ldc+j] += alpha * dot(ii, j)
+					}
 				}
-				continue
+				break
 			}
-			for j := jb; j < j4; j += 4 {
-				if k8 > 0 {
-					sdot2x4(k8, &a[i*lda], lda, &b[j*ldb], ldb, &out[0])
+			for j := jb; j < jq; j += dc {
+				if kq > 0 {
+					kn.dot(kq, &a[i*lda], lda, &b[j*ldb], ldb, &out[0])
+				} else {
+					clear(out[:])
 				}
-				for r := 0; r < 2; r++ {
+				for r := 0; r < dr; r++ {
 					ar := a[(i+r)*lda : (i+r)*lda+k]
-					for cc := 0; cc < 4; cc++ {
-						s := out[r*4+cc]
-						if k8 == 0 {
-							s = 0
-						}
+					for cc := 0; cc < dc; cc++ {
+						s := out[r*dc+cc]
 						br := b[(j+cc)*ldb : (j+cc)*ldb+k]
-						for p := k8; p < k; p++ {
+						for p := kq; p < k; p++ {
 							s += ar[p] * br[p]
 						}
 						c[(i+r)*ldc+j+cc] += alpha * s
 					}
 				}
 			}
-			for j := j4; j < je; j++ {
-				c[i*ldc+j] += alpha * dot(i, j)
-				c[(i+1)*ldc+j] += alpha * dot(i+1, j)
+			for j := jq; j < je; j++ {
+				for r := 0; r < dr; r++ {
+					c[(i+r)*ldc+j] += alpha * dot(i+r, j)
+				}
 			}
 		}
 	}
@@ -145,41 +205,48 @@ func getPanel(n int) *[]float32 {
 }
 
 // sgemmTiles adds alpha·op(A)·op(B) to C (row major): A is packed into
-// panels of 6 rows and B into panels of 16 columns (zero-padded at the
-// edges), and the tile kernel adds alpha times each 6x16 tile's sums into
+// panels of mr rows and B into panels of nr columns (zero-padded at the
+// edges), and the tile kernel adds alpha times each mr×nr tile's sums into
 // C, straight into it away from the edges.
-func sgemmTiles(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	mp := (m + 5) / 6
-	pap := getPanel(mp * 6 * k)
+func sgemmTiles(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	mr, nr := kn.mr, kn.nr
+	mp := (m + mr - 1) / mr
+	pap := getPanel(mp * mr * k)
 	defer panelPool.Put(pap)
 	pa := *pap
 	for ib := 0; ib < mp; ib++ {
-		panel := pa[ib*6*k : (ib+1)*6*k]
-		for r := 0; r < 6; r++ {
-			i := ib*6 + r
-			switch {
-			case i >= m:
+		panel := pa[ib*mr*k : (ib+1)*mr*k]
+		rows := min(mr, m-ib*mr)
+		if transA {
+			// op(A)'s rows are A's columns: copy k runs of rows elements.
+			for p := 0; p < k; p++ {
+				dst := panel[p*mr : p*mr+mr]
+				i0 := p*lda + ib*mr
+				copy(dst, a[i0:i0+rows])
+				clear(dst[rows:])
+			}
+			continue
+		}
+		for r := 0; r < mr; r++ {
+			if r >= rows {
 				for p := 0; p < k; p++ {
-					panel[p*6+r] = 0
+					panel[p*mr+r] = 0
 				}
-			case transA:
-				for p := 0; p < k; p++ {
-					panel[p*6+r] = a[p*lda+i]
-				}
-			default:
-				for p, v := range a[i*lda : i*lda+k] {
-					panel[p*6+r] = v
-				}
+				continue
+			}
+			i := ib*mr + r
+			for p, v := range a[i*lda : i*lda+k] {
+				panel[p*mr+r] = v
 			}
 		}
 	}
-	nb := (n + 15) / 16
+	nb := (n + nr - 1) / nr
 	workers := 1
 	if m*n*k >= 1<<21 {
 		workers = min(runtime.GOMAXPROCS(0), nb, 8)
 	}
 	if workers <= 1 {
-		sgemmColumns(0, nb, transB, m, n, k, alpha, pa, b, ldb, c, ldc)
+		sgemmColumns(kn, 0, nb, transB, m, n, k, alpha, pa, b, ldb, c, ldc)
 		return
 	}
 	var wg sync.WaitGroup
@@ -188,51 +255,53 @@ func sgemmTiles(transA, transB bool, m, n, k int, alpha float32, a []float32, ld
 		wg.Add(1)
 		go func(lo, hi int) {
 			defer wg.Done()
-			sgemmColumns(lo, hi, transB, m, n, k, alpha, pa, b, ldb, c, ldc)
+			sgemmColumns(kn, lo, hi, transB, m, n, k, alpha, pa, b, ldb, c, ldc)
 		}(lo, min(lo+per, nb))
 	}
 	wg.Wait()
 }
 
-// sgemmColumns computes the tiles of the 16-column blocks lo..hi-1.
-func sgemmColumns(lo, hi int, transB bool, m, n, k int, alpha float32, pa, b []float32, ldb int, c []float32, ldc int) {
-	pbp := getPanel(16 * k)
+// sgemmColumns computes the tiles of the nr-column blocks lo..hi-1.
+func sgemmColumns(kn *kernels, lo, hi int, transB bool, m, n, k int, alpha float32, pa, b []float32, ldb int, c []float32, ldc int) {
+	mr, nr := kn.mr, kn.nr
+	pbp := getPanel(nr * k)
 	defer panelPool.Put(pbp)
 	pb := *pbp
-	var edge [96]float32
+	var edgeBuf [8 * 32]float32
+	edge := edgeBuf[:mr*nr]
 	for jb := lo; jb < hi; jb++ {
-		j := jb * 16
-		w := min(16, n-j)
+		j := jb * nr
+		w := min(nr, n-j)
 		if transB {
-			for jj := 0; jj < 16; jj++ {
+			for jj := 0; jj < nr; jj++ {
 				if jj >= w {
 					for p := 0; p < k; p++ {
-						pb[p*16+jj] = 0
+						pb[p*nr+jj] = 0
 					}
 					continue
 				}
 				for p, v := range b[(j+jj)*ldb : (j+jj)*ldb+k] {
-					pb[p*16+jj] = v
+					pb[p*nr+jj] = v
 				}
 			}
 		} else {
 			for p := 0; p < k; p++ {
-				dst := pb[p*16 : p*16+16]
+				dst := pb[p*nr : p*nr+nr]
 				n := copy(dst, b[p*ldb+j:p*ldb+j+w])
 				clear(dst[n:])
 			}
 		}
-		for i := 0; i < m; i += 6 {
+		for i := 0; i < m; i += mr {
 			panel := &pa[i*k]
-			if i+6 <= m && w == 16 {
-				sgemmTile6x16(k, panel, &pb[0], &c[i*ldc+j], ldc, alpha)
+			if i+mr <= m && w == nr {
+				kn.tile(k, panel, &pb[0], &c[i*ldc+j], ldc, alpha)
 				continue
 			}
-			clear(edge[:])
-			sgemmTile6x16(k, panel, &pb[0], &edge[0], 16, alpha)
-			for r := 0; r < min(6, m-i); r++ {
+			clear(edge)
+			kn.tile(k, panel, &pb[0], &edge[0], nr, alpha)
+			for r := 0; r < min(mr, m-i); r++ {
 				crow := c[(i+r)*ldc+j : (i+r)*ldc+j+w]
-				for jj, v := range edge[r*16 : r*16+w] {
+				for jj, v := range edge[r*nr : r*nr+w] {
 					crow[jj] += v
 				}
 			}
