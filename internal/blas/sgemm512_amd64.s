@@ -5,18 +5,21 @@
 // The AVX-512 kernels: the same products as sgemm_amd64.s's, sixteen
 // elements an instruction in the 32 ZMM registers.
 
-// func sgemmTile8x32(k int, a, b, c *float32, ldc int, alpha float32)
-// c[r*ldc+j] += alpha * sum over p < k of a[p*8+r] * b[p*32+j], for r < 8,
-// j < 32: one 8x32 tile of C from a packed 8-row panel of A (k groups of 8)
-// and a packed 32-column panel of B (k rows of 32). Sixteen accumulators,
-// Z0-Z15 (row r in Z(2r), Z(2r+1)); each step loads two vectors of B and
-// broadcasts eight elements of A.
-TEXT ·sgemmTile8x32(SB), NOSPLIT, $0-44
+// func sgemmTile8x32(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
+// c[r*ldc+j] = alpha * sum over p < k of a[p*8+r] * b[p*ldb+j] (plus
+// c[r*ldc+j] itself when acc), for r < 8, j < 32: one 8x32 tile of C from a
+// packed 8-row panel of A (k groups of 8) and 32 columns of B, a packed
+// panel (ldb 32) or any rows ldb apart. Sixteen accumulators, Z0-Z15 (row r in Z(2r),
+// Z(2r+1)); each step loads two vectors of B and broadcasts eight elements
+// of A.
+TEXT ·sgemmTile8x32(SB), NOSPLIT, $0-53
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), AX
 	MOVQ b+16(FP), BX
-	MOVQ c+24(FP), DI
-	MOVQ ldc+32(FP), DX
+	MOVQ ldb+24(FP), R9
+	SHLQ $2, R9
+	MOVQ c+32(FP), DI
+	MOVQ ldc+40(FP), DX
 	SHLQ $2, DX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -65,12 +68,15 @@ t8loop:
 	VFMADD231PS  Z16, Z25, Z14
 	VFMADD231PS  Z17, Z25, Z15
 	ADDQ         $32, AX
-	ADDQ         $128, BX
+	ADDQ         R9, BX
 	DECQ         CX
 	JNE          t8loop
 
 t8store:
-	VBROADCASTSS alpha+40(FP), Z18
+	VBROADCASTSS alpha+48(FP), Z18
+	MOVBLZX      acc+52(FP), R10
+	TESTQ        R10, R10
+	JEQ          t8set
 	VMOVUPS      (DI), Z16
 	VMOVUPS      64(DI), Z17
 	VFMADD231PS  Z0, Z18, Z16
@@ -124,6 +130,49 @@ t8store:
 	VMOVUPS      64(DI), Z17
 	VFMADD231PS  Z14, Z18, Z16
 	VFMADD231PS  Z15, Z18, Z17
+	VMOVUPS      Z16, (DI)
+	VMOVUPS      Z17, 64(DI)
+	VZEROUPPER
+	RET
+
+t8set:
+	VMULPS       Z0, Z18, Z16
+	VMULPS       Z1, Z18, Z17
+	VMOVUPS      Z16, (DI)
+	VMOVUPS      Z17, 64(DI)
+	ADDQ         DX, DI
+	VMULPS       Z2, Z18, Z16
+	VMULPS       Z3, Z18, Z17
+	VMOVUPS      Z16, (DI)
+	VMOVUPS      Z17, 64(DI)
+	ADDQ         DX, DI
+	VMULPS       Z4, Z18, Z16
+	VMULPS       Z5, Z18, Z17
+	VMOVUPS      Z16, (DI)
+	VMOVUPS      Z17, 64(DI)
+	ADDQ         DX, DI
+	VMULPS       Z6, Z18, Z16
+	VMULPS       Z7, Z18, Z17
+	VMOVUPS      Z16, (DI)
+	VMOVUPS      Z17, 64(DI)
+	ADDQ         DX, DI
+	VMULPS       Z8, Z18, Z16
+	VMULPS       Z9, Z18, Z17
+	VMOVUPS      Z16, (DI)
+	VMOVUPS      Z17, 64(DI)
+	ADDQ         DX, DI
+	VMULPS       Z10, Z18, Z16
+	VMULPS       Z11, Z18, Z17
+	VMOVUPS      Z16, (DI)
+	VMOVUPS      Z17, 64(DI)
+	ADDQ         DX, DI
+	VMULPS       Z12, Z18, Z16
+	VMULPS       Z13, Z18, Z17
+	VMOVUPS      Z16, (DI)
+	VMOVUPS      Z17, 64(DI)
+	ADDQ         DX, DI
+	VMULPS       Z14, Z18, Z16
+	VMULPS       Z15, Z18, Z17
 	VMOVUPS      Z16, (DI)
 	VMOVUPS      Z17, 64(DI)
 	VZEROUPPER

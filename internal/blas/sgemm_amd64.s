@@ -99,17 +99,20 @@ dotsum:
 	VZEROUPPER
 	RET
 
-// func sgemmTile6x16(k int, a, b, c *float32, ldc int, alpha float32)
-// c[r*ldc+j] += alpha * sum over p < k of a[p*6+r] * b[p*16+j], for r < 6,
-// j < 16: one 6x16 tile of C from a packed 6-row panel of A (k groups of 6)
-// and a packed 16-column panel of B (k rows of 16). Twelve accumulators;
-// each step loads two vectors of B and broadcasts six elements of A.
-TEXT ·sgemmTile6x16(SB), NOSPLIT, $0-44
+// func sgemmTile6x16(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
+// c[r*ldc+j] = alpha * sum over p < k of a[p*6+r] * b[p*ldb+j] (plus
+// c[r*ldc+j] itself when acc), for r < 6, j < 16: one 6x16 tile of C from a
+// packed 6-row panel of A (k groups of 6) and 16 columns of B, a packed
+// panel (ldb 16) or any rows ldb apart. Twelve accumulators; each step loads two
+// vectors of B and broadcasts six elements of A.
+TEXT ·sgemmTile6x16(SB), NOSPLIT, $0-53
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), AX
 	MOVQ b+16(FP), BX
-	MOVQ c+24(FP), DI
-	MOVQ ldc+32(FP), DX
+	MOVQ ldb+24(FP), R9
+	SHLQ $2, R9
+	MOVQ c+32(FP), DI
+	MOVQ ldc+40(FP), DX
 	SHLQ $2, DX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -148,12 +151,15 @@ t6loop:
 	VFMADD231PS  Y12, Y14, Y10
 	VFMADD231PS  Y13, Y14, Y11
 	ADDQ         $24, AX
-	ADDQ         $64, BX
+	ADDQ         R9, BX
 	DECQ         CX
 	JNE          t6loop
 
 t6store:
-	VBROADCASTSS alpha+40(FP), Y14
+	VBROADCASTSS alpha+48(FP), Y14
+	MOVBLZX      acc+52(FP), R10
+	TESTQ        R10, R10
+	JEQ          t6set
 	VMOVUPS      (DI), Y12
 	VMOVUPS      32(DI), Y13
 	VFMADD231PS  Y0, Y14, Y12
@@ -193,6 +199,39 @@ t6store:
 	VMOVUPS      32(DI), Y13
 	VFMADD231PS  Y10, Y14, Y12
 	VFMADD231PS  Y11, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	VZEROUPPER
+	RET
+
+t6set:
+	VMULPS       Y0, Y14, Y12
+	VMULPS       Y1, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMULPS       Y2, Y14, Y12
+	VMULPS       Y3, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMULPS       Y4, Y14, Y12
+	VMULPS       Y5, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMULPS       Y6, Y14, Y12
+	VMULPS       Y7, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMULPS       Y8, Y14, Y12
+	VMULPS       Y9, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMULPS       Y10, Y14, Y12
+	VMULPS       Y11, Y14, Y13
 	VMOVUPS      Y12, (DI)
 	VMOVUPS      Y13, 32(DI)
 	VZEROUPPER

@@ -17,13 +17,13 @@ import (
 type goFast struct{ pure }
 
 //go:noescape
-func sgemmTile6x16(k int, a, b, c *float32, ldc int, alpha float32)
+func sgemmTile6x16(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 
 //go:noescape
 func sdot2x4(k int, a *float32, lda int, b *float32, ldb int, out *float32)
 
 //go:noescape
-func sgemmTile8x32(k int, a, b, c *float32, ldc int, alpha float32)
+func sgemmTile8x32(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 
 //go:noescape
 func sdot4x4(k int, a *float32, lda int, b *float32, ldb int, out *float32)
@@ -31,25 +31,41 @@ func sdot4x4(k int, a *float32, lda int, b *float32, ldb int, out *float32)
 // kernels is one family of assembly kernels and the shapes they compute.
 type kernels struct {
 	name string
-	// tile adds alpha times the product of a packed mr-row panel of A and
-	// a packed nr-column panel of B into an mr×nr tile of C.
-	tile   func(k int, a, b, c *float32, ldc int, alpha float32)
+	wide bool // the 512-bit family
+	// tile writes (acc: adds) alpha times the product of a packed
+	// mr-row panel of A and nr columns of B (packed or not) into an
+	// mr×nr tile of C.
 	mr, nr int
 	// dot writes the dr×dc dot products of dr rows of A with dc rows of
 	// B over the first k terms, k a multiple of dk.
-	dot        func(k int, a *float32, lda int, b *float32, ldb int, out *float32)
 	dr, dc, dk int
-	// rest computes the rows of an A·Bᵀ left over by dr (nil: dr is 2
-	// and the last row is done in Go).
-	rest *kernels
+}
+
+// tile runs the family's tile kernel. (Direct calls, not function values,
+// so that the buffers handed to them stay on the stack.)
+func (kn *kernels) tile(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool) {
+	if kn.wide {
+		sgemmTile8x32(k, a, b, ldb, c, ldc, alpha, acc)
+	} else {
+		sgemmTile6x16(k, a, b, ldb, c, ldc, alpha, acc)
+	}
+}
+
+// dot runs the family's dot-product kernel.
+func (kn *kernels) dot(k int, a *float32, lda int, b *float32, ldb int, out *float32) {
+	if kn.wide {
+		sdot4x4(k, a, lda, b, ldb, out)
+	} else {
+		sdot2x4(k, a, lda, b, ldb, out)
+	}
 }
 
 // avx2 is the 256-bit family (AVX2 and FMA3): 6x16 tiles, 2x4 dots.
-var avx2 = &kernels{name: "go-fma", tile: sgemmTile6x16, mr: 6, nr: 16, dot: sdot2x4, dr: 2, dc: 4, dk: 8}
+var avx2 = &kernels{name: "go-fma", mr: 6, nr: 16, dr: 2, dc: 4, dk: 8}
 
 // avx512 is the 512-bit family (AVX-512 F and VL): 8x32 tiles, 4x4 dots
-// sixteen terms at a time; the rows of A·Bᵀ left over by four go to avx2.
-var avx512 = &kernels{name: "go-avx512", tile: sgemmTile8x32, mr: 8, nr: 32, dot: sdot4x4, dr: 4, dc: 4, dk: 16, rest: avx2}
+// sixteen terms at a time.
+var avx512 = &kernels{name: "go-avx512", wide: true, mr: 8, nr: 32, dr: 4, dc: 4, dk: 16}
 
 // best is the family the products use: the widest the processor and the
 // operating system support (nil where neither).
@@ -85,15 +101,19 @@ func (goFast) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []floa
 }
 
 // sgemmWith computes C = alpha·op(A)·op(B) + beta·C in the kernels kn,
-// the arguments already checked.
+// the arguments already checked. With beta 0 the products overwrite C
+// (NaNs included, as BLAS does) rather than clearing it first.
 func sgemmWith(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	scaleRows(m, n, beta, c, ldc)
+	acc := beta != 0
+	if acc {
+		scaleRows(m, n, beta, c, ldc)
+	}
 	if !transA && transB {
 		// A·Bᵀ: rows of A against rows of B, both contiguous, nothing to pack.
-		sgemmNT(kn, m, n, k, alpha, a, lda, b, ldb, c, ldc)
+		sgemmNT(kn, m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
 		return
 	}
-	sgemmTiles(kn, transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc)
+	sgemmTiles(kn, transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
 }
 
 // scaleRows multiplies the m×n matrix C by beta; beta 0 writes zeros
@@ -117,60 +137,61 @@ func scaleRows(m, n int, beta float32, c []float32, ldc int) {
 // every row block of A passes over them.
 const ntBlock = 128
 
-// sgemmNT adds alpha·A·Bᵀ to C, A m×k and B n×k: dr×dc blocks of dot
-// products in the vector kernel, the edges and the last k%dk terms in Go.
-func sgemmNT(kn *kernels, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+// sgemmNT writes (acc: adds) alpha·A·Bᵀ to C, A m×k and B n×k: dr×dc
+// blocks of dot products in the vector kernel, the last k%dk terms in Go.
+// The rows (columns) left over by dr (dc) go through the kernel one at a
+// time, handed to it with a leading dimension of 0 so that it repeats the
+// one row, of which the first copy is kept.
+func sgemmNT(kn *kernels, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
 	dr, dc := kn.dr, kn.dc
 	kq := k - k%kn.dk
-	dot := func(i, j int) float32 {
-		var s float32
-		ar, br := a[i*lda:i*lda+k], b[j*ldb:j*ldb+k]
-		for p, v := range ar {
-			s += v * br[p]
-		}
-		return s
-	}
-	mq := m - m%dr
-	if kn.rest != nil && mq < m {
-		sgemmNT(kn.rest, m-mq, n, k, alpha, a[mq*lda:], lda, b, ldb, c[mq*ldc:], ldc)
-		m = mq
-	}
 	var out [16]float32
+	block := func(i, rows, j, cols int) {
+		la, lb := lda, ldb
+		if rows == 1 {
+			la = 0
+		}
+		if cols == 1 {
+			lb = 0
+		}
+		if kq > 0 {
+			kn.dot(kq, &a[i*lda], la, &b[j*ldb], lb, &out[0])
+		} else {
+			clear(out[:])
+		}
+		for r := 0; r < rows; r++ {
+			ar := a[(i+r)*lda+kq : (i+r)*lda+k]
+			for cc := 0; cc < cols; cc++ {
+				s := out[r*dc+cc]
+				br := b[(j+cc)*ldb+kq : (j+cc)*ldb+k]
+				for p, v := range ar {
+					s += v * br[p]
+				}
+				x := (i+r)*ldc + j + cc
+				if acc {
+					c[x] += alpha * s
+				} else {
+					c[x] = alpha * s
+				}
+			}
+		}
+	}
 	for jb := 0; jb < n; jb += ntBlock {
 		je := min(jb+ntBlock, n)
-		jq := jb + (je-jb)/dc*dc
-		for i := 0; i < m; i += dr {
-			if i+dr > m { // the last rows, fewer than dr
-				for ii := i; ii < m; ii++ {
-					for j := jb; j < je; j++ {
-						c[ii*ldc+j] += alpha * dot(ii, j)
-					}
-				}
-				break
+		for i := 0; i < m; {
+			rows := dr
+			if i+dr > m {
+				rows = 1
 			}
-			for j := jb; j < jq; j += dc {
-				if kq > 0 {
-					kn.dot(kq, &a[i*lda], lda, &b[j*ldb], ldb, &out[0])
-				} else {
-					clear(out[:])
+			for j := jb; j < je; {
+				cols := dc
+				if j+dc > je {
+					cols = 1
 				}
-				for r := 0; r < dr; r++ {
-					ar := a[(i+r)*lda : (i+r)*lda+k]
-					for cc := 0; cc < dc; cc++ {
-						s := out[r*dc+cc]
-						br := b[(j+cc)*ldb : (j+cc)*ldb+k]
-						for p := kq; p < k; p++ {
-							s += ar[p] * br[p]
-						}
-						c[(i+r)*ldc+j+cc] += alpha * s
-					}
-				}
+				block(i, rows, j, cols)
+				j += cols
 			}
-			for j := jq; j < je; j++ {
-				for r := 0; r < dr; r++ {
-					c[(i+r)*ldc+j] += alpha * dot(i+r, j)
-				}
-			}
+			i += rows
 		}
 	}
 }
@@ -204,11 +225,12 @@ func getPanel(n int) *[]float32 {
 	return &s
 }
 
-// sgemmTiles adds alpha·op(A)·op(B) to C (row major): A is packed into
-// panels of mr rows and B into panels of nr columns (zero-padded at the
-// edges), and the tile kernel adds alpha times each mr×nr tile's sums into
-// C, straight into it away from the edges.
-func sgemmTiles(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+// sgemmTiles writes (acc: adds) alpha·op(A)·op(B) to C (row major): A is
+// packed into panels of mr rows and B into panels of nr columns
+// (zero-padded at the edges), and the tile kernel writes alpha times each
+// mr×nr tile's sums into C, straight into it away from the edges. (Reading
+// an untransposed B in place, rows 4 KiB apart, was slower than the copy.)
+func sgemmTiles(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
 	mr, nr := kn.mr, kn.nr
 	mp := (m + mr - 1) / mr
 	pap := getPanel(mp * mr * k)
@@ -246,7 +268,7 @@ func sgemmTiles(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a 
 		workers = min(runtime.GOMAXPROCS(0), nb, 8)
 	}
 	if workers <= 1 {
-		sgemmColumns(kn, 0, nb, transB, m, n, k, alpha, pa, b, ldb, c, ldc)
+		sgemmColumns(kn, 0, nb, transB, m, n, k, alpha, pa, b, ldb, c, ldc, acc)
 		return
 	}
 	var wg sync.WaitGroup
@@ -255,14 +277,14 @@ func sgemmTiles(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a 
 		wg.Add(1)
 		go func(lo, hi int) {
 			defer wg.Done()
-			sgemmColumns(kn, lo, hi, transB, m, n, k, alpha, pa, b, ldb, c, ldc)
+			sgemmColumns(kn, lo, hi, transB, m, n, k, alpha, pa, b, ldb, c, ldc, acc)
 		}(lo, min(lo+per, nb))
 	}
 	wg.Wait()
 }
 
 // sgemmColumns computes the tiles of the nr-column blocks lo..hi-1.
-func sgemmColumns(kn *kernels, lo, hi int, transB bool, m, n, k int, alpha float32, pa, b []float32, ldb int, c []float32, ldc int) {
+func sgemmColumns(kn *kernels, lo, hi int, transB bool, m, n, k int, alpha float32, pa, b []float32, ldb int, c []float32, ldc int, acc bool) {
 	mr, nr := kn.mr, kn.nr
 	pbp := getPanel(nr * k)
 	defer panelPool.Put(pbp)
@@ -294,15 +316,19 @@ func sgemmColumns(kn *kernels, lo, hi int, transB bool, m, n, k int, alpha float
 		for i := 0; i < m; i += mr {
 			panel := &pa[i*k]
 			if i+mr <= m && w == nr {
-				kn.tile(k, panel, &pb[0], &c[i*ldc+j], ldc, alpha)
+				kn.tile(k, panel, &pb[0], nr, &c[i*ldc+j], ldc, alpha, acc)
 				continue
 			}
-			clear(edge)
-			kn.tile(k, panel, &pb[0], &edge[0], nr, alpha)
+			kn.tile(k, panel, &pb[0], nr, &edge[0], nr, alpha, false)
 			for r := 0; r < min(mr, m-i); r++ {
 				crow := c[(i+r)*ldc+j : (i+r)*ldc+j+w]
-				for jj, v := range edge[r*nr : r*nr+w] {
-					crow[jj] += v
+				src := edge[r*nr : r*nr+w]
+				if acc {
+					for jj, v := range src {
+						crow[jj] += v
+					}
+				} else {
+					copy(crow, src)
 				}
 			}
 		}

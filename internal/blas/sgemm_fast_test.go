@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	gblas "gonum.org/v1/gonum/blas"
 
@@ -245,23 +246,40 @@ func BenchmarkSgemmMLP(b *testing.B) {
 		for _, kn := range fams {
 			b.Run(fmt.Sprintf("%s_%dx%dx%d/%s", g.name, g.m, g.n, g.k, kn.name), func(b *testing.B) {
 				b.SetBytes(int64(2 * g.m * g.n * g.k))
+				cpu0 := processCPU()
 				for b.Loop() {
 					sgemmWith(kn, g.transA, g.transB, g.m, g.n, g.k, 1, o.a, o.lda, o.b, o.ldb, 0, o.c, g.n)
 				}
+				reportCPU(b, cpu0, 2*g.m*g.n*g.k)
 			})
 		}
 	}
 	for _, kn := range fams {
 		b.Run("Step/"+kn.name, func(b *testing.B) {
 			b.SetBytes(int64(flops))
+			cpu0 := processCPU()
 			for b.Loop() {
 				for i, g := range mlpGemms {
 					o := all[i]
 					sgemmWith(kn, g.transA, g.transB, g.m, g.n, g.k, 1, o.a, o.lda, o.b, o.ldb, 0, o.c, g.n)
 				}
 			}
+			reportCPU(b, cpu0, flops)
 		})
 	}
+}
+
+// reportCPU adds the CPU time an iteration took since cpu0 (in ms), the
+// figure that holds when other processes compete for the cores, and the
+// Gflop/s of flops an iteration at that time.
+func reportCPU(b *testing.B, cpu0 time.Duration, flops int) {
+	cpu := processCPU() - cpu0
+	if cpu <= 0 || b.N == 0 {
+		return
+	}
+	per := cpu.Seconds() / float64(b.N)
+	b.ReportMetric(per*1e3, "cpu-ms/op")
+	b.ReportMetric(float64(flops)/per/1e9, "cpu-Gflop/s")
 }
 
 func randF32(rng *rand.Rand, n int) []float32 {
