@@ -178,14 +178,15 @@ t8set:
 	VZEROUPPER
 	RET
 
-// func sdot4x4(k int, a *float32, lda int, b *float32, ldb int, out *float32)
-// out[r*4+c] = sum over p < k of a[r*lda+p] * b[c*ldb+p], for r < 4, c < 4:
-// sixteen dot products of four rows of A with four rows of B, sixteen
-// elements an instruction; k is a multiple of 16 (the caller adds the
-// rest). Row r, column c accumulates in Z(4r+c); at the end each row's four
-// vectors fold to 256 bits and three horizontal adds and a lane add leave
-// its four sums in one XMM register.
-TEXT ·sdot4x4(SB), NOSPLIT, $0-48
+// func sdot4x4(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
+// c[r*ldc+j] = alpha * sum over p < k of a[r*lda+p] * b[j*ldb+p] (plus
+// c[r*ldc+j] itself when acc), for r < 4, j < 4: sixteen dot products of
+// four rows of A with four rows of B, sixteen elements an instruction; k is
+// a multiple of 16 (the caller adds the rest). Row r, column j accumulates
+// in Z(4r+j); at the end each row's four vectors fold to 256 bits, and
+// three horizontal adds and a lane add leave its four sums in one XMM
+// register.
+TEXT ·sdot4x4(SB), NOSPLIT, $0-61
 	MOVQ k+0(FP), CX
 	SHRQ $4, CX
 	SHLQ $6, CX // bytes of each row the loop reads
@@ -201,7 +202,6 @@ TEXT ·sdot4x4(SB), NOSPLIT, $0-48
 	LEAQ (BX)(DX*1), R11
 	LEAQ (R11)(DX*1), R12
 	LEAQ (R12)(DX*1), R13
-	MOVQ out+40(FP), DI
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -253,60 +253,93 @@ d4loop:
 
 d4sum:
 	VEXTRACTF64X4 $1, Z0, Y16
-	VADDPS        Y16, Y0, Y0
+	VADDPS       Y16, Y0, Y0
 	VEXTRACTF64X4 $1, Z1, Y17
-	VADDPS        Y17, Y1, Y1
+	VADDPS       Y17, Y1, Y1
 	VEXTRACTF64X4 $1, Z2, Y18
-	VADDPS        Y18, Y2, Y2
+	VADDPS       Y18, Y2, Y2
 	VEXTRACTF64X4 $1, Z3, Y19
-	VADDPS        Y19, Y3, Y3
-	VHADDPS       Y1, Y0, Y0
-	VHADDPS       Y3, Y2, Y2
-	VHADDPS       Y2, Y0, Y0
-	VEXTRACTF128  $1, Y0, X1
-	VADDPS        X1, X0, X0
-	VMOVUPS       X0, 0(DI)
+	VADDPS       Y19, Y3, Y3
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
 	VEXTRACTF64X4 $1, Z4, Y16
-	VADDPS        Y16, Y4, Y4
+	VADDPS       Y16, Y4, Y4
 	VEXTRACTF64X4 $1, Z5, Y17
-	VADDPS        Y17, Y5, Y5
+	VADDPS       Y17, Y5, Y5
 	VEXTRACTF64X4 $1, Z6, Y18
-	VADDPS        Y18, Y6, Y6
+	VADDPS       Y18, Y6, Y6
 	VEXTRACTF64X4 $1, Z7, Y19
-	VADDPS        Y19, Y7, Y7
-	VHADDPS       Y5, Y4, Y4
-	VHADDPS       Y7, Y6, Y6
-	VHADDPS       Y6, Y4, Y4
-	VEXTRACTF128  $1, Y4, X5
-	VADDPS        X5, X4, X4
-	VMOVUPS       X4, 16(DI)
+	VADDPS       Y19, Y7, Y7
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS       X5, X4, X4
 	VEXTRACTF64X4 $1, Z8, Y16
-	VADDPS        Y16, Y8, Y8
+	VADDPS       Y16, Y8, Y8
 	VEXTRACTF64X4 $1, Z9, Y17
-	VADDPS        Y17, Y9, Y9
+	VADDPS       Y17, Y9, Y9
 	VEXTRACTF64X4 $1, Z10, Y18
-	VADDPS        Y18, Y10, Y10
+	VADDPS       Y18, Y10, Y10
 	VEXTRACTF64X4 $1, Z11, Y19
-	VADDPS        Y19, Y11, Y11
-	VHADDPS       Y9, Y8, Y8
-	VHADDPS       Y11, Y10, Y10
-	VHADDPS       Y10, Y8, Y8
-	VEXTRACTF128  $1, Y8, X9
-	VADDPS        X9, X8, X8
-	VMOVUPS       X8, 32(DI)
+	VADDPS       Y19, Y11, Y11
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS       X9, X8, X8
 	VEXTRACTF64X4 $1, Z12, Y16
-	VADDPS        Y16, Y12, Y12
+	VADDPS       Y16, Y12, Y12
 	VEXTRACTF64X4 $1, Z13, Y17
-	VADDPS        Y17, Y13, Y13
+	VADDPS       Y17, Y13, Y13
 	VEXTRACTF64X4 $1, Z14, Y18
-	VADDPS        Y18, Y14, Y14
+	VADDPS       Y18, Y14, Y14
 	VEXTRACTF64X4 $1, Z15, Y19
-	VADDPS        Y19, Y15, Y15
-	VHADDPS       Y13, Y12, Y12
-	VHADDPS       Y15, Y14, Y14
-	VHADDPS       Y14, Y12, Y12
-	VEXTRACTF128  $1, Y12, X13
-	VADDPS        X13, X12, X12
-	VMOVUPS       X12, 48(DI)
+	VADDPS       Y19, Y15, Y15
+	VHADDPS      Y13, Y12, Y12
+	VHADDPS      Y15, Y14, Y14
+	VHADDPS      Y14, Y12, Y12
+	VEXTRACTF128 $1, Y12, X13
+	VADDPS       X13, X12, X12
+	VBROADCASTSS alpha+56(FP), X14
+	MOVQ         c+40(FP), DI
+	MOVQ         ldc+48(FP), DX
+	SHLQ         $2, DX
+	MOVBLZX      acc+60(FP), R8
+	TESTQ        R8, R8
+	JEQ          d4set
+	VMOVUPS      (DI), X1
+	VFMADD231PS  X0, X14, X1
+	VMOVUPS      X1, (DI)
+	ADDQ         DX, DI
+	VMOVUPS      (DI), X1
+	VFMADD231PS  X4, X14, X1
+	VMOVUPS      X1, (DI)
+	ADDQ         DX, DI
+	VMOVUPS      (DI), X1
+	VFMADD231PS  X8, X14, X1
+	VMOVUPS      X1, (DI)
+	ADDQ         DX, DI
+	VMOVUPS      (DI), X1
+	VFMADD231PS  X12, X14, X1
+	VMOVUPS      X1, (DI)
+	VZEROUPPER
+	RET
+
+d4set:
+	VMULPS       X0, X14, X1
+	VMOVUPS      X1, (DI)
+	ADDQ         DX, DI
+	VMULPS       X4, X14, X1
+	VMOVUPS      X1, (DI)
+	ADDQ         DX, DI
+	VMULPS       X8, X14, X1
+	VMOVUPS      X1, (DI)
+	ADDQ         DX, DI
+	VMULPS       X12, X14, X1
+	VMOVUPS      X1, (DI)
 	VZEROUPPER
 	RET

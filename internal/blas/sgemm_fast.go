@@ -20,13 +20,13 @@ type goFast struct{ pure }
 func sgemmTile6x16(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 
 //go:noescape
-func sdot2x4(k int, a *float32, lda int, b *float32, ldb int, out *float32)
+func sdot2x4(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 
 //go:noescape
 func sgemmTile8x32(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 
 //go:noescape
-func sdot4x4(k int, a *float32, lda int, b *float32, ldb int, out *float32)
+func sdot4x4(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 
 // kernels is one family of assembly kernels and the shapes they compute.
 type kernels struct {
@@ -36,8 +36,9 @@ type kernels struct {
 	// mr-row panel of A and nr columns of B (packed or not) into an
 	// mr×nr tile of C.
 	mr, nr int
-	// dot writes the dr×dc dot products of dr rows of A with dc rows of
-	// B over the first k terms, k a multiple of dk.
+	// dot writes (acc: adds) alpha times the dr×dc dot products of dr
+	// rows of A with dc rows of B over the first k terms, k a multiple of
+	// dk, into a dr×dc block of C.
 	dr, dc, dk int
 }
 
@@ -52,11 +53,11 @@ func (kn *kernels) tile(k int, a, b *float32, ldb int, c *float32, ldc int, alph
 }
 
 // dot runs the family's dot-product kernel.
-func (kn *kernels) dot(k int, a *float32, lda int, b *float32, ldb int, out *float32) {
+func (kn *kernels) dot(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool) {
 	if kn.wide {
-		sdot4x4(k, a, lda, b, ldb, out)
+		sdot4x4(k, a, lda, b, ldb, c, ldc, alpha, acc)
 	} else {
-		sdot2x4(k, a, lda, b, ldb, out)
+		sdot2x4(k, a, lda, b, ldb, c, ldc, alpha, acc)
 	}
 }
 
@@ -133,20 +134,29 @@ func scaleRows(m, n int, beta float32, c []float32, ldc int) {
 	}
 }
 
-// ntBlock is how many rows of B the A·Bᵀ product keeps in the cache while
-// every row block of A passes over them.
-const ntBlock = 128
+// A·Bᵀ runs in passes over ntDepth terms of ntRows rows of B at a time:
+// 128 KiB of B that stay in the level-2 cache while every row block of A
+// goes past them. (Shallower passes, 256 or 512 terms, that would keep B in
+// the level-1 cache measured slower on the MLP's products: each pass ends in
+// the kernel's horizontal sums.)
+const (
+	ntDepth = 1024
+	ntRows  = 32
+)
 
 // sgemmNT writes (acc: adds) alpha·A·Bᵀ to C, A m×k and B n×k: dr×dc
-// blocks of dot products in the vector kernel, the last k%dk terms in Go.
-// The rows (columns) left over by dr (dc) go through the kernel one at a
-// time, handed to it with a leading dimension of 0 so that it repeats the
-// one row, of which the first copy is kept.
+// blocks of dot products in the vector kernel, which adds each pass's sums
+// into C itself, and the last k%dk terms in Go. The rows (columns) left
+// over by dr (dc) go through the kernel one at a time, handed to it with a
+// leading dimension of 0 so that it repeats the one row, and a small
+// buffer takes the sums, of which the first copy is kept.
 func sgemmNT(kn *kernels, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
 	dr, dc := kn.dr, kn.dc
 	kq := k - k%kn.dk
 	var out [16]float32
-	block := func(i, rows, j, cols int) {
+	// edge computes the rows×cols block at (i, j) over terms k0..k1, one
+	// of rows and cols being 1, and writes or adds it into C.
+	edge := func(i, rows, j, cols, k0, k1 int, add bool) {
 		la, lb := lda, ldb
 		if rows == 1 {
 			la = 0
@@ -154,44 +164,61 @@ func sgemmNT(kn *kernels, m, n, k int, alpha float32, a []float32, lda int, b []
 		if cols == 1 {
 			lb = 0
 		}
-		if kq > 0 {
-			kn.dot(kq, &a[i*lda], la, &b[j*ldb], lb, &out[0])
+		if k1 > k0 {
+			kn.dot(k1-k0, &a[i*lda+k0], la, &b[j*ldb+k0], lb, &out[0], dc, alpha, false)
 		} else {
 			clear(out[:])
 		}
 		for r := 0; r < rows; r++ {
-			ar := a[(i+r)*lda+kq : (i+r)*lda+k]
 			for cc := 0; cc < cols; cc++ {
-				s := out[r*dc+cc]
-				br := b[(j+cc)*ldb+kq : (j+cc)*ldb+k]
-				for p, v := range ar {
-					s += v * br[p]
-				}
 				x := (i+r)*ldc + j + cc
-				if acc {
-					c[x] += alpha * s
+				if add {
+					c[x] += out[r*dc+cc]
 				} else {
-					c[x] = alpha * s
+					c[x] = out[r*dc+cc]
 				}
 			}
 		}
 	}
-	for jb := 0; jb < n; jb += ntBlock {
-		je := min(jb+ntBlock, n)
-		for i := 0; i < m; {
-			rows := dr
-			if i+dr > m {
-				rows = 1
-			}
-			for j := jb; j < je; {
-				cols := dc
-				if j+dc > je {
-					cols = 1
+	for k0 := 0; k0 == 0 || k0 < kq; k0 += ntDepth {
+		k1 := min(k0+ntDepth, kq)
+		add := acc || k0 > 0
+		for jb := 0; jb < n; jb += ntRows {
+			je := min(jb+ntRows, n)
+			for i := 0; i < m; {
+				rows := dr
+				if i+dr > m {
+					rows = 1
 				}
-				block(i, rows, j, cols)
-				j += cols
+				for j := jb; j < je; {
+					cols := dc
+					if j+dc > je {
+						cols = 1
+					}
+					if rows == dr && cols == dc && k1 > k0 {
+						kn.dot(k1-k0, &a[i*lda+k0], lda, &b[j*ldb+k0], ldb, &c[i*ldc+j], ldc, alpha, add)
+					} else {
+						edge(i, rows, j, cols, k0, k1, add)
+					}
+					j += cols
+				}
+				i += rows
 			}
-			i += rows
+		}
+	}
+	if kq == k {
+		return
+	}
+	// The last k%dk terms of every product.
+	for i := 0; i < m; i++ {
+		ar := a[i*lda+kq : i*lda+k]
+		for j := 0; j < n; j++ {
+			br := b[j*ldb+kq : j*ldb+k]
+			var s float32
+			for p, v := range ar {
+				s += v * br[p]
+			}
+			c[i*ldc+j] += alpha * s
 		}
 	}
 }
