@@ -134,6 +134,34 @@ func TestSgemmDispatch(t *testing.T) {
 	}
 }
 
+// TestSgemmNTDeep: an A·Bᵀ deeper than one pass (ntDepth terms) adds the
+// passes' sums, with and without the old C, and the terms past the last
+// multiple of the vector width.
+func TestSgemmNTDeep(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 30))
+	const m, n, k = 9, 37, 2*ntDepth + 20
+	for _, kn := range families(t) {
+		for _, beta := range []float32{0, 0.5} {
+			a, b, c := randF32(rng, m*k), randF32(rng, n*k), randF32(rng, m*n)
+			c0 := append([]float32(nil), c...)
+			sgemmWith(kn, false, true, m, n, k, 1.5, a, k, b, k, beta, c, n)
+			for i := 0; i < m; i++ {
+				for j := 0; j < n; j++ {
+					var s, mag float64
+					for p := 0; p < k; p++ {
+						s += float64(a[i*k+p]) * float64(b[j*k+p])
+						mag += math.Abs(float64(a[i*k+p]) * float64(b[j*k+p]))
+					}
+					want := 1.5*s + float64(beta)*float64(c0[i*n+j])
+					if got := float64(c[i*n+j]); math.Abs(got-want) > 1e-6*mag+1e-5 {
+						t.Fatalf("%s beta %v: c[%d,%d] = %v, want %v", kn.name, beta, i, j, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestSgemmPicksTheWidestFamily: Sgemm and Core use the AVX-512 kernels
 // where the processor has them and the AVX2 ones where it has only those.
 func TestSgemmPicksTheWidestFamily(t *testing.T) {
