@@ -8,10 +8,10 @@
 // func sgemmTile8x32(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 // c[r*ldc+j] = alpha * sum over p < k of a[p*8+r] * b[p*ldb+j] (plus
 // c[r*ldc+j] itself when acc), for r < 8, j < 32: one 8x32 tile of C from a
-// packed 8-row panel of A (k groups of 8) and 32 columns of B, a packed
-// panel (ldb 32) or any rows ldb apart. Sixteen accumulators, Z0-Z15 (row r in Z(2r),
-// Z(2r+1)); each step loads two vectors of B and broadcasts eight elements
-// of A.
+// packed 8-row panel of A (k groups of 8) and 32 columns of B whose rows lie
+// ldb apart (32 in a packed panel). Sixteen accumulators, Z0-Z15 (row r in
+// Z(2r), Z(2r+1)); each step loads two vectors of B and broadcasts eight
+// elements of A. Without acc the tile is stored, C not read.
 TEXT ·sgemmTile8x32(SB), NOSPLIT, $0-53
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), AX

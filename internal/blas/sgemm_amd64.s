@@ -97,9 +97,10 @@ d2set:
 // func sgemmTile6x16(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 // c[r*ldc+j] = alpha * sum over p < k of a[p*6+r] * b[p*ldb+j] (plus
 // c[r*ldc+j] itself when acc), for r < 6, j < 16: one 6x16 tile of C from a
-// packed 6-row panel of A (k groups of 6) and 16 columns of B, a packed
-// panel (ldb 16) or any rows ldb apart. Twelve accumulators; each step loads two
-// vectors of B and broadcasts six elements of A.
+// packed 6-row panel of A (k groups of 6) and 16 columns of B whose rows lie
+// ldb apart (16 in a packed panel). Twelve accumulators; each step loads two
+// vectors of B and broadcasts six elements of A. Without acc the tile is
+// stored, C not read.
 TEXT ·sgemmTile6x16(SB), NOSPLIT, $0-53
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), AX
