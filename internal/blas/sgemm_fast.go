@@ -33,8 +33,8 @@ type kernels struct {
 	name string
 	wide bool // the 512-bit family
 	// tile writes (acc: adds) alpha times the product of a packed
-	// mr-row panel of A and nr columns of B (packed or not) into an
-	// mr×nr tile of C.
+	// mr-row panel of A and a packed nr-column panel of B into an mr×nr
+	// tile of C.
 	mr, nr int
 	// dot writes (acc: adds) alpha times the dr×dc dot products of dr
 	// rows of A with dc rows of B over the first k terms, k a multiple of
@@ -117,19 +117,16 @@ func sgemmWith(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a [
 	sgemmTiles(kn, transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
 }
 
-// scaleRows multiplies the m×n matrix C by beta; beta 0 writes zeros
-// whatever C held (NaN included), as BLAS does.
+// scaleRows multiplies the m×n matrix C by beta, which is not 0 (with beta
+// 0 the kernels write over C instead).
 func scaleRows(m, n int, beta float32, c []float32, ldc int) {
+	if beta == 1 {
+		return
+	}
 	for i := 0; i < m; i++ {
 		row := c[i*ldc : i*ldc+n]
-		switch beta {
-		case 0:
-			clear(row)
-		case 1:
-		default:
-			for j := range row {
-				row[j] *= beta
-			}
+		for j := range row {
+			row[j] *= beta
 		}
 	}
 }
