@@ -38,7 +38,7 @@ func init() {
 type trainBenchResult struct {
 	Bench         string  `json:"bench"`
 	BLAS          string  `json:"blas"`
-	BLASCore      string  `json:"blas_core"` // the kernels: "go-fma", "go", or OpenBLAS's core name
+	BLASCore      string  `json:"blas_core"` // the kernels: "go-avx512", "go-fma", "go", or OpenBLAS's core name
 	Sizes         []int   `json:"sizes"`
 	Batch         int     `json:"batch"`
 	MedianStepS   float64 `json:"median_step_s"`

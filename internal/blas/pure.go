@@ -21,12 +21,12 @@ func init() {
 // Default returns the BLAS this binary uses.
 func Default() Implementation { return impl }
 
-// Core names the kernel family in use: "go-fma" where float32 matrix
-// products run in this package's AVX/FMA kernels, "go" where gonum's Go
-// code does everything.
+// Core names the kernel family in use: "go-avx512" where float32 matrix
+// products run in this package's AVX-512 kernels, "go-fma" where they run
+// in its AVX2/FMA kernels, "go" where gonum's Go code does everything.
 func Core() string {
-	if fastSgemm {
-		return "go-fma"
+	if c := fastCore(); c != "" {
+		return c
 	}
 	return "go"
 }

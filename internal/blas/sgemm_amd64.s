@@ -2,11 +2,14 @@
 
 #include "textflag.h"
 
-// func sdot2x4(k int, a *float32, lda int, b *float32, ldb int, out *float32)
-// out[r*4+c] = sum over p < k of a[r*lda+p] * b[c*ldb+p], for r < 2, c < 4:
-// eight dot products of two rows of A with four rows of B, eight elements
-// an instruction; k is a multiple of 8 (the caller adds the rest).
-TEXT ·sdot2x4(SB), NOSPLIT, $0-48
+// func sdot2x4(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
+// c[r*ldc+j] = alpha * sum over p < k of a[r*lda+p] * b[j*ldb+p] (plus
+// c[r*ldc+j] itself when acc), for r < 2, j < 4: eight dot products of two
+// rows of A with four rows of B, eight elements an instruction; k is a
+// multiple of 8 (the caller adds the rest). Row r, column j accumulates in
+// Y(4r+j); at the end three horizontal adds and a lane add leave each
+// row's four sums in one XMM register.
+TEXT ·sdot2x4(SB), NOSPLIT, $0-61
 	MOVQ k+0(FP), CX
 	SHRQ $3, CX
 	MOVQ a+8(FP), AX
@@ -19,7 +22,6 @@ TEXT ·sdot2x4(SB), NOSPLIT, $0-48
 	LEAQ (BX)(DX*1), R9
 	LEAQ (R9)(DX*1), R10
 	LEAQ (R10)(DX*1), R11
-	MOVQ out+40(FP), DI
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -29,9 +31,9 @@ TEXT ·sdot2x4(SB), NOSPLIT, $0-48
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	TESTQ CX, CX
-	JEQ   dotsum
+	JEQ   d2sum
 
-dotloop:
+d2loop:
 	VMOVUPS     (AX), Y8
 	VMOVUPS     (R8), Y9
 	VMOVUPS     (BX), Y10
@@ -53,63 +55,60 @@ dotloop:
 	ADDQ        $32, R10
 	ADDQ        $32, R11
 	DECQ        CX
-	JNE         dotloop
+	JNE         d2loop
 
-dotsum:
-	VEXTRACTF128 $1, Y0, X8
-	VADDPS       X8, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	VMOVSS       X0, (DI)
-	VEXTRACTF128 $1, Y1, X8
-	VADDPS       X8, X1, X1
-	VHADDPS      X1, X1, X1
-	VHADDPS      X1, X1, X1
-	VMOVSS       X1, 4(DI)
-	VEXTRACTF128 $1, Y2, X8
-	VADDPS       X8, X2, X2
-	VHADDPS      X2, X2, X2
-	VHADDPS      X2, X2, X2
-	VMOVSS       X2, 8(DI)
-	VEXTRACTF128 $1, Y3, X8
-	VADDPS       X8, X3, X3
-	VHADDPS      X3, X3, X3
-	VHADDPS      X3, X3, X3
-	VMOVSS       X3, 12(DI)
-	VEXTRACTF128 $1, Y4, X8
-	VADDPS       X8, X4, X4
-	VHADDPS      X4, X4, X4
-	VHADDPS      X4, X4, X4
-	VMOVSS       X4, 16(DI)
-	VEXTRACTF128 $1, Y5, X8
-	VADDPS       X8, X5, X5
-	VHADDPS      X5, X5, X5
-	VHADDPS      X5, X5, X5
-	VMOVSS       X5, 20(DI)
-	VEXTRACTF128 $1, Y6, X8
-	VADDPS       X8, X6, X6
-	VHADDPS      X6, X6, X6
-	VHADDPS      X6, X6, X6
-	VMOVSS       X6, 24(DI)
-	VEXTRACTF128 $1, Y7, X8
-	VADDPS       X8, X7, X7
-	VHADDPS      X7, X7, X7
-	VHADDPS      X7, X7, X7
-	VMOVSS       X7, 28(DI)
+d2sum:
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS       X5, X4, X4
+	VBROADCASTSS alpha+56(FP), X14
+	MOVQ         c+40(FP), DI
+	MOVQ         ldc+48(FP), DX
+	SHLQ         $2, DX
+	MOVBLZX      acc+60(FP), R8
+	TESTQ        R8, R8
+	JEQ          d2set
+	VMOVUPS      (DI), X9
+	VFMADD231PS  X0, X14, X9
+	VMOVUPS      X9, (DI)
+	ADDQ         DX, DI
+	VMOVUPS      (DI), X9
+	VFMADD231PS  X4, X14, X9
+	VMOVUPS      X9, (DI)
 	VZEROUPPER
 	RET
 
-// func sgemmTile6x16(k int, a, b, c *float32, ldc int, alpha float32)
-// c[r*ldc+j] += alpha * sum over p < k of a[p*6+r] * b[p*16+j], for r < 6,
-// j < 16: one 6x16 tile of C from a packed 6-row panel of A (k groups of 6)
-// and a packed 16-column panel of B (k rows of 16). Twelve accumulators;
-// each step loads two vectors of B and broadcasts six elements of A.
-TEXT ·sgemmTile6x16(SB), NOSPLIT, $0-44
+d2set:
+	VMULPS       X0, X14, X9
+	VMOVUPS      X9, (DI)
+	ADDQ         DX, DI
+	VMULPS       X4, X14, X9
+	VMOVUPS      X9, (DI)
+	VZEROUPPER
+	RET
+
+// func sgemmTile6x16(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
+// c[r*ldc+j] = alpha * sum over p < k of a[p*6+r] * b[p*ldb+j] (plus
+// c[r*ldc+j] itself when acc), for r < 6, j < 16: one 6x16 tile of C from a
+// packed 6-row panel of A (k groups of 6) and 16 columns of B whose rows lie
+// ldb apart (16 in a packed panel). Twelve accumulators; each step loads two
+// vectors of B and broadcasts six elements of A. Without acc the tile is
+// stored, C not read.
+TEXT ·sgemmTile6x16(SB), NOSPLIT, $0-53
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), AX
 	MOVQ b+16(FP), BX
-	MOVQ c+24(FP), DI
-	MOVQ ldc+32(FP), DX
+	MOVQ ldb+24(FP), R9
+	SHLQ $2, R9
+	MOVQ c+32(FP), DI
+	MOVQ ldc+40(FP), DX
 	SHLQ $2, DX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -148,12 +147,15 @@ t6loop:
 	VFMADD231PS  Y12, Y14, Y10
 	VFMADD231PS  Y13, Y14, Y11
 	ADDQ         $24, AX
-	ADDQ         $64, BX
+	ADDQ         R9, BX
 	DECQ         CX
 	JNE          t6loop
 
 t6store:
-	VBROADCASTSS alpha+40(FP), Y14
+	VBROADCASTSS alpha+48(FP), Y14
+	MOVBLZX      acc+52(FP), R10
+	TESTQ        R10, R10
+	JEQ          t6set
 	VMOVUPS      (DI), Y12
 	VMOVUPS      32(DI), Y13
 	VFMADD231PS  Y0, Y14, Y12
@@ -193,6 +195,39 @@ t6store:
 	VMOVUPS      32(DI), Y13
 	VFMADD231PS  Y10, Y14, Y12
 	VFMADD231PS  Y11, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	VZEROUPPER
+	RET
+
+t6set:
+	VMULPS       Y0, Y14, Y12
+	VMULPS       Y1, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMULPS       Y2, Y14, Y12
+	VMULPS       Y3, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMULPS       Y4, Y14, Y12
+	VMULPS       Y5, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMULPS       Y6, Y14, Y12
+	VMULPS       Y7, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMULPS       Y8, Y14, Y12
+	VMULPS       Y9, Y14, Y13
+	VMOVUPS      Y12, (DI)
+	VMOVUPS      Y13, 32(DI)
+	ADDQ         DX, DI
+	VMULPS       Y10, Y14, Y12
+	VMULPS       Y11, Y14, Y13
 	VMOVUPS      Y12, (DI)
 	VMOVUPS      Y13, 32(DI)
 	VZEROUPPER

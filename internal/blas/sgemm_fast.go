@@ -12,105 +12,210 @@ import (
 )
 
 // goFast is gonum's BLAS with the float32 matrix product, the one training
-// spends its time in, computed in 4x16 tiles of AVX fused multiply-adds
-// where the processor has them.
+// spends its time in, computed in the vector kernels of the widest family
+// the processor has (see kernels).
 type goFast struct{ pure }
 
 //go:noescape
-func sgemmTile6x16(k int, a, b, c *float32, ldc int, alpha float32)
+func sgemmTile6x16(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 
 //go:noescape
-func sdot2x4(k int, a *float32, lda int, b *float32, ldb int, out *float32)
+func sdot2x4(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 
-// fastSgemm: the processor runs the kernels.
-var fastSgemm = cpufeat.FMA
+//go:noescape
+func sgemmTile8x32(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
+
+//go:noescape
+func sdot4x4(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
+
+// kernels is one family of assembly kernels and the shapes they compute.
+type kernels struct {
+	name string
+	wide bool // the 512-bit family
+	// tile writes (acc: adds) alpha times the product of a packed
+	// mr-row panel of A and a packed nr-column panel of B into an mr×nr
+	// tile of C.
+	mr, nr int
+	// dot writes (acc: adds) alpha times the dr×dc dot products of dr
+	// rows of A with dc rows of B over the first k terms, k a multiple of
+	// dk, into a dr×dc block of C.
+	dr, dc, dk int
+}
+
+// tile runs the family's tile kernel. (Direct calls, not function values,
+// so that the buffers handed to them stay on the stack.)
+func (kn *kernels) tile(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool) {
+	if kn.wide {
+		sgemmTile8x32(k, a, b, ldb, c, ldc, alpha, acc)
+	} else {
+		sgemmTile6x16(k, a, b, ldb, c, ldc, alpha, acc)
+	}
+}
+
+// dot runs the family's dot-product kernel.
+func (kn *kernels) dot(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool) {
+	if kn.wide {
+		sdot4x4(k, a, lda, b, ldb, c, ldc, alpha, acc)
+	} else {
+		sdot2x4(k, a, lda, b, ldb, c, ldc, alpha, acc)
+	}
+}
+
+// avx2 is the 256-bit family (AVX2 and FMA3): 6x16 tiles, 2x4 dots.
+var avx2 = &kernels{name: "go-fma", mr: 6, nr: 16, dr: 2, dc: 4, dk: 8}
+
+// avx512 is the 512-bit family (AVX-512 F and VL): 8x32 tiles, 4x4 dots
+// sixteen terms at a time.
+var avx512 = &kernels{name: "go-avx512", wide: true, mr: 8, nr: 32, dr: 4, dc: 4, dk: 16}
+
+// best is the family the products use: the widest the processor and the
+// operating system support (nil where neither).
+var best = func() *kernels {
+	switch {
+	case cpufeat.AVX512 && cpufeat.FMA:
+		return avx512
+	case cpufeat.FMA:
+		return avx2
+	}
+	return nil
+}()
+
+// fastCore names the family in use, "" for none.
+func fastCore() string {
+	if best == nil {
+		return ""
+	}
+	return best.name
+}
 
 // fastFrom is the size (m·n·k) from which the tiled product pays for its
 // packing; smaller products go to gonum.
 const fastFrom = 1 << 12
 
 func (goFast) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if !fastSgemm || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+	if best == nil || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		// gonum also reports bad arguments, with its own panics.
 		pure{}.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	scaleRows(m, n, beta, c, ldc)
-	if tA == gblas.NoTrans && tB == gblas.Trans {
+	sgemmWith(best, tA == gblas.Trans, tB == gblas.Trans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// sgemmWith computes C = alpha·op(A)·op(B) + beta·C in the kernels kn,
+// the arguments already checked. With beta 0 the products overwrite C
+// (NaNs included, as BLAS does) rather than clearing it first.
+func sgemmWith(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	acc := beta != 0
+	if acc {
+		scaleRows(m, n, beta, c, ldc)
+	}
+	if !transA && transB {
 		// A·Bᵀ: rows of A against rows of B, both contiguous, nothing to pack.
-		sgemmNT(m, n, k, alpha, a, lda, b, ldb, c, ldc)
+		sgemmNT(kn, m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
 		return
 	}
-	sgemmTiles(tA == gblas.Trans, tB == gblas.Trans, m, n, k, alpha, a, lda, b, ldb, c, ldc)
+	sgemmTiles(kn, transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
 }
 
-// scaleRows multiplies the m×n matrix C by beta; beta 0 writes zeros
-// whatever C held (NaN included), as BLAS does.
+// scaleRows multiplies the m×n matrix C by beta, which is not 0 (with beta
+// 0 the kernels write over C instead).
 func scaleRows(m, n int, beta float32, c []float32, ldc int) {
+	if beta == 1 {
+		return
+	}
 	for i := 0; i < m; i++ {
 		row := c[i*ldc : i*ldc+n]
-		switch beta {
-		case 0:
-			clear(row)
-		case 1:
-		default:
-			for j := range row {
-				row[j] *= beta
-			}
+		for j := range row {
+			row[j] *= beta
 		}
 	}
 }
 
-// ntBlock is how many rows of B the A·Bᵀ product keeps in the cache while
-// every row pair of A passes over them.
-const ntBlock = 128
+// A·Bᵀ runs in passes over ntDepth terms of ntRows rows of B at a time:
+// 128 KiB of B that stay in the level-2 cache while every row block of A
+// goes past them. (Shallower passes, 256 or 512 terms, that would keep B in
+// the level-1 cache measured slower on the MLP's products: each pass ends in
+// the kernel's horizontal sums.)
+const (
+	ntDepth = 1024
+	ntRows  = 32
+)
 
-// sgemmNT adds alpha·A·Bᵀ to C, A m×k and B n×k: 2x4 blocks of dot
-// products in the vector kernel, the edges and the last k%8 terms in Go.
-func sgemmNT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	k8 := k &^ 7
-	dot := func(i, j int) float32 {
-		var s float32
-		ar, br := a[i*lda:i*lda+k], b[j*ldb:j*ldb+k]
-		for p, v := range ar {
-			s += v * br[p]
+// sgemmNT writes (acc: adds) alpha·A·Bᵀ to C, A m×k and B n×k: dr×dc
+// blocks of dot products in the vector kernel, which adds each pass's sums
+// into C itself, and the last k%dk terms in Go. The rows (columns) left
+// over by dr (dc) go through the kernel one at a time, handed to it with a
+// leading dimension of 0 so that it repeats the one row, and a small
+// buffer takes the sums, of which the first copy is kept.
+func sgemmNT(kn *kernels, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
+	dr, dc := kn.dr, kn.dc
+	kq := k - k%kn.dk
+	var out [16]float32
+	// edge computes the rows×cols block at (i, j) over terms k0..k1, one
+	// of rows and cols being 1, and writes or adds it into C.
+	edge := func(i, rows, j, cols, k0, k1 int, add bool) {
+		la, lb := lda, ldb
+		if rows == 1 {
+			la = 0
 		}
-		return s
+		if cols == 1 {
+			lb = 0
+		}
+		if k1 > k0 {
+			kn.dot(k1-k0, &a[i*lda+k0], la, &b[j*ldb+k0], lb, &out[0], dc, alpha, false)
+		} else {
+			clear(out[:])
+		}
+		for r := 0; r < rows; r++ {
+			for cc := 0; cc < cols; cc++ {
+				x := (i+r)*ldc + j + cc
+				if add {
+					c[x] += out[r*dc+cc]
+				} else {
+					c[x] = out[r*dc+cc]
+				}
+			}
+		}
 	}
-	var out [8]float32
-	for jb := 0; jb < n; jb += ntBlock {
-		je := min(jb+ntBlock, n)
-		j4 := jb + (je-jb)&^3
-		for i := 0; i < m; i += 2 {
-			if i+1 == m { // the last row alone
-				for j := jb; j < je; j++ {
-					c[i*ldc+j] += alpha * dot(i, j)
+	for k0 := 0; k0 == 0 || k0 < kq; k0 += ntDepth {
+		k1 := min(k0+ntDepth, kq)
+		add := acc || k0 > 0
+		for jb := 0; jb < n; jb += ntRows {
+			je := min(jb+ntRows, n)
+			for i := 0; i < m; {
+				rows := dr
+				if i+dr > m {
+					rows = 1
 				}
-				continue
-			}
-			for j := jb; j < j4; j += 4 {
-				if k8 > 0 {
-					sdot2x4(k8, &a[i*lda], lda, &b[j*ldb], ldb, &out[0])
-				}
-				for r := 0; r < 2; r++ {
-					ar := a[(i+r)*lda : (i+r)*lda+k]
-					for cc := 0; cc < 4; cc++ {
-						s := out[r*4+cc]
-						if k8 == 0 {
-							s = 0
-						}
-						br := b[(j+cc)*ldb : (j+cc)*ldb+k]
-						for p := k8; p < k; p++ {
-							s += ar[p] * br[p]
-						}
-						c[(i+r)*ldc+j+cc] += alpha * s
+				for j := jb; j < je; {
+					cols := dc
+					if j+dc > je {
+						cols = 1
 					}
+					if rows == dr && cols == dc && k1 > k0 {
+						kn.dot(k1-k0, &a[i*lda+k0], lda, &b[j*ldb+k0], ldb, &c[i*ldc+j], ldc, alpha, add)
+					} else {
+						edge(i, rows, j, cols, k0, k1, add)
+					}
+					j += cols
 				}
+				i += rows
 			}
-			for j := j4; j < je; j++ {
-				c[i*ldc+j] += alpha * dot(i, j)
-				c[(i+1)*ldc+j] += alpha * dot(i+1, j)
+		}
+	}
+	if kq == k {
+		return
+	}
+	// The last k%dk terms of every product.
+	for i := 0; i < m; i++ {
+		ar := a[i*lda+kq : i*lda+k]
+		for j := 0; j < n; j++ {
+			br := b[j*ldb+kq : j*ldb+k]
+			var s float32
+			for p, v := range ar {
+				s += v * br[p]
 			}
+			c[i*ldc+j] += alpha * s
 		}
 	}
 }
@@ -144,42 +249,50 @@ func getPanel(n int) *[]float32 {
 	return &s
 }
 
-// sgemmTiles adds alpha·op(A)·op(B) to C (row major): A is packed into
-// panels of 6 rows and B into panels of 16 columns (zero-padded at the
-// edges), and the tile kernel adds alpha times each 6x16 tile's sums into
-// C, straight into it away from the edges.
-func sgemmTiles(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	mp := (m + 5) / 6
-	pap := getPanel(mp * 6 * k)
+// sgemmTiles writes (acc: adds) alpha·op(A)·op(B) to C (row major): A is
+// packed into panels of mr rows and B into panels of nr columns
+// (zero-padded at the edges), and the tile kernel writes alpha times each
+// mr×nr tile's sums into C, straight into it away from the edges. (Reading
+// an untransposed B in place, rows 4 KiB apart, was slower than the copy.)
+func sgemmTiles(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
+	mr, nr := kn.mr, kn.nr
+	mp := (m + mr - 1) / mr
+	pap := getPanel(mp * mr * k)
 	defer panelPool.Put(pap)
 	pa := *pap
 	for ib := 0; ib < mp; ib++ {
-		panel := pa[ib*6*k : (ib+1)*6*k]
-		for r := 0; r < 6; r++ {
-			i := ib*6 + r
-			switch {
-			case i >= m:
+		panel := pa[ib*mr*k : (ib+1)*mr*k]
+		rows := min(mr, m-ib*mr)
+		if transA {
+			// op(A)'s rows are A's columns: copy k runs of rows elements.
+			for p := 0; p < k; p++ {
+				dst := panel[p*mr : p*mr+mr]
+				i0 := p*lda + ib*mr
+				copy(dst, a[i0:i0+rows])
+				clear(dst[rows:])
+			}
+			continue
+		}
+		for r := 0; r < mr; r++ {
+			if r >= rows {
 				for p := 0; p < k; p++ {
-					panel[p*6+r] = 0
+					panel[p*mr+r] = 0
 				}
-			case transA:
-				for p := 0; p < k; p++ {
-					panel[p*6+r] = a[p*lda+i]
-				}
-			default:
-				for p, v := range a[i*lda : i*lda+k] {
-					panel[p*6+r] = v
-				}
+				continue
+			}
+			i := ib*mr + r
+			for p, v := range a[i*lda : i*lda+k] {
+				panel[p*mr+r] = v
 			}
 		}
 	}
-	nb := (n + 15) / 16
+	nb := (n + nr - 1) / nr
 	workers := 1
 	if m*n*k >= 1<<21 {
 		workers = min(runtime.GOMAXPROCS(0), nb, 8)
 	}
 	if workers <= 1 {
-		sgemmColumns(0, nb, transB, m, n, k, alpha, pa, b, ldb, c, ldc)
+		sgemmColumns(kn, 0, nb, transB, m, n, k, alpha, pa, b, ldb, c, ldc, acc)
 		return
 	}
 	var wg sync.WaitGroup
@@ -188,52 +301,58 @@ func sgemmTiles(transA, transB bool, m, n, k int, alpha float32, a []float32, ld
 		wg.Add(1)
 		go func(lo, hi int) {
 			defer wg.Done()
-			sgemmColumns(lo, hi, transB, m, n, k, alpha, pa, b, ldb, c, ldc)
+			sgemmColumns(kn, lo, hi, transB, m, n, k, alpha, pa, b, ldb, c, ldc, acc)
 		}(lo, min(lo+per, nb))
 	}
 	wg.Wait()
 }
 
-// sgemmColumns computes the tiles of the 16-column blocks lo..hi-1.
-func sgemmColumns(lo, hi int, transB bool, m, n, k int, alpha float32, pa, b []float32, ldb int, c []float32, ldc int) {
-	pbp := getPanel(16 * k)
+// sgemmColumns computes the tiles of the nr-column blocks lo..hi-1.
+func sgemmColumns(kn *kernels, lo, hi int, transB bool, m, n, k int, alpha float32, pa, b []float32, ldb int, c []float32, ldc int, acc bool) {
+	mr, nr := kn.mr, kn.nr
+	pbp := getPanel(nr * k)
 	defer panelPool.Put(pbp)
 	pb := *pbp
-	var edge [96]float32
+	var edgeBuf [8 * 32]float32
+	edge := edgeBuf[:mr*nr]
 	for jb := lo; jb < hi; jb++ {
-		j := jb * 16
-		w := min(16, n-j)
+		j := jb * nr
+		w := min(nr, n-j)
 		if transB {
-			for jj := 0; jj < 16; jj++ {
+			for jj := 0; jj < nr; jj++ {
 				if jj >= w {
 					for p := 0; p < k; p++ {
-						pb[p*16+jj] = 0
+						pb[p*nr+jj] = 0
 					}
 					continue
 				}
 				for p, v := range b[(j+jj)*ldb : (j+jj)*ldb+k] {
-					pb[p*16+jj] = v
+					pb[p*nr+jj] = v
 				}
 			}
 		} else {
 			for p := 0; p < k; p++ {
-				dst := pb[p*16 : p*16+16]
+				dst := pb[p*nr : p*nr+nr]
 				n := copy(dst, b[p*ldb+j:p*ldb+j+w])
 				clear(dst[n:])
 			}
 		}
-		for i := 0; i < m; i += 6 {
+		for i := 0; i < m; i += mr {
 			panel := &pa[i*k]
-			if i+6 <= m && w == 16 {
-				sgemmTile6x16(k, panel, &pb[0], &c[i*ldc+j], ldc, alpha)
+			if i+mr <= m && w == nr {
+				kn.tile(k, panel, &pb[0], nr, &c[i*ldc+j], ldc, alpha, acc)
 				continue
 			}
-			clear(edge[:])
-			sgemmTile6x16(k, panel, &pb[0], &edge[0], 16, alpha)
-			for r := 0; r < min(6, m-i); r++ {
+			kn.tile(k, panel, &pb[0], nr, &edge[0], nr, alpha, false)
+			for r := 0; r < min(mr, m-i); r++ {
 				crow := c[(i+r)*ldc+j : (i+r)*ldc+j+w]
-				for jj, v := range edge[r*16 : r*16+w] {
-					crow[jj] += v
+				src := edge[r*nr : r*nr+w]
+				if acc {
+					for jj, v := range src {
+						crow[jj] += v
+					}
+				} else {
+					copy(crow, src)
 				}
 			}
 		}

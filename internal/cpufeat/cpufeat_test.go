@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// TestFMAAgreesWithTheKernel: on Linux/amd64 the answer matches the flags
-// the kernel lists in /proc/cpuinfo.
+// TestFMAAgreesWithTheKernel: on Linux/amd64 the answers (FMA, AVX512)
+// match the flags the kernel lists in /proc/cpuinfo.
 func TestFMAAgreesWithTheKernel(t *testing.T) {
 	b, err := os.ReadFile("/proc/cpuinfo")
 	if err != nil || runtime.GOARCH != "amd64" {
@@ -36,5 +36,10 @@ func TestFMAAgreesWithTheKernel(t *testing.T) {
 	}
 	if FMA != want {
 		t.Fatalf("FMA = %v, /proc/cpuinfo says avx %v fma %v", FMA, has("avx"), has("fma"))
+	}
+	// Linux lists avx512f only where it also saves the ZMM state.
+	want512 := has("avx512f") && has("avx512vl") && !purego
+	if AVX512 != want512 {
+		t.Fatalf("AVX512 = %v, /proc/cpuinfo says avx512f %v avx512vl %v", AVX512, has("avx512f"), has("avx512vl"))
 	}
 }

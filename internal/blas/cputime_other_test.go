@@ -1,0 +1,8 @@
+//go:build !unix
+
+package blas
+
+import "time"
+
+// processCPU is 0 where the system does not say.
+func processCPU() time.Duration { return 0 }

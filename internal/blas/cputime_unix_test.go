@@ -1,0 +1,18 @@
+//go:build unix
+
+package blas
+
+import (
+	"syscall"
+	"time"
+)
+
+// processCPU is the user+system CPU time the process has used so far, 0
+// when the system does not say.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
