@@ -27,24 +27,7 @@ func runMembers(ctx context.Context, steps int64, mbs ...*member) []error {
 	return errs
 }
 
-func tcpStore(t *testing.T) store.Store {
-	t.Helper()
-	srv, err := store.NewServer("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stop := context.WithCancel(context.Background())
-	go srv.Serve(sctx)
-	t.Cleanup(func() { stop(); srv.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := store.NewTCP(ctx, srv.Addr(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
+func tcpStore(t *testing.T) store.Store { return dialStore(t, serveStore(t)) }
 
 func TestFixedMembershipMatchesReference(t *testing.T) {
 	const steps = 16

@@ -34,22 +34,10 @@ type netJob struct {
 func newNetJob(t *testing.T, hosts int, ref []float64) *netJob {
 	t.Helper()
 	nt := netns.New(t, hosts)
-	srv, err := store.NewServer(net.JoinHostPort(nt.RootAddr(), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stop := context.WithCancel(context.Background())
-	go srv.Serve(sctx)
-	t.Cleanup(func() { stop(); srv.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := store.NewTCP(ctx, srv.Addr(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	j := &netJob{net: nt, addr: srv.Addr(), st: st, ref: ref, slow: filepath.Join(t.TempDir(), "slow"), gate: filepath.Join(t.TempDir(), "go")}
+	addr := serveStoreAt(t, net.JoinHostPort(nt.RootAddr(), "0"))
+	st := dialStore(t, addr)
+	j := &netJob{net: nt, addr: addr, st: st, ref: ref, slow: filepath.Join(t.TempDir(), "slow"), gate: filepath.Join(t.TempDir(), "go")}
 	t.Cleanup(func() {
-		st.Close()
 		if t.Failed() {
 			for _, p := range j.ps {
 				t.Logf("log of member %s:\n%s", filepath.Base(p.out), p.logs)

@@ -325,9 +325,12 @@ func TestProcessFaults(t *testing.T) {
 	}
 }
 
-func serveStore(t *testing.T) string {
+func serveStore(t *testing.T) string { return serveStoreAt(t, "127.0.0.1:0") }
+
+// serveStoreAt serves a TCP store at addr until the test ends.
+func serveStoreAt(t *testing.T, addr string) string {
 	t.Helper()
-	srv, err := store.NewServer("127.0.0.1:0")
+	srv, err := store.NewServer(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,4 +338,17 @@ func serveStore(t *testing.T) string {
 	go srv.Serve(ctx)
 	t.Cleanup(func() { stop(); srv.Close() })
 	return srv.Addr()
+}
+
+// dialStore is a client of the store at addr, closed when the test ends.
+func dialStore(t *testing.T, addr string) store.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := store.NewTCP(ctx, addr, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
