@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/tandemml/tandem/comm/transport"
 	"github.com/tandemml/tandem/internal/liveness"
@@ -49,6 +50,10 @@ type Transport struct {
 	seg        *segment
 	pid        int
 	spin       int // polls before a wait sleeps (see spinsFor)
+
+	// own is this rank's anchor for the race detector: every send releases
+	// it, every receive acquires it (see race_on.go).
+	own *uint64
 
 	down  atomic.Pointer[error] // set once by Abort or Close
 	dead  chan struct{}         // closed when down is set
@@ -107,7 +112,7 @@ type outbox struct {
 }
 
 func newTransport(rank, size int, maxMsg int64, live liveness.Config, seg *segment) *Transport {
-	t := &Transport{rank: rank, size: size, maxMsg: maxMsg, live: live, seg: seg, pid: os.Getpid(), spin: spinsFor(size),
+	t := &Transport{own: new(uint64), rank: rank, size: size, maxMsg: maxMsg, live: live, seg: seg, pid: os.Getpid(), spin: spinsFor(size),
 		inbox: make([]*inbox, size), out: make([]*outbox, size), stop: make(chan struct{}), dead: make(chan struct{})}
 	for r := range size {
 		t.inbox[r] = &inbox{t: t, src: r, waiters: map[transport.Tag][]*waiter{}, msgs: map[transport.Tag][][]byte{},
@@ -376,6 +381,7 @@ func (t *Transport) put(ctx context.Context, o *outbox, peer int, tag transport.
 		head += want
 		off += want
 		raceRelease(anchor)
+		raceRelease(unsafe.Pointer(t.own))
 		headW.Store(head)
 		published = true
 		signal(dataSeq, dataWait)
@@ -650,6 +656,7 @@ func (in *inbox) read() {
 			}
 			n := min(headW.Load()-tail, padded-got)
 			raceAcquire(anchor)
+			raceAcquire(unsafe.Pointer(t.own))
 			if lo, hi := got, min(got+n, size); hi > lo && dst != nil {
 				if w != nil {
 					w.mu.Lock()
