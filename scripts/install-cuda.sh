@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# install-cuda.sh: install what a `-tags cuda` build of Tandem needs on Debian
+# install-cuda.sh: install what a `-tags tandemcuda` build of Tandem needs on Debian
 # bookworm: the CUDA 11.8 headers and libraries (cuda.h, cuBLAS, libcuda) from
 # the contrib and non-free components of the Debian archive.
 #
@@ -37,7 +37,7 @@ fi
 
 want=$(cat <<SOURCES
 # Written by Tandem's scripts/install-cuda.sh: Debian's contrib and non-free
-# components, for nvidia-cuda-dev (a -tags cuda build).
+# components, for nvidia-cuda-dev (a -tags tandemcuda build).
 Types: deb
 URIs: http://deb.debian.org/debian
 Suites: $codename $codename-updates
@@ -83,4 +83,4 @@ if ! printf '#include <cuda.h>\n#include <cublas_v2.h>\n' | ${CC:-cc} -E -x c - 
 	say "cuda.h or cublas_v2.h is still not on the C compiler's include path" >&2
 	exit 1
 fi
-say "cuda.h and cublas_v2.h found; a -tags cuda build can compile and link"
+say "cuda.h and cublas_v2.h found; a -tags tandemcuda build can compile and link"
