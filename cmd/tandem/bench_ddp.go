@@ -115,7 +115,11 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch worke
 	asJSON := fs.Bool("json", false, "print one JSON object per world size")
 	rounds := fs.Int("rounds", 3, "rounds of every world size, taken in turns; each world reports its median round")
 	worker := fs.Bool("worker", false, "internal: run as one rank (rank and world from the environment)")
+	device := addDeviceFlag(fs)
 	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	if err := checkDevice(*device); err != nil {
 		return err
 	}
 	sizes, err := parseLayerSizes(*sizesFlag)

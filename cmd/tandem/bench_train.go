@@ -52,7 +52,11 @@ func benchTrain(ctx context.Context, args []string) error {
 	mlp := addMLPStepFlags(fs, 50, "timed steps (after 10 warm-up steps)")
 	peer := fs.String("peer", "", "`path` of shared/peers/torch_ddp.py: run it with world 1 in the same sitting and compare")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	device := addDeviceFlag(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := checkDevice(*device); err != nil {
 		return err
 	}
 	sizes, err := mlp.layerSizes()
