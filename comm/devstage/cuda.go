@@ -83,6 +83,17 @@ func (c *CUDA) do(fn func() error) error {
 	return fn()
 }
 
+// Do runs fn on the calling goroutine's OS thread with the device's
+// context current, for driver and library calls (cuBLAS) made outside this
+// package.
+func (c *CUDA) Do(fn func() error) error { return c.do(fn) }
+
+// Stream is the stream that runs the staging copies. Work on the same
+// device buffers belongs on it too (cublasSetStream), so that a copy
+// queued after a kernel reads the kernel's result: the stream is
+// non-blocking, and does not wait for work on the default stream.
+func (c *CUDA) Stream() cu.Stream { return c.stream }
+
 // Close waits for the stream's copies, destroys the stream and releases
 // the primary context.
 func (c *CUDA) Close() error {
