@@ -95,7 +95,8 @@ func (c *CUDA) Do(fn func() error) error { return c.do(fn) }
 func (c *CUDA) Stream() cu.Stream { return c.stream }
 
 // Close waits for the stream's copies, destroys the stream and releases
-// the primary context.
+// the primary context. Close the Stagers and free the buffers that use the
+// device first: their memory is freed through it.
 func (c *CUDA) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
