@@ -195,27 +195,39 @@ func (c *CUDA) Free(b *CUDABuffer) error {
 	return err
 }
 
-// Write copies src into b from byte offset off and waits for the copy (a
-// synchronous cuMemcpyHtoD, outside the staging stream).
+// Write waits for the work queued on the device's stream, then copies src
+// into b from byte offset off and waits for the copy (a synchronous
+// cuMemcpyHtoD).
 func (c *CUDA) Write(b *CUDABuffer, off int, src []byte) error {
 	p, err := c.region(b, off, len(src), "write")
 	if err != nil {
 		return err
 	}
-	if err := c.do(func() error { return cu.MemcpyHtoD(p, unsafe.Pointer(&src[0]), int64(len(src))) }); err != nil {
+	if err := c.do(func() error {
+		if err := c.stream.Synchronize(); err != nil {
+			return err
+		}
+		return cu.MemcpyHtoD(p, unsafe.Pointer(&src[0]), int64(len(src)))
+	}); err != nil {
 		return fmt.Errorf("devstage: cuda: write %d bytes: %w", len(src), err)
 	}
 	return nil
 }
 
-// Read copies len(dst) bytes of b from byte offset off into dst and waits
-// for the copy (a synchronous cuMemcpyDtoH).
+// Read waits for the work queued on the device's stream, then copies
+// len(dst) bytes of b from byte offset off into dst and waits for the copy
+// (a synchronous cuMemcpyDtoH).
 func (c *CUDA) Read(dst []byte, b *CUDABuffer, off int) error {
 	p, err := c.region(b, off, len(dst), "read")
 	if err != nil {
 		return err
 	}
-	if err := c.do(func() error { return cu.MemcpyDtoH(unsafe.Pointer(&dst[0]), p, int64(len(dst))) }); err != nil {
+	if err := c.do(func() error {
+		if err := c.stream.Synchronize(); err != nil {
+			return err
+		}
+		return cu.MemcpyDtoH(unsafe.Pointer(&dst[0]), p, int64(len(dst)))
+	}); err != nil {
 		return fmt.Errorf("devstage: cuda: read %d bytes: %w", len(dst), err)
 	}
 	return nil

@@ -13,6 +13,10 @@ package cudablas
 //   return cublasSgemm(h, ta, tb, m, n, k, &alpha, (const float *)a, lda,
 //                      (const float *)b, ldb, &beta, (float *)c, ldc);
 // }
+// static cublasStatus_t tandemSaxpy(cublasHandle_t h, int n, float alpha,
+//     unsigned long long x, unsigned long long y) {
+//   return cublasSaxpy(h, n, &alpha, (const float *)x, 1, (float *)y, 1);
+// }
 import "C"
 
 import (
@@ -114,6 +118,29 @@ func (b *BLAS) Sgemm(tA, tB bool, m, n, k int, alpha float32, a *devstage.CUDABu
 			C.float(beta), C.ulonglong(c.Ptr), C.int(ldc))
 		if st != C.CUBLAS_STATUS_SUCCESS {
 			return fmt.Errorf("cudablas: sgemm %d×%d×%d: %w", m, n, k, statusError("cublasSgemm", st))
+		}
+		return nil
+	})
+}
+
+// Saxpy queues y += alpha·x on the device's stream, for float32 buffers of
+// the same length (an SGD step is Saxpy(-lr, grad, param)).
+func (b *BLAS) Saxpy(alpha float32, x, y *devstage.CUDABuffer) error {
+	if x == nil || y == nil {
+		return fmt.Errorf("cudablas: saxpy: nil buffer: %w", comm.ErrInvalidArgument)
+	}
+	if err := check("x", x, 1, max(x.Len(), 1), max(x.Len(), 1)); err != nil {
+		return err
+	}
+	if err := check("y", y, 1, max(y.Len(), 1), max(y.Len(), 1)); err != nil {
+		return err
+	}
+	if x.Len() != y.Len() {
+		return fmt.Errorf("cudablas: saxpy: x has %d elements, y %d: %w", x.Len(), y.Len(), comm.ErrInvalidArgument)
+	}
+	return b.dev.Do(func() error {
+		if st := C.tandemSaxpy(b.handle, C.int(x.Len()), C.float(alpha), C.ulonglong(x.Ptr), C.ulonglong(y.Ptr)); st != C.CUBLAS_STATUS_SUCCESS {
+			return fmt.Errorf("cudablas: saxpy of %d: %w", x.Len(), statusError("cublasSaxpy", st))
 		}
 		return nil
 	})
