@@ -119,7 +119,7 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch worke
 	if err := parseBenchFlags(fs, args); err != nil {
 		return err
 	}
-	if err := checkDevice(*device); err != nil {
+	if err := checkDevice(*device, "ddp"); err != nil {
 		return err
 	}
 	sizes, err := parseLayerSizes(*sizesFlag)

@@ -11,14 +11,14 @@ const deviceUsage = "`device` the step runs on: cpu, or cuda (needs a build with
 // addDeviceFlag defines -device (default cpu) on fs.
 func addDeviceFlag(fs *flag.FlagSet) *string { return fs.String("device", "cpu", deviceUsage) }
 
-// checkDevice accepts -device cpu and says why -device cuda cannot run in
-// this binary (cudaUnavailable, which the tandemcuda tag decides).
-func checkDevice(name string) error {
+// checkDevice accepts -device cpu, and -device cuda where this binary can
+// run bench on the GPU (cudaUnavailable, which the tandemcuda tag decides).
+func checkDevice(name, bench string) error {
 	switch name {
 	case "cpu":
 		return nil
 	case "cuda":
-		return cudaUnavailable()
+		return cudaUnavailable(bench)
 	}
 	return fmt.Errorf("-device %q: want cpu or cuda", name)
 }
