@@ -3,6 +3,7 @@
 package cudamlp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -32,8 +33,9 @@ type Step struct {
 	sizes []int
 	batch int
 	w, b  []*devstage.CUDABuffer // layer l's weight [out, in] and bias [out]
-	dw    []*devstage.CUDABuffer
+	dw    []*devstage.CUDABuffer // views of grad
 	db    []*devstage.CUDABuffer
+	grad  *devstage.CUDABuffer   // every gradient, layer by layer, weight then bias
 	acts  []*devstage.CUDABuffer // acts[0] the input, acts[l+1] layer l's output
 	dacts []*devstage.CUDABuffer // dacts[l] the loss's gradient by acts[l], l ≥ 1
 	ones  *devstage.CUDABuffer   // batch ones, for the bias passes
@@ -73,6 +75,17 @@ func New(dev *devstage.CUDA, sizes []int, batch int, params []*tensor.Dense) (s 
 		}
 		return b, err
 	}
+	total := 0
+	for l := 0; l < layers; l++ {
+		total += sizes[l+1]*sizes[l] + sizes[l+1]
+	}
+	if s.grad, err = alloc(tensor.Float32, total); err != nil {
+		return nil, err
+	}
+	view := func(off, n int) (*devstage.CUDABuffer, error) {
+		return devstage.NewCUDABuffer(s.grad.Ptr+cu.DevicePtr(4*off), tensor.Float32, n)
+	}
+	off := 0
 	for l := 0; l < layers; l++ {
 		in, out := sizes[l], sizes[l+1]
 		w, bias := params[2*l], params[2*l+1]
@@ -83,10 +96,14 @@ func New(dev *devstage.CUDA, sizes []int, batch int, params []*tensor.Dense) (s 
 			return nil, fmt.Errorf("cudamlp: new: layer %d's bias: %w", l, err)
 		}
 		bufs := make([]*devstage.CUDABuffer, 4)
-		for i, n := range []int{out * in, out, out * in, out} {
+		for i, n := range []int{out * in, out} {
 			if bufs[i], err = alloc(tensor.Float32, n); err != nil {
 				return nil, err
 			}
+			if bufs[2+i], err = view(off, n); err != nil {
+				return nil, err
+			}
+			off += n
 		}
 		s.w, s.b, s.dw, s.db = append(s.w, bufs[0]), append(s.b, bufs[1]), append(s.dw, bufs[2]), append(s.db, bufs[3])
 		if err := dev.Write(bufs[0], 0, bytesOf(w.Data().([]float32))); err != nil {
@@ -259,14 +276,21 @@ func (s *Step) Grads(x []float32, y []int64) (float64, error) {
 	return loss, nil
 }
 
-// GradBuffers are the gradients' device buffers in the parameters' order
-// (weight, bias, layer by layer): what DDP stages for its all-reduce.
-func (s *Step) GradBuffers() []*devstage.CUDABuffer {
-	out := make([]*devstage.CUDABuffer, 0, 2*len(s.dw))
-	for l := range s.dw {
-		out = append(out, s.dw[l], s.db[l])
+// GradBuffer is every gradient in one device buffer, in the parameters'
+// order (layer by layer, weight then bias): DDP's buckets on the device,
+// each of a Stager's chunks one bucket's all-reduce.
+func (s *Step) GradBuffer() *devstage.CUDABuffer { return s.grad }
+
+// AllReduceGrads averages the gradients across pg's ranks through st, a
+// Stager over this Step's device: the copies to the host are queued on the
+// device's stream after the backward pass, so they read its results. Every
+// rank calls it after Grads and before SGD, as DDP's all-reduce sits
+// between backward and the optimizer.
+func (s *Step) AllReduceGrads(ctx context.Context, st *devstage.Stager, pg *comm.ProcessGroup) error {
+	if err := st.AllReduce(ctx, pg, s.grad, comm.Avg); err != nil {
+		return fmt.Errorf("cudamlp: all-reduce the gradients: %w", err)
 	}
-	return out
+	return nil
 }
 
 // SGD queues p -= lr·grad for every parameter.
