@@ -8,19 +8,65 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/devstage"
 	"github.com/tandemml/tandem/models"
 	"github.com/tandemml/tandem/models/cudamlp"
 	"gorgonia.org/tensor"
 )
 
-// cudaUnavailable: bench train has a GPU step (models/cudamlp); bench ddp
-// does not run its ranks on the GPU yet.
+// cudaUnavailable: bench train and bench ddp have GPU steps
+// (models/cudamlp) in this build.
 func cudaUnavailable(bench string) error {
-	if bench == "train" {
+	if bench == "train" || bench == "ddp" {
 		return nil
 	}
-	return errors.New("-device cuda: tandem bench " + bench + " has no GPU path yet (the tandemcuda build has bench train's)")
+	return errors.New("-device cuda: tandem bench " + bench + " has no GPU path")
+}
+
+// cudaDDPStep returns a worker's training step on GPU 0 (every rank of the
+// benchmark shares it): models/cudamlp's step from the model's initial
+// parameters on the rank's batch x, y, its gradients averaged across pg
+// through a devstage.Stager when useDDP, then SGD with lr. done frees the
+// device's resources.
+func cudaDDPStep(ctx context.Context, pg *comm.ProcessGroup, model models.Module, sizes []int, x []float32, y []int64, useDDP bool, lr float32) (func() (float64, error), func(), error) {
+	var params []*tensor.Dense
+	for _, p := range model.Params() {
+		params = append(params, p.Value)
+	}
+	dev, err := devstage.NewCUDA(0)
+	if err != nil {
+		return nil, nil, err
+	}
+	step, err := cudamlp.New(dev, sizes, len(y), params)
+	if err != nil {
+		dev.Close()
+		return nil, nil, err
+	}
+	st, err := devstage.New(dev)
+	if err != nil {
+		step.Close()
+		dev.Close()
+		return nil, nil, err
+	}
+	done := func() {
+		st.Close()
+		step.Close()
+		dev.Close()
+	}
+	run := func() (float64, error) {
+		loss, err := step.Grads(x, y)
+		if err != nil {
+			return 0, err
+		}
+		if useDDP {
+			if err := step.AllReduceGrads(ctx, st, pg); err != nil {
+				return 0, err
+			}
+		}
+		return loss, step.SGD(lr)
+	}
+	return run, done, nil
 }
 
 // timeTrainStepsCUDA times the MLP step of models/cudamlp on GPU 0, with

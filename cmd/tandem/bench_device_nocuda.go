@@ -6,6 +6,9 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/models"
 )
 
 func cudaUnavailable(string) error {
@@ -16,4 +19,9 @@ func cudaUnavailable(string) error {
 // -device cuda first.
 func timeTrainStepsCUDA(context.Context, []int, int, int) (time.Duration, error) {
 	return 0, cudaUnavailable("train")
+}
+
+// cudaDDPStep is not reached without the tag either.
+func cudaDDPStep(context.Context, *comm.ProcessGroup, models.Module, []int, []float32, []int64, bool, float32) (func() (float64, error), func(), error) {
+	return nil, nil, cudaUnavailable("ddp")
 }
