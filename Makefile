@@ -21,7 +21,7 @@ GOTESTFLAGS ?= -count=1 -timeout 9m
 # tests, rather than a folder a process under $$TMPDIR.
 TEST_FLIGHT_DIR ?= $(or $(TMPDIR),/tmp)/tandem-test-flight
 
-.PHONY: demo-elastic all build vet fmt-check test test-race test-plain test-blas test-purego fuzz demo demo-collectives bench clean
+.PHONY: check-cuda demo-elastic all build vet fmt-check test test-race test-plain test-blas test-purego fuzz demo demo-collectives bench clean
 
 all: build
 
@@ -104,6 +104,26 @@ bench:
 	$(GO) run $(TAGFLAG) ./cmd/tandem bench rpc -json
 	$(GO) run $(TAGFLAG) ./cmd/tandem bench train -json -peer ../shared/peers/torch_ddp.py
 	$(GO) run $(TAGFLAG) ./cmd/tandem bench ddp -nproc 2 -json
+
+# The CUDA build (build tag tandemcuda; see comm/devstage): installs the
+# toolkit's headers and libraries when run as root (scripts/install-cuda.sh),
+# then vets every package and builds every test binary with the tag, so that
+# the tag cannot rot on machines without a GPU. Test binaries are built and
+# linked, not run: gorgonia.org/cu initialises the driver at start-up and
+# exits without a GPU. The tag is not `cuda`: that one also turns on gorgonia's own CUDA
+# engine, which needs cuDNN, which Debian does not ship.
+CUDA_TAG    = tandemcuda
+# CUDA 11.8's headers mark calls deprecated that gorgonia.org/cu still binds.
+CUDA_CFLAGS = -O2 -g -Wno-deprecated-declarations
+check-cuda:
+	@if [ "$$(id -u)" = 0 ]; then scripts/install-cuda.sh; \
+	elif ! printf '#include <cuda.h>\n#include <cublas_v2.h>\n' | $${CC:-cc} -E -x c - >/dev/null 2>&1; then \
+	  echo "check-cuda: the CUDA headers are not installed; run: sudo scripts/install-cuda.sh"; exit 1; fi
+	CGO_CFLAGS="$(CUDA_CFLAGS)" $(GO) vet -tags $(CUDA_TAG) ./...
+	@# -exec true links every test binary and runs `true` in its place.
+	CGO_CFLAGS="$(CUDA_CFLAGS)" $(GO) test -tags $(CUDA_TAG) -vet=off -count=1 -exec true ./... | \
+	  awk '{print} $$1 == "ok" {n++} END {print "check-cuda: " n+0 " test binaries built with -tags $(CUDA_TAG)"}'; \
+	  exit $${PIPESTATUS[0]}
 
 clean:
 	$(GO) clean -testcache

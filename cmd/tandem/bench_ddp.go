@@ -84,6 +84,7 @@ type ddpBenchConfig struct {
 	ring     int    // comm.WithRingThreshold, -1: the group's default
 	chunk    int    // comm.WithChunkSize, 0: the group's default
 	profile  string // rank 0 of the largest world writes a CPU profile here
+	device   string // cpu, or cuda: every rank's step on GPU 0 (models/cudamlp)
 }
 
 // workerArgs are the flags of a worker process of this configuration.
@@ -97,7 +98,7 @@ func (c ddpBenchConfig) workerArgs() []string {
 	if c.ddpWorld {
 		a = append(a, "-ddp1")
 	}
-	return append(a, "-ring-threshold", strconv.Itoa(c.ring), "-chunk-size", strconv.Itoa(c.chunk), "-cpuprofile", c.profile)
+	return append(a, "-ring-threshold", strconv.Itoa(c.ring), "-chunk-size", strconv.Itoa(c.chunk), "-cpuprofile", c.profile, "-device", c.device)
 }
 
 func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch workerLauncher) error {
@@ -115,7 +116,11 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch worke
 	asJSON := fs.Bool("json", false, "print one JSON object per world size")
 	rounds := fs.Int("rounds", 3, "rounds of every world size, taken in turns; each world reports its median round")
 	worker := fs.Bool("worker", false, "internal: run as one rank (rank and world from the environment)")
+	device := addDeviceFlag(fs)
 	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	if err := checkDevice(*device, "ddp"); err != nil {
 		return err
 	}
 	sizes, err := parseLayerSizes(*sizesFlag)
@@ -128,7 +133,7 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch worke
 	if !(*capMB > 0) {
 		return fmt.Errorf("-bucket-cap-mb %v: must be positive", *capMB)
 	}
-	cfg := ddpBenchConfig{sizes: sizes, batch: *batch, steps: *steps, warmup: *warmup, capMB: *capMB, ddpWorld: *ddp1, ring: *ring, chunk: *chunk, profile: *profile}
+	cfg := ddpBenchConfig{sizes: sizes, batch: *batch, steps: *steps, warmup: *warmup, capMB: *capMB, ddpWorld: *ddp1, ring: *ring, chunk: *chunk, profile: *profile, device: *device}
 	if *worker {
 		return ddpBenchWorker(ctx, cfg, stdout)
 	}
@@ -261,7 +266,16 @@ func ddpBenchWorker(ctx context.Context, cfg ddpBenchConfig, stdout io.Writer) e
 	useDDP := pg.Size() > 1 || cfg.ddpWorld
 	var step func() (float64, error)
 	var net *ddp.DDP
-	if useDDP {
+	optimize := true // the CPU steps leave the SGD step to opt
+	if cfg.device == "cuda" {
+		var done func()
+		step, done, err = cudaDDPStep(ctx, pg, model, cfg.sizes, x, y, useDDP, 0.01)
+		if err != nil {
+			return err
+		}
+		defer done()
+		optimize = false
+	} else if useDDP {
 		net, err = ddp.New(ctx, pg, model, ddp.BucketCapMB(cfg.capMB))
 		if err != nil {
 			return err
@@ -302,8 +316,10 @@ func ddpBenchWorker(ctx context.Context, cfg ddpBenchConfig, stdout io.Writer) e
 		if loss, err = step(); err != nil {
 			return err
 		}
-		if err := opt.Step(); err != nil {
-			return err
+		if optimize {
+			if err := opt.Step(); err != nil {
+				return err
+			}
 		}
 		if i >= cfg.warmup {
 			times = append(times, time.Since(t0).Seconds())

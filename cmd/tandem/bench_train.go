@@ -37,6 +37,7 @@ func init() {
 // trainBenchResult is one line of `tandem bench train -json`.
 type trainBenchResult struct {
 	Bench         string  `json:"bench"`
+	Device        string  `json:"device"` // cpu or cuda
 	BLAS          string  `json:"blas"`
 	BLASCore      string  `json:"blas_core"` // the kernels: "go-avx512", "go-fma", "go", or OpenBLAS's core name
 	Sizes         []int   `json:"sizes"`
@@ -52,7 +53,11 @@ func benchTrain(ctx context.Context, args []string) error {
 	mlp := addMLPStepFlags(fs, 50, "timed steps (after 10 warm-up steps)")
 	peer := fs.String("peer", "", "`path` of shared/peers/torch_ddp.py: run it with world 1 in the same sitting and compare")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	device := addDeviceFlag(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := checkDevice(*device, "train"); err != nil {
 		return err
 	}
 	sizes, err := mlp.layerSizes()
@@ -63,11 +68,15 @@ func benchTrain(ctx context.Context, args []string) error {
 	// One core, as the peer runs with torch.set_num_threads(1).
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 
-	med, err := timeTrainSteps(ctx, sizes, batch, *mlp.steps)
+	timeSteps, blasName, blasCore := timeTrainSteps, tblas.Name, tblas.Core()
+	if *device == "cuda" {
+		timeSteps, blasName, blasCore = timeTrainStepsCUDA, "cublas", "gpu0"
+	}
+	med, err := timeSteps(ctx, sizes, batch, *mlp.steps)
 	if err != nil {
 		return err
 	}
-	res := trainBenchResult{Bench: "train", BLAS: tblas.Name, BLASCore: tblas.Core(), Sizes: sizes, Batch: batch,
+	res := trainBenchResult{Bench: "train", Device: *device, BLAS: blasName, BLASCore: blasCore, Sizes: sizes, Batch: batch,
 		MedianStepS: med.Seconds(), StepsPerS: 1 / med.Seconds()}
 	if *peer != "" {
 		pm, err := runTorchPeer(ctx, *peer)
@@ -80,8 +89,12 @@ func benchTrain(ctx context.Context, args []string) error {
 	if *asJSON {
 		return writeJSONLine(os.Stdout, res)
 	}
-	fmt.Printf("MLP %v, batch %d, float32, one core, BLAS %s (%s): median %.2f ms/step (%.1f steps/s)\n",
-		sizes, batch, tblas.Name, res.BLASCore, 1e3*res.MedianStepS, res.StepsPerS)
+	where := "one core"
+	if *device == "cuda" {
+		where = "GPU 0"
+	}
+	fmt.Printf("MLP %v, batch %d, float32, %s, BLAS %s (%s): median %.2f ms/step (%.1f steps/s)\n",
+		sizes, batch, where, res.BLAS, res.BLASCore, 1e3*res.MedianStepS, res.StepsPerS)
 	if res.PeerMedianS > 0 {
 		fmt.Printf("PyTorch (same sitting): median %.2f ms/step; Tandem is %.2fx faster\n", 1e3*res.PeerMedianS, res.SpeedupVsPeer)
 	}
