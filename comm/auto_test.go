@@ -120,7 +120,7 @@ func TestAutoBackendChoice(t *testing.T) {
 		opts   []InitOption
 		want   string
 	}{
-		{"default", 3, nil, []InitOption{env()}, "tcp"},
+		{"default", 3, nil, []InitOption{env()}, "shm"},
 		{"same host", 3, nil, []InitOption{env(BackendEnv, "auto")}, "shm"},
 		{"a host each", 3, func(r int) string { return fmt.Sprint("host", r) }, []InitOption{env(BackendEnv, "auto")}, "tcp"},
 		{"two hosts of two", 4, func(r int) string { return fmt.Sprint("host", r/2) }, []InitOption{env(BackendEnv, "auto")}, "hier"},

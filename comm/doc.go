@@ -38,15 +38,14 @@
 // every rank joins it under the round's TANDEM_STORE_PREFIX. Init with tcp:// or
 // file:// URLs, or WithStore, meets elsewhere.
 //
-// Init connects through TCP unless WithBackend or TANDEM_BACKEND (tcp, shm,
-// auto or any registered name) says otherwise. With AutoBackend ("auto")
-// it chooses from where the ranks run: each rank publishes its host's
-// identity (boot id, network, mount and PID namespaces) in the store, and a
-// world whose ranks all share one host connects through shared memory
-// (comm/shm), a world of one rank per host through TCP, and a world of
-// several hosts with several ranks on some through both, all-reduce then
-// running hierarchically (inside each host, between hosts, inside each host
-// again). The automatic choice is not the default yet (see DefaultBackend).
+// Init chooses the transport from where the ranks run (AutoBackend): each
+// rank publishes its host's identity (boot id, network, mount and PID
+// namespaces) in the store, and a world whose ranks all share one host
+// connects through shared memory (comm/shm), a world of one rank per host
+// through TCP, and a world of several hosts with several ranks on some
+// through both, all-reduce then running hierarchically (inside each host,
+// between hosts, inside each host again). WithBackend or TANDEM_BACKEND
+// (tcp, shm, auto or any registered name) overrides the choice.
 //
 // # Semantics
 //

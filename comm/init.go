@@ -30,14 +30,9 @@ func init() {
 }
 
 // DefaultBackend is the backend Init uses when neither WithBackend nor
-// $TANDEM_BACKEND (BackendEnv) names one: TCP. AutoBackend (shared memory
-// within a host, TCP between hosts, both with a hierarchical all-reduce) is
-// chosen with TANDEM_BACKEND=auto or WithBackend("auto"); it is not the
-// default yet because jobs of several processes over shared memory built
-// with -race report a race between a ring's send and a later receive into
-// the same chunk, which the peer process orders but the race detector of
-// one process cannot see.
-const DefaultBackend = "tcp"
+// $TANDEM_BACKEND (BackendEnv) names one: AutoBackend, shared memory
+// between ranks of one host, TCP between hosts.
+const DefaultBackend = AutoBackend
 
 // TokenEnv names the environment variable holding the job's shared secret,
 // the default of WithToken: launch.TokenEnv.

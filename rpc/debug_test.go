@@ -25,7 +25,14 @@ func TestDebugLevelLogs(t *testing.T) {
 			if _, err := Sync[int](ctx, agents[1], "w0", "fail", "no luck"); err == nil {
 				t.Fatal("fail succeeded")
 			}
+			// A callee logs a request it served after it has replied: at
+			// DETAIL give the second one a moment to appear.
 			out := logs.String()
+			for deadline := time.Now().Add(5 * time.Second); level == launch.DebugDetail &&
+				strings.Count(out, `msg="rpc: request served"`) < 2 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+				out = logs.String()
+			}
 			lines := func(prefix string) []string {
 				var got []string
 				for l := range strings.Lines(out) {
