@@ -161,6 +161,7 @@ type blasProbe struct {
 	lib      string                       // libblas.so.3 as Debian's torch loads it
 	ldconfig func() ([]byte, error)       // `ldconfig -p`, used when lib is missing
 	resolve  func(string) (string, error) // symlink resolution
+	readlink func(string) (string, error) // one link's target
 }
 
 // systemBLASProbe is the probe of this machine.
@@ -175,7 +176,8 @@ func systemBLASProbe() blasProbe {
 			}
 			return nil, errors.New("ldconfig -p failed")
 		},
-		resolve: filepath.EvalSymlinks,
+		resolve:  filepath.EvalSymlinks,
+		readlink: os.Readlink,
 	}
 }
 
@@ -184,7 +186,7 @@ func systemBLASProbe() blasProbe {
 // missing, through the loader's cache (ldconfig -p).
 func (p blasProbe) detect() peerBLASInfo {
 	info := peerBLASInfo{Lib: p.lib, Kind: "missing"}
-	via := "the alternatives symlink"
+	via := "a plain file"
 	target, err := p.resolve(p.lib)
 	if err != nil && p.ldconfig != nil {
 		if out, lerr := p.ldconfig(); lerr == nil {
@@ -196,6 +198,11 @@ func (p blasProbe) detect() peerBLASInfo {
 	}
 	if err != nil {
 		return info
+	}
+	if via != "ldconfig -p" && p.readlink != nil {
+		if hop, err := p.readlink(info.Lib); err == nil {
+			via = "symlink " + hop // on Debian, /etc/alternatives/libblas.so.3-<arch>
+		}
 	}
 	info.Resolved, info.Via, info.Kind = target, via, classifyBLAS(target)
 	return info
@@ -457,7 +464,7 @@ func writePeerTable(w io.Writer, bench, script string, rounds int, info peerBLAS
 			fmt.Fprintf(w, "%-28s %-7s %12s %12s\n", c.Metric, c.Better, fmtMetric(c.Tandem, c.Unit), "-")
 			continue
 		}
-		line := fmt.Sprintf("%-28s %-7s %12s %12s %7.2fx %8.2f..%-7.2f", c.Metric, c.Better, fmtMetric(c.Tandem, c.Unit), fmtMetric(c.Peer, c.Unit), c.Ratio, c.RatioMin, c.RatioMax)
+		line := fmt.Sprintf("%-28s %-7s %12s %12s %7.3gx %8.3g..%-7.3g", c.Metric, c.Better, fmtMetric(c.Tandem, c.Unit), fmtMetric(c.Peer, c.Unit), c.Ratio, c.RatioMin, c.RatioMax)
 		if c.Void {
 			line += " VOID"
 		}
