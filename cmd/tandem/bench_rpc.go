@@ -122,6 +122,9 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	if peer.peer.on {
+		if *inproc {
+			return errors.New("-peer: torch_rpc.py runs its workers in two processes; compare without -inproc")
+		}
 		return rpcBenchComparePeer(ctx, cfg, *inproc, peer, stdout, *asJSON)
 	}
 	results, err := rpcBenchRun(ctx, cfg, *inproc)

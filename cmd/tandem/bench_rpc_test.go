@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +75,17 @@ func TestParseByteSize(t *testing.T) {
 	for _, in := range []string{"3", "0K", "x", "-1M", ""} {
 		if _, err := parseByteSize(in); err == nil {
 			t.Errorf("parseByteSize(%q) accepted", in)
+		}
+	}
+}
+
+// TestBenchRPCPeerRefusesInProcess: TensorPipe's two workers are two
+// processes, so a comparison with both agents in one process is refused.
+func TestBenchRPCPeerRefusesInProcess(t *testing.T) {
+	for _, flag := range []string{"-peer", "-torch"} {
+		err := benchRPC(context.Background(), []string{flag, "-inproc"}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "-inproc") {
+			t.Errorf("%s -inproc: %v, want a refusal", flag, err)
 		}
 	}
 }
