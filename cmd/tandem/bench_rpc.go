@@ -91,7 +91,7 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 	inflight := fs.Int("inflight", 64, "async calls kept in flight")
 	calls := fs.Int("calls", 20000, "async calls in total")
 	remotes := fs.Int("remotes", 200, "timed Remote + ToHere pairs")
-	iters := fs.Int("iters", 0, "timed echo round trips per size (0: from 1000 for small tensors down to 20)")
+	iters := fs.Int("iters", 0, "timed echo round trips per size (0: from 1000 for small tensors down to 200)")
 	inproc := fs.Bool("inproc", false, "run both workers in this process (default: the callee is a second process)")
 	noCMA := fs.Bool("no-same-host-copy", false, "send large tensors through the socket even between processes on one host")
 	peer := addPeerFlags(fs, "torch_rpc.py", 3)
