@@ -265,11 +265,7 @@ func allreducePeer(ctx context.Context, cfg allreduceConfig, n int, launch worke
 			return ms, nil
 		},
 		peer: func(ctx context.Context) ([]peerMetric, []byte, error) {
-			port, err := freePort()
-			if err != nil {
-				return nil, nil, err
-			}
-			out, err := runPeerScript(ctx, script, strconv.Itoa(n), strconv.Itoa(port))
+			out, err := runPeerScript(ctx, script, func(port string) []string { return []string{strconv.Itoa(n), port} })
 			if err != nil {
 				return nil, out, err
 			}

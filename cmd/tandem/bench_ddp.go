@@ -406,11 +406,7 @@ func ddpPeer(ctx context.Context, cfg ddpBenchConfig, worlds []int, launch worke
 			var ms []peerMetric
 			var all []byte
 			for _, n := range worlds {
-				port, err := freePort()
-				if err != nil {
-					return nil, all, err
-				}
-				out, err := runPeerScript(ctx, script, strconv.Itoa(n), strconv.Itoa(port))
+				out, err := runPeerScript(ctx, script, func(port string) []string { return []string{strconv.Itoa(n), port} })
 				all = append(all, out...)
 				if err != nil {
 					return nil, all, err

@@ -485,19 +485,52 @@ func fmtMetric(v float64, unit string) string {
 	}
 }
 
-// runPeerScript runs a peer script with its arguments (a free port among
-// them, where the script takes one) and returns its stdout. Its stderr goes
-// to ours; OpenBLAS is pinned to one thread, as the scripts do themselves.
-func runPeerScript(ctx context.Context, script string, args ...string) ([]byte, error) {
+// peerRunTimeout bounds one run of a peer script: when one of its ranks
+// dies the others wait for it for ever.
+const peerRunTimeout = 10 * time.Minute
+
+// runPeerScript runs a peer script with the arguments args gives for a port
+// that was free a moment ago, and returns its stdout. Its stderr goes to
+// ours; OpenBLAS is pinned to one thread, as the scripts do themselves. A
+// run that fails (a port taken meanwhile, a rank lost) is tried once more
+// on another port; a run that hangs is killed, its ranks with it.
+func runPeerScript(ctx context.Context, script string, args func(port string) []string) ([]byte, error) {
 	if _, err := os.Stat(script); err != nil {
 		return nil, fmt.Errorf("peer script: %w (the scripts live in %s; -peer=PATH names another)", err, defaultPeerDir)
 	}
+	var out []byte
+	var err error
+	for try := 0; try < 2 && ctx.Err() == nil; try++ {
+		if try > 0 {
+			fmt.Fprintf(os.Stderr, "tandem bench: %v; trying once more\n", err)
+		}
+		var port int
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
+		if out, err = runPeerOnce(ctx, script, args(strconv.Itoa(port))); err == nil {
+			return out, nil
+		}
+	}
+	return out, err
+}
+
+func runPeerOnce(ctx context.Context, script string, args []string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, peerRunTimeout)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, peerPython, append([]string{script}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr
 	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1")
+	// The script's ranks are processes of its own: kill them with it.
+	cmd.SysProcAttr = workerSysProcAttr()
+	cmd.Cancel = func() error { return signalGroup(cmd.Process.Pid, os.Kill) }
 	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return out.Bytes(), fmt.Errorf("%s %s %s did not finish in %v (a rank of it died?): %w", peerPython, script, strings.Join(args, " "), peerRunTimeout, err)
+	}
+	if err != nil {
 		return out.Bytes(), fmt.Errorf("%s %s %s: %w (is python3-torch installed? apt-get install -y python3-torch)", peerPython, script, strings.Join(args, " "), err)
 	}
 	return out.Bytes(), nil

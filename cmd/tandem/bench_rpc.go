@@ -472,11 +472,7 @@ func rpcBenchComparePeer(ctx context.Context, cfg rpcBenchConfig, inproc bool, o
 			return rpcMetrics(rs), nil
 		},
 		peer: func(ctx context.Context) ([]peerMetric, []byte, error) {
-			port, err := freePort()
-			if err != nil {
-				return nil, nil, err
-			}
-			out, err := runPeerScript(ctx, script, strconv.Itoa(port))
+			out, err := runPeerScript(ctx, script, func(port string) []string { return []string{port} })
 			if err != nil {
 				return nil, out, err
 			}

@@ -13,7 +13,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"strconv"
 	"time"
 
 	"gorgonia.org/tensor"
@@ -152,11 +151,7 @@ func trainPeer(ctx context.Context, sizes []int, batch, steps int, o *peerOption
 			return trainMetrics(med.Seconds(), batch), nil
 		},
 		peer: func(ctx context.Context) ([]peerMetric, []byte, error) {
-			port, err := freePort()
-			if err != nil {
-				return nil, nil, err
-			}
-			out, err := runPeerScript(ctx, script, "1", strconv.Itoa(port))
+			out, err := runPeerScript(ctx, script, func(port string) []string { return []string{"1", port} })
 			if err != nil {
 				return nil, out, err
 			}
