@@ -64,9 +64,10 @@ const (
 	// alignment the runtime gives large blocks (its page size).
 	hugePage   = 2 << 20
 	blockAlign = 8 << 10
-	// lowWater: a get that leaves this many buffers of its size or fewer
-	// on the free list may start a collection (collectSoon).
-	lowWater = 4
+	// lowWater: a get that finds this many bytes of buffers of its size or
+	// fewer on the free list may start a collection (collectSoon): four
+	// buffers of 4 MiB, one of 16 MiB (the free lists hold four of those).
+	lowWater = 16 << 20
 	// collectMin and collectMax bound the bytes handed out between two
 	// collections the recycler starts.
 	collectMin = 4 << 20
@@ -186,7 +187,7 @@ func (r *recycler) collectSoon(class uintptr) bool {
 	others := r.out
 	r.out += class
 	r.handed += class
-	if len(r.free[class]) > lowWater || others == 0 || r.collecting || r.handed < r.every {
+	if uintptr(len(r.free[class]))*class > lowWater || others == 0 || r.collecting || r.handed < r.every {
 		return false
 	}
 	r.collecting = true
