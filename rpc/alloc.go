@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"reflect"
 	"runtime"
+	rtmetrics "runtime/metrics"
 	"sync"
 	"unsafe"
 
@@ -30,6 +31,24 @@ import (
 // after the collector has proved that nothing refers to it, so user code
 // that keeps a received tensor, or any slice of its data, keeps it for
 // good.
+//
+// Recycling through the collector has a trap: buffers that a program drops
+// come back only after a collection, and the runtime paces collections by
+// the live heap, which counts the free lists themselves. A program that
+// receives large tensors and drops them (an echo loop, a parameter server
+// answering pulls) uses up a free list long before the next collection is
+// due, so every receive after that gets fresh memory: page faults and the
+// kernel's zeroing, and on a virtual machine whose memory the host backs
+// lazily, the host's faults too. A 4 MiB echo took 12 ms instead of 1.3 in
+// some runs, and tens of milliseconds one call in ten on a busy machine.
+// So when a free list runs low while buffers handed out earlier may be
+// garbage, the recycler starts a collection itself, in the background,
+// which hands those buffers back before the list is empty (collectSoon). It does so only when the buffers
+// handed out since its last collection outweigh what the collector would
+// have to scan (the program's scannable heap), so that a collection costs
+// less than faulting in that much fresh memory; and when a collection it
+// started brought nothing back (the program keeps what it receives), it
+// waits for twice as many bytes before the next.
 
 //go:linkname mallocgc runtime.mallocgc
 func mallocgc(size uintptr, typ unsafe.Pointer, needzero bool) unsafe.Pointer
@@ -45,6 +64,14 @@ const (
 	// alignment the runtime gives large blocks (its page size).
 	hugePage   = 2 << 20
 	blockAlign = 8 << 10
+	// lowWater: a get that finds this many bytes of buffers of its size or
+	// fewer on the free list may start a collection (collectSoon): four
+	// buffers of 4 MiB, one of 16 MiB (the free lists hold four of those).
+	lowWater = 16 << 20
+	// collectMin and collectMax bound the bytes handed out between two
+	// collections the recycler starts.
+	collectMin = 4 << 20
+	collectMax = 1 << 30
 )
 
 // newReceiveTensor returns a tensor of dtype dt and shape whose size bytes
@@ -85,6 +112,16 @@ type recycler struct {
 	// filling: the classes being filled.
 	prefill int
 	filling map[uintptr]bool
+
+	// For collectSoon: out is the bytes of the blocks handed out and not
+	// yet back; handed, the bytes handed out since the last collection
+	// this recycler started, which needs every bytes before the next;
+	// returned, the bytes back since then; collecting, whether one is
+	// under way; collected, whether one ran. collect runs a collection
+	// (runtime.GC).
+	out, handed, returned, every uintptr
+	collecting, collected        bool
+	collect                      func()
 }
 
 // receiveBuffers is this process's cache of receive buffers, shared by its
@@ -92,7 +129,8 @@ type recycler struct {
 var receiveBuffers = newRecycler(prefill)
 
 func newRecycler(prefill int) *recycler {
-	return &recycler{free: map[uintptr][]unsafe.Pointer{}, prefill: prefill, filling: map[uintptr]bool{}}
+	return &recycler{free: map[uintptr][]unsafe.Pointer{}, prefill: prefill, filling: map[uintptr]bool{},
+		every: collectMin, collect: runtime.GC}
 }
 
 // sizeClass rounds n up to 1, 1.25, 1.5 or 1.75 times a power of two, so a
@@ -111,12 +149,16 @@ func sizeClass(n uintptr) uintptr {
 func (r *recycler) get(n uintptr) recvBlock {
 	class := sizeClass(n)
 	r.mu.Lock()
+	collect := r.collectSoon(class)
 	if l := r.free[class]; len(l) > 0 {
 		base := l[len(l)-1]
 		l[len(l)-1] = nil
 		r.free[class] = l[:len(l)-1]
 		r.bytes -= class
 		r.mu.Unlock()
+		if collect {
+			go r.collectGarbage()
+		}
 		r.watch(base, class)
 		return recvBlock{base, class}
 	}
@@ -128,9 +170,69 @@ func (r *recycler) get(n uintptr) recvBlock {
 	if fill {
 		go r.fill(class)
 	}
+	if collect {
+		go r.collectGarbage()
+	}
 	base := newBlock(class)
 	r.watch(base, class)
 	return recvBlock{base, class}
+}
+
+// collectSoon counts a block of class bytes as handed out and says whether
+// to start a collection (collectGarbage), marking it under way: when the
+// free list of class is at its low water, other blocks are out that may be
+// garbage, no collection is under way, and enough bytes went out since the
+// last. The caller holds r.mu.
+func (r *recycler) collectSoon(class uintptr) bool {
+	others := r.out
+	r.out += class
+	r.handed += class
+	if uintptr(len(r.free[class]))*class > lowWater || others == 0 || r.collecting || r.handed < r.every {
+		return false
+	}
+	r.collecting = true
+	return true
+}
+
+// collectGarbage runs a collection, so that the finalizers of the blocks
+// nothing refers to any more put them back on the free lists, unless the
+// collector would have more to scan than the bytes handed out since the
+// last one.
+func (r *recycler) collectGarbage() {
+	r.mu.Lock()
+	handed := r.handed
+	r.mu.Unlock()
+	if scan := scannableBytes(); scan > uint64(handed) {
+		r.mu.Lock()
+		r.collecting = false
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Lock()
+	// Nothing came back since the last collection: the program keeps what
+	// it receives, so collect half as often; otherwise as often as allowed.
+	if r.collected && r.returned == 0 {
+		r.every = min(2*r.every, collectMax)
+	} else {
+		r.every = collectMin
+	}
+	r.handed, r.returned, r.collected = 0, 0, true
+	r.mu.Unlock()
+	r.collect()
+	r.mu.Lock()
+	r.collecting = false
+	r.mu.Unlock()
+}
+
+// scannableBytes is the memory the collector scans: the program's heap
+// that may hold pointers, its stacks and globals.
+func scannableBytes() uint64 {
+	s := []rtmetrics.Sample{{Name: "/gc/scan/total:bytes"}}
+	rtmetrics.Read(s)
+	if s[0].Value.Kind() != rtmetrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 
 // release puts a block back on its free list at once, without waiting for
@@ -209,6 +311,8 @@ func (r *recycler) watch(base unsafe.Pointer, class uintptr) {
 func (r *recycler) put(base unsafe.Pointer, class uintptr) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.out -= min(r.out, class)
+	r.returned += class
 	if class > recycleCap {
 		return
 	}

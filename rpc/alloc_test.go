@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"runtime"
+	"runtime/debug"
 	"testing"
 	"time"
 	"unsafe"
@@ -181,4 +182,33 @@ func TestRecyclerRelease(t *testing.T) {
 	}
 	runtime.KeepAlive(p)
 	r.release(recvBlock{}) // the zero block is no block
+}
+
+// TestRecyclerCollectsDroppedBuffers: a loop that receives large buffers
+// and drops them runs on a few recycled buffers, not on fresh memory, even
+// when the runtime would not collect for a long while (here: never); the
+// recycler starts the collections that bring the dropped buffers back.
+func TestRecyclerCollectsDroppedBuffers(t *testing.T) {
+	runtime.GC() // what earlier tests left, so that collections are cheap
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	r := newRecycler(0)
+	// Until the buffers handed out outweigh the scannable heap the recycler
+	// does not collect: the first few are fresh whatever it does.
+	const n, calls = 4 << 20, 96
+	seen := map[uintptr]bool{}
+	for i := 0; i < calls; i++ {
+		p := r.buf(n)
+		clear(unsafe.Slice((*byte)(p), n)) // as a receive overwrites it
+		seen[uintptr(p)] = true
+		p = nil
+		// A receive's worth of time, for the collection and the
+		// finalizers running in the background.
+		time.Sleep(2 * time.Millisecond)
+	}
+	r.mu.Lock()
+	collected := r.collected
+	r.mu.Unlock()
+	if !collected || len(seen) > calls/2 {
+		t.Fatalf("%d calls used %d distinct buffers (collected: %v, scannable heap %d bytes); want at most %d", calls, len(seen), collected, scannableBytes(), calls/2)
+	}
 }

@@ -67,7 +67,8 @@ func benchAllReduce(ctx context.Context, args []string, stdout io.Writer, launch
 	iters := fs.Int("iters", 0, "timed iterations per size (0: 200 for small buffers down to 5 for 64 MiB, as PyTorch's script)")
 	asJSON := fs.Bool("json", false, "print one JSON object per size")
 	worker := fs.Bool("worker", false, "internal: run as one rank of the benchmark (rank from the environment)")
-	if err := parseBenchFlags(fs, args); err != nil {
+	peer := addPeerFlags(fs, "torch_allreduce.py", 3)
+	if err := parseBenchFlags(fs, joinPeerPath(args)); err != nil {
 		return err
 	}
 	dt, ok := benchDtypes[*dtype]
@@ -87,6 +88,12 @@ func benchAllReduce(ctx context.Context, args []string, stdout io.Writer, launch
 	}
 	if *nproc < 1 {
 		return fmt.Errorf("-nproc %d: need at least one rank", *nproc)
+	}
+	if peer.peer.on {
+		if *backend == "local" {
+			return fmt.Errorf("-peer: gloo runs one process a rank; compare with -backend tcp, shm or auto, not local")
+		}
+		return allreducePeer(ctx, cfg, *nproc, *backend, launch, peer, stdout, *asJSON)
 	}
 	var results []allreduceResult
 	switch *backend {
@@ -235,4 +242,71 @@ func onesOf(dt tensor.Dtype) any {
 	default:
 		return int64(1)
 	}
+}
+
+// allreducePeer compares the named backend (one process a rank) with gloo
+// (torch_allreduce.py, TCP over loopback) in turns: for every size both time
+// and bus bandwidth.
+func allreducePeer(ctx context.Context, cfg allreduceConfig, n int, backend string, launch workerLauncher, o *peerOptions, stdout io.Writer, asJSON bool) error {
+	if cfg.dtype != "float32" {
+		return fmt.Errorf("-peer: torch_allreduce.py reduces float32, not %s", cfg.dtype)
+	}
+	script := o.scriptPath("torch_allreduce.py")
+	p := peerRun{
+		bench: "allreduce", script: script, rounds: *o.rounds, allow: *o.allowRefBL, probe: systemBLASProbe(),
+		setup: fmt.Sprintf("backend %s, one process a rank; the peer: gloo over TCP loopback", backend),
+		tandem: func(ctx context.Context) ([]peerMetric, error) {
+			rs, err := allreduceProcesses(ctx, cfg, n, backend, launch)
+			if err != nil {
+				return nil, err
+			}
+			var ms []peerMetric
+			for _, r := range rs {
+				ms = append(ms, allreduceMetrics(r.Bytes, r.MedianS, n)...)
+			}
+			return ms, nil
+		},
+		peer: func(ctx context.Context) ([]peerMetric, []byte, error) {
+			out, err := runPeerScript(ctx, script, func(port string) []string { return []string{strconv.Itoa(n), port} })
+			if err != nil {
+				return nil, out, err
+			}
+			ms, err := parseTorchAllreduce(out, n)
+			return ms, out, err
+		},
+	}
+	return p.run(ctx, stdout, asJSON)
+}
+
+// allreduceMetrics are the figures of one size: the median time and the
+// bus bandwidth it gives at world n.
+func allreduceMetrics(bytes int, medianS float64, n int) []peerMetric {
+	ms := []peerMetric{{Name: fmt.Sprintf("time %d B", bytes), Unit: "s", Lower: true, Value: medianS}}
+	if medianS > 0 {
+		ms = append(ms, peerMetric{Name: fmt.Sprintf("busbw %d B", bytes), Unit: "GB/s",
+			Value: float64(bytes) / medianS / 1e9 * 2 * float64(n-1) / float64(n)})
+	}
+	return ms
+}
+
+// parseTorchAllreduce reads torch_allreduce.py's table: bytes, median
+// seconds, algorithm and bus bandwidth, tab-separated, one size a line.
+func parseTorchAllreduce(out []byte, n int) ([]peerMetric, error) {
+	var ms []peerMetric
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		b, err1 := strconv.Atoi(f[0])
+		s, err2 := strconv.ParseFloat(f[1], 64)
+		if err1 != nil || err2 != nil || b <= 0 || s <= 0 {
+			continue
+		}
+		ms = append(ms, allreduceMetrics(b, s, n)...)
+	}
+	if len(ms) == 0 {
+		return nil, fmt.Errorf("torch_allreduce.py printed no sizes: %q", out)
+	}
+	return ms, nil
 }

@@ -4,7 +4,8 @@ package main
 
 // `tandem bench ddp`: the training step of DistributedDataParallel on an MLP
 // (784-1024-1024-10, float32, batch 64 a rank by default), one process per
-// rank with one core each (GOMAXPROCS=1) over the TCP backend, at world 1
+// rank with one core each (GOMAXPROCS=1) over the default backend (shared
+// memory on one host; TANDEM_BACKEND=tcp picks TCP), at world 1
 // and at world N. Comparable with /work/shared/peers/torch_ddp.py (PyTorch
 // DDP over gloo, one thread a rank): same model, batch, optimizer and step
 // count; rank 0's median step time. As in that script, world 1 runs the same
@@ -117,7 +118,9 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch worke
 	rounds := fs.Int("rounds", 3, "rounds of every world size, taken in turns; each world reports its median round")
 	worker := fs.Bool("worker", false, "internal: run as one rank (rank and world from the environment)")
 	device := addDeviceFlag(fs)
-	if err := parseBenchFlags(fs, args); err != nil {
+	peer := addPeerFlags(fs, "torch_ddp.py", 0)
+	peer.rounds = rounds
+	if err := parseBenchFlags(fs, joinPeerPath(args)); err != nil {
 		return err
 	}
 	if err := checkDevice(*device, "ddp"); err != nil {
@@ -147,9 +150,15 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch worke
 	if *nproc > 1 {
 		worlds = append(worlds, *nproc)
 	}
+	if peer.peer.on {
+		if *sizesFlag != defaultMLPSizes || *batch != 64 || *ddp1 {
+			return fmt.Errorf("-peer: torch_ddp.py trains MLP %s at batch 64 a rank without DDP at world 1; leave -sizes, -batch and -ddp1 alone", defaultMLPSizes)
+		}
+		return ddpPeer(ctx, cfg, worlds, launch, peer, stdout, *asJSON)
+	}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "DDP training step, MLP %s, float32, batch %d a rank, one process and one core (GOMAXPROCS=1) a rank, TCP; rank 0's median of %d steps after %d warm-up, median of %d rounds\n",
-			*sizesFlag, *batch, *steps-*warmup, *warmup, *rounds)
+		fmt.Fprintf(stdout, "DDP training step, MLP %s, float32, batch %d a rank, one process and one core (GOMAXPROCS=1) a rank, backend %s; rank 0's median of %d steps after %d warm-up, median of %d rounds\n",
+			*sizesFlag, *batch, envBackend(), *steps-*warmup, *warmup, *rounds)
 		fmt.Fprintf(stdout, "%6s %5s %12s %12s %12s %10s %8s %12s %12s %8s %8s\n", "world", "ddp", "median step", "cpu/step", "samples/s", "scaling", "overlap", "comm/step", "wait/step", "buckets", "load")
 	}
 	byWorld := make([][]ddpBenchResult, len(worlds))
@@ -222,19 +231,6 @@ func ddpBenchWorld(ctx context.Context, cfg ddpBenchConfig, n int, launch worker
 	res := results[len(results)-1]
 	res.LoadAvg = load
 	return res, nil
-}
-
-// loadAvg returns the 1-minute load average of the machine, "" when unknown.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return ""
-	}
-	return f[0]
 }
 
 // ddpBenchWorker is one rank: it trains cfg.steps steps and rank 0 prints
@@ -404,4 +400,77 @@ func plainStep(ctx context.Context, model models.Module, x, y *tensor.Dense) (fu
 		}
 		return 0, fmt.Errorf("loss of type %T", prog.Value(loss))
 	}, nil
+}
+
+// ddpPeer compares the DDP step with PyTorch's (torch_ddp.py) in turns, at
+// world 1 (a plain step on both sides) and at the largest world.
+func ddpPeer(ctx context.Context, cfg ddpBenchConfig, worlds []int, launch workerLauncher, o *peerOptions, stdout io.Writer, asJSON bool) error {
+	script := o.scriptPath("torch_ddp.py")
+	p := peerRun{
+		bench: "ddp", script: script, rounds: *o.rounds, allow: *o.allowRefBL, probe: systemBLASProbe(),
+		setup: "DDP over backend " + envBackend() + ", one process and one core a rank",
+		tandem: func(ctx context.Context) ([]peerMetric, error) {
+			var ms []peerMetric
+			for _, n := range worlds {
+				res, err := ddpBenchWorld(ctx, cfg, n, launch)
+				if err != nil {
+					return nil, fmt.Errorf("world %d: %w", n, err)
+				}
+				ms = append(ms, ddpMetrics(n, res.MedianStepS, cfg.batch)...)
+			}
+			return ms, nil
+		},
+		peer: func(ctx context.Context) ([]peerMetric, []byte, error) {
+			var ms []peerMetric
+			var all []byte
+			for _, n := range worlds {
+				out, err := runPeerScript(ctx, script, func(port string) []string { return []string{strconv.Itoa(n), port} })
+				all = append(all, out...)
+				if err != nil {
+					return nil, all, err
+				}
+				step, err := parseTorchDDP(out)
+				if err != nil {
+					return nil, all, err
+				}
+				ms = append(ms, ddpMetrics(n, step, cfg.batch)...)
+			}
+			return ms, all, nil
+		},
+	}
+	return p.run(ctx, stdout, asJSON)
+}
+
+// ddpMetrics are the figures of one world: the median step and the samples
+// a second it gives, all ranks together.
+func ddpMetrics(world int, stepS float64, batch int) []peerMetric {
+	ms := []peerMetric{{Name: fmt.Sprintf("step world %d", world), Unit: "s", Lower: true, Value: stepS}}
+	if stepS > 0 {
+		ms = append(ms, peerMetric{Name: fmt.Sprintf("samples/s world %d", world), Unit: "samples/s", Value: float64(batch*world) / stepS})
+	}
+	return ms
+}
+
+// parseTorchDDP reads the median step time from torch_ddp.py's result line
+// ("world=N median_step_s=S samples_per_s=... last_loss=...").
+func parseTorchDDP(out []byte) (float64, error) {
+	for _, f := range strings.Fields(string(out)) {
+		if v, ok := strings.CutPrefix(f, "median_step_s="); ok {
+			s, err := strconv.ParseFloat(v, 64)
+			if err != nil || s <= 0 {
+				return 0, fmt.Errorf("torch_ddp.py printed median_step_s=%q", v)
+			}
+			return s, nil
+		}
+	}
+	return 0, fmt.Errorf("torch_ddp.py printed no median_step_s: %q", out)
+}
+
+// envBackend names the backend comm.InitFromEnv picks in the workers:
+// $TANDEM_BACKEND, else comm.DefaultBackend.
+func envBackend() string {
+	if b := os.Getenv(comm.BackendEnv); b != "" {
+		return b
+	}
+	return comm.DefaultBackend
 }

@@ -4,8 +4,11 @@ package main
 // loopback, comparable with /work/shared/peers/torch_rpc.py (PyTorch's
 // TensorPipe agent): echo round trips of float32 tensors, async calls per
 // second with many in flight, and Remote + ToHere. By default the callee is
-// a second process (this binary in a hidden peer mode); -inproc runs both
-// agents in this process.
+// a second process (this binary in a hidden callee mode); -inproc runs both
+// agents in this process. Every timed case reports its p50 and p99 (the
+// median alone hides a slow mode that strikes one call in ten).
+// With -peer (or -torch) it runs torch_rpc.py in turns with Tandem over
+// -rounds and prints the ratios (bench_peer.go).
 //
 // Echo runs two ways. "echo" is the plain loop: every reply and every
 // argument the callee receives gets memory of its own, which the garbage
@@ -43,7 +46,7 @@ import (
 
 func init() {
 	benches["rpc"] = command{
-		summary: "RPC echo latency, async calls/s, remote+to_here: tandem bench rpc [-json] [-min 4] [-max 16M] [-inflight 64] [-inproc] [-torch]",
+		summary: "RPC echo latency (p50, p99), async calls/s, remote+to_here: tandem bench rpc [-json] [-min 4] [-max 16M] [-inflight 64] [-inproc] [-peer [-rounds 3]]",
 		run:     func(ctx context.Context, args []string) error { return benchRPC(ctx, args, os.Stdout) },
 	}
 }
@@ -54,7 +57,9 @@ type rpcBenchResult struct {
 	Case      string  `json:"case"`
 	Bytes     int     `json:"bytes,omitempty"`
 	Iters     int     `json:"iters,omitempty"`
-	MedianS   float64 `json:"median_s,omitempty"`
+	MedianS   float64 `json:"median_s,omitempty"` // the p50, under its old name
+	P50S      float64 `json:"p50_s,omitempty"`
+	P99S      float64 `json:"p99_s,omitempty"`
 	GBps      float64 `json:"GBps,omitempty"`
 	CallsPerS float64 `json:"calls_per_s,omitempty"`
 	InFlight  int     `json:"in_flight,omitempty"`
@@ -64,8 +69,7 @@ type rpcBenchResult struct {
 }
 
 type rpcBenchConfig struct {
-	minBytes int
-	maxBytes int
+	sizes    []int // echo sizes in bytes
 	inflight int
 	calls    int
 	remotes  int
@@ -87,20 +91,19 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 	inflight := fs.Int("inflight", 64, "async calls kept in flight")
 	calls := fs.Int("calls", 20000, "async calls in total")
 	remotes := fs.Int("remotes", 200, "timed Remote + ToHere pairs")
-	iters := fs.Int("iters", 0, "timed echo round trips per size (0: from 1000 for small tensors down to 20)")
+	iters := fs.Int("iters", 0, "timed echo round trips per size (0: from 1000 for small tensors down to 200)")
 	inproc := fs.Bool("inproc", false, "run both workers in this process (default: the callee is a second process)")
 	noCMA := fs.Bool("no-same-host-copy", false, "send large tensors through the socket even between processes on one host")
-	torch := fs.Bool("torch", false, "also run /work/shared/peers/torch_rpc.py (needs python3-torch) and print the ratios")
-	peer := fs.Bool("peer", false, "internal: run as the callee (rank 1, from the environment)")
-	if err := fs.Parse(args); err != nil {
+	peer := addPeerFlags(fs, "torch_rpc.py", 3)
+	torch := fs.Bool("torch", false, "the same as -peer")
+	callee := fs.Bool("callee", false, "internal: run as the callee (rank 1, from the environment)")
+	if err := parseBenchFlags(fs, joinPeerPath(args)); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	if *callee {
+		return rpcBenchCallee(ctx, !*noCMA)
 	}
-	if *peer {
-		return rpcBenchPeer(ctx, !*noCMA)
-	}
+	peer.peer.on = peer.peer.on || *torch
 	maxBytes, err := parseByteSize(*maxFlag)
 	if err != nil {
 		return fmt.Errorf("-max: %w", err)
@@ -112,7 +115,18 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 	if *inflight < 1 || *calls < 1 || *remotes < 1 || *iters < 0 {
 		return fmt.Errorf("-inflight, -calls and -remotes must be positive, -iters not negative")
 	}
-	cfg := rpcBenchConfig{minBytes: minBytes, maxBytes: maxBytes, inflight: *inflight, calls: *calls, remotes: *remotes, iters: *iters, sameHostCopy: !*noCMA}
+	cfg := rpcBenchConfig{inflight: *inflight, calls: *calls, remotes: *remotes, iters: *iters, sameHostCopy: !*noCMA}
+	for b := 4; b <= maxBytes; b *= 4 {
+		if b >= minBytes {
+			cfg.sizes = append(cfg.sizes, b)
+		}
+	}
+	if peer.peer.on {
+		if *inproc {
+			return errors.New("-peer: torch_rpc.py runs its workers in two processes; compare without -inproc")
+		}
+		return rpcBenchComparePeer(ctx, cfg, *inproc, peer, stdout, *asJSON)
+	}
 	results, err := rpcBenchRun(ctx, cfg, *inproc)
 	if err != nil {
 		return err
@@ -126,7 +140,7 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 		if len(results) > 0 && results[0].SameHostCopies {
 			how = "same-host copies (process_vm_readv) from 256 KiB"
 		}
-		fmt.Fprintf(stdout, "rpc between two workers on loopback (%d process(es)), large tensors %s; medians\n", procs, how)
+		fmt.Fprintf(stdout, "rpc between two workers on loopback (%d process(es)), large tensors %s; p50 and p99 of the timed calls\n", procs, how)
 	}
 	for _, r := range results {
 		r.Bench, r.Processes = "rpc", procs
@@ -137,15 +151,12 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		switch r.Case {
 		case "echo", "echo_reuse":
-			fmt.Fprintf(stdout, "%-10s %10d B  %5d iters  %12s  %8.3f GB/s\n", r.Case, r.Bytes, r.Iters, fmtSeconds(r.MedianS), r.GBps)
+			fmt.Fprintf(stdout, "%-10s %10d B  %5d iters  p50 %11s  p99 %11s  %8.3f GB/s\n", r.Case, r.Bytes, r.Iters, fmtSeconds(r.P50S), fmtSeconds(r.P99S), r.GBps)
 		case "async":
 			fmt.Fprintf(stdout, "async calls/s (%d in flight): %.0f\n", r.InFlight, r.CallsPerS)
 		case "remote_to_here":
-			fmt.Fprintf(stdout, "remote + to_here: %s\n", fmtSeconds(r.MedianS))
+			fmt.Fprintf(stdout, "remote + to_here: p50 %s  p99 %s\n", fmtSeconds(r.P50S), fmtSeconds(r.P99S))
 		}
-	}
-	if *torch {
-		return rpcBenchCompareTorch(ctx, results, stdout)
 	}
 	return nil
 }
@@ -208,7 +219,7 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		}
 		_, port, _ := net.SplitHostPort(st.Addr())
 		portNum, _ := strconv.Atoi(port)
-		cmd := exec.CommandContext(ctx, exe, "bench", "rpc", "-peer", "-no-same-host-copy="+strconv.FormatBool(!cfg.sameHostCopy))
+		cmd := exec.CommandContext(ctx, exe, "bench", "rpc", "-callee", "-no-same-host-copy="+strconv.FormatBool(!cfg.sameHostCopy))
 		peer := launch.Job{
 			Launcher: launch.TandemRun, Rank: 1, WorldSize: 2, LocalRank: 1, LocalWorldSize: 2, NodeRank: 0, NumNodes: 1,
 			MasterAddr: "127.0.0.1", MasterPort: portNum, MaxRestarts: 0, Token: token,
@@ -249,9 +260,9 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 	return results, nil
 }
 
-// rpcBenchPeer is the callee process: it serves until the caller shuts the
+// rpcBenchCallee is the callee process: it serves until the caller shuts the
 // group down.
-func rpcBenchPeer(ctx context.Context, sameHostCopy bool) error {
+func rpcBenchCallee(ctx context.Context, sameHostCopy bool) error {
 	a, err := rpc.InitFromEnv(ctx, "w1", rpc.WithRegistry(rpcBenchRegistry()), rpc.WithSameHostCopy(sameHostCopy))
 	if err != nil {
 		return err
@@ -267,24 +278,17 @@ func ones32(n int) *tensor.Dense {
 	return tensor.New(tensor.WithShape(n), tensor.WithBacking(x))
 }
 
-func median(times []time.Duration) float64 {
-	slices.Sort(times)
-	return times[len(times)/2].Seconds()
-}
-
 func rpcBenchCases(ctx context.Context, a *rpc.Agent, cfg rpcBenchConfig) ([]rpcBenchResult, error) {
 	var out []rpcBenchResult
-	for bytes := 4; bytes <= cfg.maxBytes; bytes *= 4 {
-		if bytes < cfg.minBytes {
-			continue
-		}
+	for _, bytes := range cfg.sizes {
 		x := ones32(bytes / 4)
 		iters := cfg.iters
 		if iters == 0 {
-			iters = max(20, min(1000, (64<<20)/bytes))
+			// At least 200, so that the p99 is not simply the slowest call.
+			iters = max(200, min(1000, (64<<20)/bytes))
 		}
 		for _, reuse := range []bool{false, true} {
-			m, err := rpcBenchEcho(ctx, a, x, iters, reuse)
+			times, err := rpcBenchEcho(ctx, a, x, iters, reuse)
 			if err != nil {
 				return nil, err
 			}
@@ -292,7 +296,9 @@ func rpcBenchCases(ctx context.Context, a *rpc.Agent, cfg rpcBenchConfig) ([]rpc
 			if reuse {
 				c = "echo_reuse"
 			}
-			out = append(out, rpcBenchResult{Case: c, Bytes: bytes, Iters: iters, MedianS: m, GBps: 2 * float64(bytes) / m / 1e9})
+			p50 := quantile(times, 0.5).Seconds()
+			out = append(out, rpcBenchResult{Case: c, Bytes: bytes, Iters: iters, MedianS: p50, P50S: p50,
+				P99S: quantile(times, 0.99).Seconds(), GBps: 2 * float64(bytes) / p50 / 1e9})
 		}
 	}
 
@@ -341,14 +347,15 @@ func rpcBenchCases(ctx context.Context, a *rpc.Agent, cfg rpcBenchConfig) ([]rpc
 			return nil, err
 		}
 	}
-	out = append(out, rpcBenchResult{Case: "remote_to_here", MedianS: median(times), Iters: cfg.remotes})
+	p50 := quantile(times, 0.5).Seconds()
+	out = append(out, rpcBenchResult{Case: "remote_to_here", MedianS: p50, P50S: p50, P99S: quantile(times, 0.99).Seconds(), Iters: cfg.remotes})
 	return out, nil
 }
 
 // rpcBenchEcho times iters echo round trips of x after 5 untimed ones and
-// returns the median. With reuse, each call lends the last result for the
+// returns their times. With reuse, each call lends the last result for the
 // next and calls the function that reuses its argument's memory.
-func rpcBenchEcho(ctx context.Context, a *rpc.Agent, x *tensor.Dense, iters int, reuse bool) (float64, error) {
+func rpcBenchEcho(ctx context.Context, a *rpc.Agent, x *tensor.Dense, iters int, reuse bool) ([]time.Duration, error) {
 	fn := rpcEcho
 	if reuse {
 		fn = rpcEchoReuse
@@ -365,7 +372,7 @@ func rpcBenchEcho(ctx context.Context, a *rpc.Agent, x *tensor.Dense, iters int,
 	}
 	for i := 0; i < 5; i++ {
 		if err := call(); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	times := make([]time.Duration, iters)
@@ -374,14 +381,14 @@ func rpcBenchEcho(ctx context.Context, a *rpc.Agent, x *tensor.Dense, iters int,
 		err := call()
 		times[i] = time.Since(t0)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	want, got := x.Data().([]float32), y.Data().([]float32)
 	if !y.Shape().Eq(x.Shape()) || got[0] != want[0] || got[len(got)-1] != want[len(want)-1] {
-		return 0, fmt.Errorf("echo of %d bytes (%s) came back changed: shape %v", 4*len(want), fn, y.Shape())
+		return nil, fmt.Errorf("echo of %d bytes (%s) came back changed: shape %v", 4*len(want), fn, y.Shape())
 	}
-	return median(times), nil
+	return times, nil
 }
 
 func cmpOr(a, b error) error {
@@ -436,38 +443,75 @@ func parseTorchRPC(r io.Reader) (torchRPCResults, error) {
 	return res, sc.Err()
 }
 
-// rpcBenchCompareTorch runs PyTorch's peer script and prints how much
-// faster (>1) or slower (<1) this run was.
-func rpcBenchCompareTorch(ctx context.Context, ours []rpcBenchResult, stdout io.Writer) error {
-	const script = "/work/shared/peers/torch_rpc.py"
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, "/usr/bin/python3", script, strconv.Itoa(port))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("running %s: %w (is python3-torch installed?)", script, err)
-	}
-	t, err := parseTorchRPC(&out)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, "vs PyTorch TensorPipe (ratio > 1: Tandem faster)")
-	for _, r := range ours {
-		switch r.Case {
-		case "echo", "echo_reuse":
-			if tm, ok := t.echo[r.Bytes]; ok {
-				fmt.Fprintf(stdout, "%-10s %10d B  torch %s  tandem %s  ratio %.2f\n", r.Case, r.Bytes, fmtSeconds(tm), fmtSeconds(r.MedianS), tm/r.MedianS)
-			}
-		case "async":
-			fmt.Fprintf(stdout, "async calls/s  torch %.0f  tandem %.0f  ratio %.2f\n", t.asyncPerS, r.CallsPerS, r.CallsPerS/t.asyncPerS)
-		case "remote_to_here":
-			fmt.Fprintf(stdout, "remote+to_here  torch %s  tandem %s  ratio %.2f\n", fmtSeconds(t.remoteToHere), fmtSeconds(r.MedianS), t.remoteToHere/r.MedianS)
+// torchRPCSizes are the echo sizes torch_rpc.py times, in bytes.
+var torchRPCSizes = []int{4, 4 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20}
+
+// rpcBenchComparePeer compares with TensorPipe (torch_rpc.py) in turns: the
+// plain echo's p50 against TensorPipe's median for the sizes both time,
+// async calls a second and remote + to_here; the echo's p99 and the
+// memory-reusing echo are Tandem's figures alone.
+func rpcBenchComparePeer(ctx context.Context, cfg rpcBenchConfig, inproc bool, o *peerOptions, stdout io.Writer, asJSON bool) error {
+	var sizes []int
+	for _, b := range cfg.sizes {
+		if slices.Contains(torchRPCSizes, b) {
+			sizes = append(sizes, b)
 		}
 	}
-	return nil
+	if len(sizes) == 0 {
+		return fmt.Errorf("-peer: -min and -max leave none of the sizes torch_rpc.py times (%v bytes)", torchRPCSizes)
+	}
+	cfg.sizes = sizes
+	script := o.scriptPath("torch_rpc.py")
+	p := peerRun{
+		bench: "rpc", script: script, rounds: *o.rounds, allow: *o.allowRefBL, probe: systemBLASProbe(),
+		tandem: func(ctx context.Context) ([]peerMetric, error) {
+			rs, err := rpcBenchRun(ctx, cfg, inproc)
+			if err != nil {
+				return nil, err
+			}
+			return rpcMetrics(rs), nil
+		},
+		peer: func(ctx context.Context) ([]peerMetric, []byte, error) {
+			out, err := runPeerScript(ctx, script, func(port string) []string { return []string{port} })
+			if err != nil {
+				return nil, out, err
+			}
+			t, err := parseTorchRPC(bytes.NewReader(out))
+			if err != nil {
+				return nil, out, err
+			}
+			ms := make([]peerMetric, 0, len(t.echo)+2)
+			for _, b := range torchRPCSizes {
+				if m, ok := t.echo[b]; ok {
+					ms = append(ms, peerMetric{Name: fmt.Sprintf("echo %d B p50", b), Unit: "s", Lower: true, Value: m})
+				}
+			}
+			ms = append(ms, peerMetric{Name: "async calls/s", Unit: "calls/s", Value: t.asyncPerS},
+				peerMetric{Name: "remote+to_here p50", Unit: "s", Lower: true, Value: t.remoteToHere})
+			return ms, out, nil
+		},
+	}
+	return p.run(ctx, stdout, asJSON)
+}
+
+// rpcMetrics turns one run's results into the metrics compared with the
+// peer's (the names match those of rpcBenchComparePeer's peer side).
+func rpcMetrics(rs []rpcBenchResult) []peerMetric {
+	var ms, reuse []peerMetric
+	for _, r := range rs {
+		switch r.Case {
+		case "echo":
+			ms = append(ms, peerMetric{Name: fmt.Sprintf("echo %d B p50", r.Bytes), Unit: "s", Lower: true, Value: r.P50S},
+				peerMetric{Name: fmt.Sprintf("echo %d B p99", r.Bytes), Unit: "s", Lower: true, Value: r.P99S})
+		case "echo_reuse":
+			reuse = append(reuse, peerMetric{Name: fmt.Sprintf("echo_reuse %d B p50", r.Bytes), Unit: "s", Lower: true, Value: r.P50S})
+		case "async":
+			ms = append(ms, peerMetric{Name: "async calls/s", Unit: "calls/s", Value: r.CallsPerS})
+		case "remote_to_here":
+			ms = append(ms, peerMetric{Name: "remote+to_here p50", Unit: "s", Lower: true, Value: r.P50S})
+		}
+	}
+	return append(ms, reuse...)
 }
 
 func freePort() (int, error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -27,22 +28,26 @@ func TestBenchRPCInProcess(t *testing.T) {
 		}
 		cases[r.Case]++
 		switch r.Case {
-		case "echo":
+		case "echo", "echo_reuse":
 			if r.Bytes < 4 || r.MedianS <= 0 {
 				t.Fatalf("echo line %q", line)
+			}
+			// The p99 of 3 calls is the slowest one, never below the p50.
+			if r.P50S != r.MedianS || r.P99S < r.P50S {
+				t.Fatalf("echo line %q: p50 %v, p99 %v", line, r.P50S, r.P99S)
 			}
 		case "async":
 			if r.CallsPerS <= 0 {
 				t.Fatalf("async line %q", line)
 			}
 		case "remote_to_here":
-			if r.MedianS <= 0 {
+			if r.MedianS <= 0 || r.P50S != r.MedianS || r.P99S < r.P50S {
 				t.Fatalf("remote line %q", line)
 			}
 		}
 	}
 	// 4, 16, 64, 256, 1K, 4K
-	if cases["echo"] != 6 || cases["async"] != 1 || cases["remote_to_here"] != 1 {
+	if cases["echo"] != 6 || cases["echo_reuse"] != 6 || cases["async"] != 1 || cases["remote_to_here"] != 1 {
 		t.Fatalf("cases: %v\n%s", cases, out.String())
 	}
 }
@@ -70,6 +75,17 @@ func TestParseByteSize(t *testing.T) {
 	for _, in := range []string{"3", "0K", "x", "-1M", ""} {
 		if _, err := parseByteSize(in); err == nil {
 			t.Errorf("parseByteSize(%q) accepted", in)
+		}
+	}
+}
+
+// TestBenchRPCPeerRefusesInProcess: TensorPipe's two workers are two
+// processes, so a comparison with both agents in one process is refused.
+func TestBenchRPCPeerRefusesInProcess(t *testing.T) {
+	for _, flag := range []string{"-peer", "-torch"} {
+		err := benchRPC(context.Background(), []string{flag, "-inproc"}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "-inproc") {
+			t.Errorf("%s -inproc: %v, want a refusal", flag, err)
 		}
 	}
 }

@@ -2,21 +2,17 @@ package main
 
 // `tandem bench train`: one training step (forward, backward, SGD update) of
 // an MLP on one core, the single-process work that PyTorch's peer script
-// times with `torch_ddp.py 1`. With -peer it runs that script in the same
-// sitting and prints the ratio.
+// times with `torch_ddp.py 1` (world 1 runs the step without DDP). With -peer
+// both run in turns over -rounds and the ratios are printed (bench_peer.go).
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"runtime"
-	"strconv"
-	"strings"
 	"time"
 
 	"gorgonia.org/tensor"
@@ -29,32 +25,30 @@ import (
 
 func init() {
 	benches["train"] = command{
-		summary: "one-core MLP training step: tandem bench train [-sizes 784,1024,1024,10] [-batch 64] [-steps 50] [-peer PATH] [-json]",
+		summary: "one-core MLP training step: tandem bench train [-sizes 784,1024,1024,10] [-batch 64] [-steps 50] [-peer [-rounds 3]] [-json]",
 		run:     benchTrain,
 	}
 }
 
 // trainBenchResult is one line of `tandem bench train -json`.
 type trainBenchResult struct {
-	Bench         string  `json:"bench"`
-	Device        string  `json:"device"` // cpu or cuda
-	BLAS          string  `json:"blas"`
-	BLASCore      string  `json:"blas_core"` // the kernels: "go-avx512", "go-fma", "go", or OpenBLAS's core name
-	Sizes         []int   `json:"sizes"`
-	Batch         int     `json:"batch"`
-	MedianStepS   float64 `json:"median_step_s"`
-	StepsPerS     float64 `json:"steps_per_s"`
-	PeerMedianS   float64 `json:"peer_median_step_s,omitempty"`
-	SpeedupVsPeer float64 `json:"speedup_vs_peer,omitempty"`
+	Bench       string  `json:"bench"`
+	Device      string  `json:"device"` // cpu or cuda
+	BLAS        string  `json:"blas"`
+	BLASCore    string  `json:"blas_core"` // the kernels: "go-avx512", "go-fma", "go", or OpenBLAS's core name
+	Sizes       []int   `json:"sizes"`
+	Batch       int     `json:"batch"`
+	MedianStepS float64 `json:"median_step_s"`
+	StepsPerS   float64 `json:"steps_per_s"`
 }
 
 func benchTrain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("tandem bench train", flag.ContinueOnError)
 	mlp := addMLPStepFlags(fs, 50, "timed steps (after 10 warm-up steps)")
-	peer := fs.String("peer", "", "`path` of shared/peers/torch_ddp.py: run it with world 1 in the same sitting and compare")
+	peer := addPeerFlags(fs, "torch_ddp.py", 3)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	device := addDeviceFlag(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseBenchFlags(fs, joinPeerPath(args)); err != nil {
 		return err
 	}
 	if err := checkDevice(*device, "train"); err != nil {
@@ -68,6 +62,15 @@ func benchTrain(ctx context.Context, args []string) error {
 	// One core, as the peer runs with torch.set_num_threads(1).
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 
+	if peer.peer.on {
+		if *device != "cpu" {
+			return fmt.Errorf("-peer compares the CPU step with PyTorch's CPU step; leave -device at cpu")
+		}
+		if *mlp.sizes != defaultMLPSizes || batch != 64 {
+			return fmt.Errorf("-peer: torch_ddp.py trains MLP %s at batch 64; leave -sizes and -batch alone", defaultMLPSizes)
+		}
+		return trainPeer(ctx, sizes, batch, *mlp.steps, peer, os.Stdout, *asJSON)
+	}
 	timeSteps, blasName, blasCore := timeTrainSteps, tblas.Name, tblas.Core()
 	if *device == "cuda" {
 		timeSteps, blasName, blasCore = timeTrainStepsCUDA, "cublas", "gpu0"
@@ -78,14 +81,6 @@ func benchTrain(ctx context.Context, args []string) error {
 	}
 	res := trainBenchResult{Bench: "train", Device: *device, BLAS: blasName, BLASCore: blasCore, Sizes: sizes, Batch: batch,
 		MedianStepS: med.Seconds(), StepsPerS: 1 / med.Seconds()}
-	if *peer != "" {
-		pm, err := runTorchPeer(ctx, *peer)
-		if err != nil {
-			return err
-		}
-		res.PeerMedianS = pm
-		res.SpeedupVsPeer = pm / med.Seconds()
-	}
 	if *asJSON {
 		return writeJSONLine(os.Stdout, res)
 	}
@@ -95,9 +90,6 @@ func benchTrain(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("MLP %v, batch %d, float32, %s, BLAS %s (%s): median %.2f ms/step (%.1f steps/s)\n",
 		sizes, batch, where, res.BLAS, res.BLASCore, 1e3*res.MedianStepS, res.StepsPerS)
-	if res.PeerMedianS > 0 {
-		fmt.Printf("PyTorch (same sitting): median %.2f ms/step; Tandem is %.2fx faster\n", 1e3*res.PeerMedianS, res.SpeedupVsPeer)
-	}
 	return nil
 }
 
@@ -161,27 +153,39 @@ func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int) (time.Du
 	return quantile(times, 0.5), nil
 }
 
-// runTorchPeer runs PyTorch's single-process step timing and returns its
-// median step time in seconds.
-func runTorchPeer(ctx context.Context, script string) (float64, error) {
-	python := "/usr/bin/python3"
-	cmd := exec.CommandContext(ctx, python, script, "1")
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = os.Stderr
-	// torch.set_num_threads(1) does not bind Debian's OpenBLAS, which would
-	// otherwise use every core: pin it, so both sides run on one core.
-	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1")
-	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("peer %s %s 1: %w (is python3-torch installed? apt-get install python3-torch)", python, script, err)
-	}
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		for _, f := range strings.Fields(sc.Text()) {
-			if v, ok := strings.CutPrefix(f, "median_step_s="); ok {
-				return strconv.ParseFloat(v, 64)
+// trainPeer compares the step with PyTorch's world-1 step of torch_ddp.py
+// (no DDP, one thread) in turns.
+func trainPeer(ctx context.Context, sizes []int, batch, steps int, o *peerOptions, stdout io.Writer, asJSON bool) error {
+	script := o.scriptPath("torch_ddp.py")
+	p := peerRun{
+		bench: "train", script: script, rounds: *o.rounds, allow: *o.allowRefBL, probe: systemBLASProbe(),
+		tandem: func(ctx context.Context) ([]peerMetric, error) {
+			med, err := timeTrainSteps(ctx, sizes, batch, steps)
+			if err != nil {
+				return nil, err
 			}
-		}
+			return trainMetrics(med.Seconds(), batch), nil
+		},
+		peer: func(ctx context.Context) ([]peerMetric, []byte, error) {
+			out, err := runPeerScript(ctx, script, func(port string) []string { return []string{"1", port} })
+			if err != nil {
+				return nil, out, err
+			}
+			step, err := parseTorchDDP(out)
+			if err != nil {
+				return nil, out, err
+			}
+			return trainMetrics(step, batch), out, nil
+		},
 	}
-	return 0, fmt.Errorf("peer output has no median_step_s: %q", out.String())
+	return p.run(ctx, stdout, asJSON)
+}
+
+// trainMetrics are the figures of one run: the median step and the samples
+// a second it gives.
+func trainMetrics(stepS float64, batch int) []peerMetric {
+	return []peerMetric{
+		{Name: "step", Unit: "s", Lower: true, Value: stepS},
+		{Name: "samples/s", Unit: "samples/s", Value: float64(batch) / stepS},
+	}
 }
