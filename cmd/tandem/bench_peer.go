@@ -127,7 +127,14 @@ func joinPeerPath(args []string) []string {
 // tandemBLAS says which BLAS this binary runs its matrix products on.
 func tandemBLAS() string {
 	if tblas.Name == "openblas" {
-		return "OpenBLAS (built with -tags openblas, core " + tblas.Core() + ", one thread)"
+		s := "OpenBLAS (built with -tags openblas, core " + tblas.Core()
+		if v := os.Getenv(openblasCoreEnv); v != "" {
+			s += ", chosen by " + openblasCoreEnv + "=" + v
+		}
+		return s + ", one thread)"
+	}
+	if tblas.Core() == "go-avx512" {
+		return "pure Go (gonum; float32 GEMM in Tandem's AVX-512 kernels)"
 	}
 	if tblas.Core() == "go-fma" {
 		return "pure Go (gonum; float32 GEMM in Tandem's AVX/FMA kernels)"
@@ -142,6 +149,9 @@ type peerBLASInfo struct {
 	Via      string // how it was found: the symlink chain, or ldconfig
 	Kind     string // openblas, blis, atlas, mkl, reference, unknown or missing
 	Warning  string // the peer script's own warning, when it printed one
+	// CoreDetected is the kernel set OpenBLAS chose itself; CoreSet, when
+	// not "", the better one the peer runs with (OPENBLAS_CORETYPE).
+	CoreDetected, CoreSet string
 }
 
 // String describes the peer's BLAS for the report.
@@ -151,6 +161,12 @@ func (b peerBLASInfo) String() string {
 	s := names[b.Kind]
 	if b.Resolved != "" {
 		s += fmt.Sprintf(" (%s -> %s, via %s)", b.Lib, b.Resolved, b.Via)
+	}
+	switch {
+	case b.CoreSet != "":
+		s += fmt.Sprintf(", kernels %s (OpenBLAS detected %s on this processor; the peer runs with %s=%s)", b.CoreSet, b.CoreDetected, openblasCoreEnv, b.CoreSet)
+	case b.CoreDetected != "":
+		s += ", kernels " + b.CoreDetected
 	}
 	return s
 }
@@ -162,6 +178,9 @@ type blasProbe struct {
 	ldconfig func() ([]byte, error)       // `ldconfig -p`, used when lib is missing
 	resolve  func(string) (string, error) // symlink resolution
 	readlink func(string) (string, error) // one link's target
+	// openblasCore returns the kernel set to run an OpenBLAS peer with and
+	// the one it detected (peerOpenBLASCore); nil: leave OpenBLAS alone.
+	openblasCore func(context.Context) (set, detected string)
 }
 
 // systemBLASProbe is the probe of this machine.
@@ -176,8 +195,9 @@ func systemBLASProbe() blasProbe {
 			}
 			return nil, errors.New("ldconfig -p failed")
 		},
-		resolve:  filepath.EvalSymlinks,
-		readlink: os.Readlink,
+		resolve:      filepath.EvalSymlinks,
+		readlink:     os.Readlink,
+		openblasCore: peerOpenBLASCore,
 	}
 }
 
@@ -402,6 +422,13 @@ func (p peerRun) run(ctx context.Context, stdout io.Writer, asJSON bool) error {
 	if err != nil {
 		return err
 	}
+	peerCtx := ctx
+	if info.Kind == "openblas" && p.probe.openblasCore != nil {
+		info.CoreSet, info.CoreDetected = p.probe.openblasCore(ctx)
+		if info.CoreSet != "" {
+			peerCtx = withPeerEnv(ctx, openblasCoreEnv+"="+info.CoreSet)
+		}
+	}
 	load0 := loadAvg()
 	var tandem, peer [][]peerMetric
 	for r := 0; r < p.rounds; r++ {
@@ -415,7 +442,7 @@ func (p peerRun) run(ctx context.Context, stdout io.Writer, asJSON bool) error {
 				tandem = append(tandem, ms)
 				continue
 			}
-			ms, out, err := p.peer(ctx)
+			ms, out, err := p.peer(peerCtx)
 			if err != nil {
 				return fmt.Errorf("bench %s: round %d, peer %s: %w", p.bench, r+1, p.script, err)
 			}
@@ -525,7 +552,7 @@ func runPeerOnce(ctx context.Context, script string, args []string) ([]byte, err
 	cmd := exec.CommandContext(ctx, peerPython, append([]string{script}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr
-	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1")
+	cmd.Env = append(append(os.Environ(), "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1"), peerEnv(ctx)...)
 	// The script's ranks are processes of its own: kill them with it.
 	cmd.SysProcAttr = workerSysProcAttr()
 	cmd.Cancel = func() error { return signalGroup(cmd.Process.Pid, os.Kill) }
@@ -551,4 +578,18 @@ func loadAvg() string {
 		return ""
 	}
 	return f[0]
+}
+
+// peerEnvKey carries extra environment for the peer's processes.
+type peerEnvKey struct{}
+
+// withPeerEnv returns ctx carrying env (NAME=VALUE) for the peer runs under it.
+func withPeerEnv(ctx context.Context, env ...string) context.Context {
+	return context.WithValue(ctx, peerEnvKey{}, append(peerEnv(ctx), env...))
+}
+
+// peerEnv is the extra environment ctx carries for the peer.
+func peerEnv(ctx context.Context) []string {
+	env, _ := ctx.Value(peerEnvKey{}).([]string)
+	return slices.Clone(env)
 }

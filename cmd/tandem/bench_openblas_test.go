@@ -1,0 +1,22 @@
+package main
+
+import "testing"
+
+func TestBetterOpenBLASCore(t *testing.T) {
+	cases := []struct{ detected, best, want string }{
+		{"Prescott", "SkylakeX", "SkylakeX"}, // the fallback on an unrecognised processor
+		{"Haswell", "SkylakeX", "SkylakeX"},
+		{"SKYLAKEX", "SkylakeX", ""},
+		{"Cooperlake", "SkylakeX", ""},
+		{"Sandybridge", "Haswell", "Haswell"},
+		{"Zen", "Haswell", ""},
+		{"SkylakeX", "Haswell", ""}, // never downgrade
+		{"", "SkylakeX", ""},        // unknown: leave OpenBLAS alone
+		{"Prescott", "", ""},        // a processor without AVX2
+	}
+	for _, c := range cases {
+		if got := betterOpenBLASCore(c.detected, c.best); got != c.want {
+			t.Errorf("betterOpenBLASCore(%q, %q) = %q, want %q", c.detected, c.best, got, c.want)
+		}
+	}
+}
