@@ -45,7 +45,7 @@ func Example() {
 	trainer := agents[0]
 	defer func() {
 		for _, a := range agents {
-			a.Shutdown(ctx, false)
+			a.Close()
 		}
 	}()
 

@@ -53,7 +53,7 @@ func helperStageWorker(addr string) int {
 		return 1
 	}
 	<-ctx.Done() // the test kills this process long before
-	a.Shutdown(context.Background(), false)
+	a.Close()
 	return 1
 }
 
@@ -88,7 +88,7 @@ func TestBackwardProcessKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Shutdown(context.Background(), false)
+	defer a.Close()
 
 	rng := rand.New(rand.NewPCG(1, 3))
 	x, target := randDense(rng, 2, 3), randDense(rng, 2, 3)

@@ -38,7 +38,7 @@ func stopWorkers(agents []*rpc.Agent) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.Shutdown(context.Background(), true)
+			a.Shutdown(context.Background())
 		}()
 	}
 	wg.Wait()

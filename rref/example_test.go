@@ -59,7 +59,7 @@ func Example() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.Shutdown(ctx, true)
+			a.Shutdown(ctx)
 		}()
 	}
 	wg.Wait()

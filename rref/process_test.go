@@ -61,7 +61,7 @@ func TestOwnerProcessKilled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	defer a.Shutdown(ctx, false)
+	defer a.Close()
 
 	ref, err := Remote[*tensor.Dense](ctx, a, "owner", "ones", 8)
 	if err != nil {

@@ -416,7 +416,7 @@ func TestOwnerDeadToHereFails(t *testing.T) {
 	if err := ref.WaitConfirmed(ctx); err != nil {
 		t.Fatal(err)
 	}
-	agents[1].Shutdown(ctx, false) // the owner dies
+	agents[1].Close() // the owner dies
 	start := time.Now()
 	_, err = ref.ToHere(ctx, rpc.WithTimeout(5*time.Second))
 	if !errors.Is(err, rpc.ErrPeerLost) && !errors.Is(err, rpc.ErrTimeout) {

@@ -208,7 +208,7 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		go func() {
 			a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy))
 			if err == nil {
-				err = a.Shutdown(ctx, true)
+				err = a.Shutdown(ctx)
 			}
 			done <- err
 		}()
@@ -246,12 +246,12 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		}
 	}
 	if runErr != nil {
-		a.Shutdown(ctx, false)
+		a.Close()
 		cancel()
 		<-peerDone
 		return nil, runErr
 	}
-	if err := a.Shutdown(ctx, true); err != nil {
+	if err := a.Shutdown(ctx); err != nil {
 		return nil, err
 	}
 	if err := <-peerDone; err != nil {
@@ -267,7 +267,7 @@ func rpcBenchCallee(ctx context.Context, sameHostCopy bool) error {
 	if err != nil {
 		return err
 	}
-	return a.Shutdown(ctx, true)
+	return a.Shutdown(ctx)
 }
 
 func ones32(n int) *tensor.Dense {

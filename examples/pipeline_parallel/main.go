@@ -147,7 +147,7 @@ func runWorker(ctx context.Context, cfg config, w io.Writer) error {
 	// A graceful shutdown returns when every worker has called it and no
 	// call is in flight anywhere: the stage workers wait here while the
 	// driver trains.
-	serr := agent.Shutdown(ctx, true)
+	serr := agent.Shutdown(ctx)
 	return errors.Join(terr, serr, leave(ctx, st, rank))
 }
 
@@ -198,7 +198,7 @@ func startAgents(ctx context.Context, reg *rpc.Registry) ([]*rpc.Agent, error) {
 	if err := errors.Join(errs...); err != nil {
 		for _, a := range agents {
 			if a != nil {
-				a.Shutdown(ctx, false)
+				a.Close()
 			}
 		}
 		return nil, err
@@ -211,7 +211,7 @@ func shutdownAll(ctx context.Context, agents []*rpc.Agent) error {
 	var wg sync.WaitGroup
 	for i, a := range agents {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = a.Shutdown(ctx, true) }()
+		go func() { defer wg.Done(); errs[i] = a.Shutdown(ctx) }()
 	}
 	wg.Wait()
 	return errors.Join(errs...)

@@ -212,7 +212,7 @@ func runWorker(ctx context.Context, a *rpc.Agent, cfg config) (float64, error) {
 	if a.Self().ID != 0 {
 		loss, err = runTrainer(ctx, a, cfg)
 	}
-	if serr := a.Shutdown(ctx, true); serr != nil {
+	if serr := a.Shutdown(ctx); serr != nil {
 		err = errors.Join(err, serr)
 	}
 	return loss, err

@@ -56,7 +56,7 @@ func StartGroup(t testing.TB, n int, setup func(reg *rpc.Registry), opts ...rpc.
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				a.Shutdown(ctx, false)
+				a.Close()
 			}()
 		}
 		wg.Wait()
@@ -76,7 +76,7 @@ func ShutdownAll(agents []*rpc.Agent) []error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = a.Shutdown(ctx, true)
+			errs[i] = a.Shutdown(ctx)
 		}()
 	}
 	wg.Wait()
