@@ -47,7 +47,7 @@ func helperStageWorker(addr string) int {
 		<-bctx.Done()
 		return context.Cause(bctx)
 	})(reg)
-	a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithListenAddr("127.0.0.1:0"))
+	a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithListenAddr("127.0.0.1:0"), rpc.WithExtensions(Extension()))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "init:", err)
 		return 1
@@ -84,7 +84,7 @@ func TestBackwardProcessKilled(t *testing.T) {
 		cmd.Process.Kill()
 		<-exited
 	}()
-	a, err := rpc.Init(ctx, "w0", 0, 2, rpc.WithStore(st), rpc.WithListenAddr("127.0.0.1:0"))
+	a, err := rpc.Init(ctx, "w0", 0, 2, rpc.WithStore(st), rpc.WithListenAddr("127.0.0.1:0"), rpc.WithExtensions(Extension()))
 	if err != nil {
 		t.Fatal(err)
 	}

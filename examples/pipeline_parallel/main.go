@@ -136,7 +136,7 @@ func runWorker(ctx context.Context, cfg config, w io.Writer) error {
 		return fmt.Errorf("store at %s: %w", addr, err)
 	}
 	defer st.Close()
-	agent, err := rpc.InitFromEnv(ctx, workerNames[rank], rpc.WithRegistry(reg), rpc.WithStore(st))
+	agent, err := rpc.InitFromEnv(ctx, workerNames[rank], rpc.WithRegistry(reg), rpc.WithStore(st), rpc.WithExtensions(autograd.Extension()))
 	if err != nil {
 		return err
 	}
@@ -191,7 +191,7 @@ func startAgents(ctx context.Context, reg *rpc.Registry) ([]*rpc.Agent, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			agents[r], errs[r] = rpc.Init(ctx, name, r, len(workerNames), rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithListenAddr("127.0.0.1:0"))
+			agents[r], errs[r] = rpc.Init(ctx, name, r, len(workerNames), rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithListenAddr("127.0.0.1:0"), rpc.WithExtensions(autograd.Extension()))
 		}()
 	}
 	wg.Wait()
