@@ -68,6 +68,9 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	})
 	err := a.drain(dctx)
 	stop()
+	if err != nil && ctx.Err() == nil && dctx.Err() != nil {
+		err = fmt.Errorf("%w (the wait ended with: %v)", context.Cause(dctx), err)
+	}
 	cancel(nil)
 	if err != nil {
 		errs = append(errs, err)
