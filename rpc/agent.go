@@ -111,7 +111,8 @@ type CloseHook func() error
 // whose server runs in rank 0. Each worker publishes its name, id and
 // address; duplicate names fail Init on every worker with an error naming
 // them. The context bounds the rendezvous (DefaultTimeout when it has no
-// deadline).
+// deadline). The extensions given with WithExtensions are installed after
+// the rendezvous, before the agent serves its first call.
 func Init(ctx context.Context, name string, rank, worldSize int, opts ...Option) (*Agent, error) {
 	o := newOptions(opts)
 	if worldSize <= 0 || rank < 0 || rank >= worldSize {
