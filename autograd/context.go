@@ -115,7 +115,10 @@ func Begin(a *rpc.Agent) (*Context, error) {
 	if a == nil {
 		return nil, fmt.Errorf("%w: autograd: Begin with a nil agent", ErrInvalidArgument)
 	}
-	m := managerOf(a)
+	m, err := managerOf(a)
+	if err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -254,17 +257,25 @@ func sortedIDs(set map[int]bool) []int {
 	return out
 }
 
-// Lookup returns this worker's part of the context id, if it has one.
+// Lookup returns this worker's part of the context id, if it has one (none
+// on an agent without distributed autograd).
 func Lookup(a *rpc.Agent, id ContextID) (*Context, bool) {
-	c := managerOf(a).lookup(id)
+	m, err := managerOf(a)
+	if err != nil {
+		return nil, false
+	}
+	c := m.lookup(id)
 	return c, c != nil
 }
 
 // Contexts returns the ids of the contexts that have a part on this worker,
 // sorted (an empty list once every context has ended: tests use it to find
-// leaks).
+// leaks; none on an agent without distributed autograd).
 func Contexts(a *rpc.Agent) []ContextID {
-	m := managerOf(a)
+	m, err := managerOf(a)
+	if err != nil {
+		return nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]ContextID, 0, len(m.contexts))
@@ -279,7 +290,11 @@ func Contexts(a *rpc.Agent) []ContextID {
 // this worker in context id (PyTorch's dist_autograd.get_gradients). Only
 // parameters that received a gradient appear.
 func GetGradients(a *rpc.Agent, id ContextID) (map[*models.Param]*tensor.Dense, error) {
-	c := managerOf(a).lookup(id)
+	m, err := managerOf(a)
+	if err != nil {
+		return nil, err
+	}
+	c := m.lookup(id)
 	if c == nil {
 		return nil, unknownContext(a, id)
 	}

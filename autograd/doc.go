@@ -4,6 +4,17 @@
 // optimizer and the remote module that go with it (what PyTorch's
 // torch.distributed.autograd, DistributedOptimizer and RemoteModule do).
 //
+// An agent takes part only when asked: start every worker with
+//
+//	agent, err := rpc.InitFromEnv(ctx, "worker1", rpc.WithRegistry(reg),
+//		rpc.WithExtensions(autograd.Extension()))
+//
+// which installs the protocol, the interceptors that record sends and
+// receives, and remote references (package rref), which it needs. Linking
+// the package in installs nothing; on an agent started without it, this
+// package's functions fail with ErrInvalidArgument saying so. Closing the
+// agent drops the contexts still open on it.
+//
 // # Contexts
 //
 // A distributed autograd context groups the forward and backward pass of

@@ -207,12 +207,25 @@ func (p *pass) scheduleLocked(n *node) {
 			}
 		}
 	case kindFunc:
-		p.inflight++
-		go p.runFunc(n, grads)
+		p.goLocked(func() { p.runFunc(n, grads) })
 	case kindRecv:
-		p.inflight++
-		go p.sendGrads(n, grads)
+		p.goLocked(func() { p.sendGrads(n, grads) })
 	}
+}
+
+// goLocked runs one node's work of the pass on a goroutine tied to the
+// agent's lifetime (rpc.Agent.Go: a graceful shutdown waits for it, and
+// closing the agent waits for it to return); on an agent that has closed,
+// the pass fails instead.
+func (p *pass) goLocked(work func()) {
+	p.inflight++
+	a := p.c.m.agent
+	if a.Go(func(context.Context) { work() }) {
+		return
+	}
+	p.inflight--
+	p.todo--
+	p.failLocked(fmt.Errorf("%w: autograd: agent %s is closed", ErrClosed, a.Self()))
 }
 
 // runFunc runs a function's backward and hands its input gradients on.

@@ -38,14 +38,14 @@ func Example() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			agents[r], _ = rpc.Init(ctx, name, r, 2, rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithListenAddr("127.0.0.1:0"))
+			agents[r], _ = rpc.Init(ctx, name, r, 2, rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithListenAddr("127.0.0.1:0"), rpc.WithExtensions(autograd.Extension()))
 		}()
 	}
 	wg.Wait()
 	trainer := agents[0]
 	defer func() {
 		for _, a := range agents {
-			a.Shutdown(ctx, false)
+			a.Close()
 		}
 	}()
 

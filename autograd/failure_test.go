@@ -135,7 +135,7 @@ func TestBackwardWorkerLost(t *testing.T) {
 	go func() {
 		select {
 		case <-started:
-			agents[2].Shutdown(context.Background(), false)
+			agents[2].Close()
 		case <-ctx.Done():
 		}
 	}()

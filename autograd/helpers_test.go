@@ -15,11 +15,12 @@ import (
 	"github.com/tandemml/tandem/rpc"
 )
 
-// startGroup starts n agents with rpctest.StartGroup, each with a default
-// call timeout of 20 s unless opts set another.
+// startGroup starts n agents with rpctest.StartGroup, with distributed
+// autograd installed, each with a default call timeout of 20 s unless opts
+// set another.
 func startGroup(t testing.TB, n int, setup func(reg *rpc.Registry), opts ...rpc.Option) []*rpc.Agent {
 	t.Helper()
-	return rpctest.StartGroup(t, n, setup, append([]rpc.Option{rpc.WithDefaultTimeout(20 * time.Second)}, opts...)...)
+	return rpctest.StartGroup(t, n, setup, append([]rpc.Option{rpc.WithDefaultTimeout(20 * time.Second), rpc.WithExtensions(Extension())}, opts...)...)
 }
 
 // noContexts waits until no agent holds a part of any context.

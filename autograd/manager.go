@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tandemml/tandem/rpc"
+	"github.com/tandemml/tandem/rref"
 )
 
 // manager is one agent's distributed autograd state: its contexts and the
@@ -22,28 +23,54 @@ type manager struct {
 	modules  map[uint64]*ModuleHost // built for RemoteModules, by id
 }
 
-type managerKey struct{}
+// extensionName is distributed autograd's name among an agent's
+// extensions.
+const extensionName = "autograd"
 
-func init() { rpc.RegisterExtension("autograd", attach) }
+// Extension returns distributed autograd as an rpc extension: an agent
+// installs it only when asked,
+//
+//	rpc.Init(ctx, name, rank, world, rpc.WithExtensions(autograd.Extension()))
+//
+// on every worker that takes part in a distributed backward pass (an agent
+// without it fails this package's functions with ErrInvalidArgument saying
+// so). It requires rref (RemoteModule and DistributedOptimizer hold remote
+// references), which the agent then installs too. Installing registers the
+// protocol's functions in the agent's registry, the client and server
+// interceptors that record sends and receives, and a hook that drops every
+// context when the agent closes.
+func Extension() rpc.Extension { return extension{} }
 
-// attach installs distributed autograd on an agent: the protocol's
-// functions, the interceptors that record sends and receives, and a
-// shutdown hook that drops every context.
-func attach(a *rpc.Agent) error {
-	m := managerOf(a)
+type extension struct{}
+
+func (extension) Name() string { return extensionName }
+
+// Requires names the extensions autograd needs installed first: rref.
+func (extension) Requires() []rpc.Extension { return []rpc.Extension{rref.Extension()} }
+
+// Install installs distributed autograd on a; the state is a's manager.
+func (extension) Install(a *rpc.Agent) (any, error) {
+	m := &manager{agent: a, contexts: map[ContextID]*Context{}}
 	if err := registerProtocol(a.Registry()); err != nil {
-		return err
+		return nil, err
 	}
 	a.UseClient(m.clientInterceptor)
 	a.UseServer(m.serverInterceptor)
-	a.OnShutdown(m.onShutdown)
-	return nil
+	a.OnClose(m.onClose)
+	return m, nil
 }
 
-func managerOf(a *rpc.Agent) *manager {
-	return a.Extension(managerKey{}, func() any {
-		return &manager{agent: a, contexts: map[ContextID]*Context{}}
-	}).(*manager)
+// managerOf returns the agent's distributed autograd state, or an error
+// saying that the agent was started without it.
+func managerOf(a *rpc.Agent) (*manager, error) {
+	if a == nil {
+		return nil, fmt.Errorf("%w: autograd: no agent (nil *rpc.Agent)", ErrInvalidArgument)
+	}
+	v, ok := a.Extension(extensionName)
+	if !ok {
+		return nil, fmt.Errorf("%w: autograd: worker %s was started without distributed autograd: pass rpc.WithExtensions(autograd.Extension()) to rpc.Init on every worker", ErrInvalidArgument, a.Self())
+	}
+	return v.(*manager), nil
 }
 
 // newMsgID returns an id for a send function, unique in the group.
@@ -126,13 +153,10 @@ func (m *manager) releaseOn(ctx context.Context, id ContextID, workers []int) er
 	return errors.Join(errs...)
 }
 
-// onShutdown drops every context when the agent stops at once. A graceful
-// shutdown keeps serving until the whole group is idle, so contexts stay
-// usable (their owners end them); what is left goes with the agent.
-func (m *manager) onShutdown(ctx context.Context, graceful bool) error {
-	if graceful {
-		return nil
-	}
+// onClose drops every context when the agent closes. A graceful shutdown
+// keeps serving until the whole group is idle, so contexts stay usable
+// until then (their owners end them); what is left goes with the agent.
+func (m *manager) onClose() error {
 	m.mu.Lock()
 	m.closed = true
 	m.modules = nil

@@ -57,7 +57,11 @@ func (h *ModuleHost) ParameterRRefs(ctx context.Context) ([]*rref.RRef[*models.P
 	var out []*rref.RRef[*models.Param]
 	for _, p := range h.module.Params() {
 		if p.RequiresGrad {
-			out = append(out, rref.LocalRRef(a, p))
+			ref, err := rref.LocalRRef(a, p)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ref)
 		}
 	}
 	return out, nil
@@ -86,8 +90,12 @@ func RegisterModule[C any](r rpc.Registrar, name string, ctor func(ctx context.C
 		}
 		h.agent = rpc.AgentFromContext(ctx)
 		if h.agent != nil && id != 0 {
+			m, err := managerOf(h.agent)
+			if err != nil {
+				return nil, err
+			}
 			h.id = id
-			managerOf(h.agent).addModule(h)
+			m.addModule(h)
 		}
 		return h, nil
 	})
@@ -114,13 +122,6 @@ func (m *manager) module(id uint64) (*ModuleHost, error) {
 type moduleForwardReq struct {
 	Module uint64
 	X      *tensor.Dense
-}
-
-func registerModuleProtocol(reg *rpc.Registry, add func(string, func() error) error) error {
-	return errors.Join(
-		add(fnModuleForward, func() error { return rpc.Register(reg, fnModuleForward, serveModuleForward) }),
-		add(fnModuleDrop, func() error { return rpc.Register(reg, fnModuleDrop, serveModuleDrop) }),
-	)
 }
 
 func serveModuleForward(ctx context.Context, req moduleForwardReq) (*tensor.Dense, error) {
@@ -173,7 +174,11 @@ func NewRemoteModule(ctx context.Context, a *rpc.Agent, worker, ctor string, cfg
 	if err != nil {
 		return nil, err
 	}
-	id := managerOf(a).newMsgID()
+	m, err := managerOf(a)
+	if err != nil {
+		return nil, err
+	}
+	id := m.newMsgID()
 	ctx = context.WithValue(detach(ctx), moduleIDKey{}, id)
 	ref, err := rref.Remote[*ModuleHost](ctx, a, worker, ctor, cfg, rpc.WithMetadata(rpc.Metadata{metaModule: formatUint(id)}))
 	if err != nil {

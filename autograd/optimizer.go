@@ -70,10 +70,6 @@ type remoteOptimizer struct {
 	params []*models.Param
 }
 
-func registerOptimizerProtocol(reg *rpc.Registry, add func(string, func() error) error) error {
-	return add(fnOptimNew, func() error { return rpc.Register(reg, fnOptimNew, serveOptimNew) })
-}
-
 func serveOptimNew(ctx context.Context, req optimNewReq) (*remoteOptimizer, error) {
 	params := make([]*models.Param, len(req.Params))
 	for i, ref := range req.Params {
@@ -111,7 +107,11 @@ func (o *remoteOptimizer) Check() int { return len(o.params) }
 // worker. Parameters without a gradient in the context are skipped.
 func (o *remoteOptimizer) Step(ctx context.Context, id ContextID) error {
 	a := o.agent
-	c := managerOf(a).lookup(id)
+	m, err := managerOf(a)
+	if err != nil {
+		return err
+	}
+	c := m.lookup(id)
 	if c == nil {
 		return unknownContext(a, id)
 	}
@@ -124,7 +124,7 @@ func (o *remoteOptimizer) Step(ctx context.Context, id ContextID) error {
 		saved[i] = p.Grad
 		p.Grad = c.gradOf(p)
 	}
-	err := o.opt.Step()
+	err = o.opt.Step()
 	for i, p := range o.params {
 		p.Grad = saved[i]
 	}

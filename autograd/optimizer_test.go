@@ -77,7 +77,11 @@ func TestDistributedOptimizer(t *testing.T) {
 	defer s1.Close(ctx)
 	var refs []*rref.RRef[*models.Param]
 	for _, p := range s0.Params() {
-		refs = append(refs, rref.LocalRRef(agents[0], p))
+		ref, err := rref.LocalRRef(agents[0], p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, ref)
 	}
 	remote, err := s1.ParameterRRefs(ctx)
 	if err != nil {

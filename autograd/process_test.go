@@ -47,13 +47,13 @@ func helperStageWorker(addr string) int {
 		<-bctx.Done()
 		return context.Cause(bctx)
 	})(reg)
-	a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithListenAddr("127.0.0.1:0"))
+	a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithListenAddr("127.0.0.1:0"), rpc.WithExtensions(Extension()))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "init:", err)
 		return 1
 	}
 	<-ctx.Done() // the test kills this process long before
-	a.Shutdown(context.Background(), false)
+	a.Close()
 	return 1
 }
 
@@ -84,11 +84,11 @@ func TestBackwardProcessKilled(t *testing.T) {
 		cmd.Process.Kill()
 		<-exited
 	}()
-	a, err := rpc.Init(ctx, "w0", 0, 2, rpc.WithStore(st), rpc.WithListenAddr("127.0.0.1:0"))
+	a, err := rpc.Init(ctx, "w0", 0, 2, rpc.WithStore(st), rpc.WithListenAddr("127.0.0.1:0"), rpc.WithExtensions(Extension()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Shutdown(context.Background(), false)
+	defer a.Close()
 
 	rng := rand.New(rand.NewPCG(1, 3))
 	x, target := randDense(rng, 2, 3), randDense(rng, 2, 3)

@@ -46,26 +46,18 @@ type abortMsg struct {
 
 type releaseMsg struct{ Ctx uint64 }
 
-// registerProtocol registers the protocol's functions in reg once (agents
-// in one process may share a registry; each handler finds its own agent in
-// the call's context).
+// registerProtocol registers the protocol's functions in reg (agents in
+// one process may share a registry, and registering them again is no
+// error; each handler finds its own agent in the call's context).
 func registerProtocol(reg *rpc.Registry) error {
-	add := func(name string, register func() error) error {
-		if reg.Has(name) {
-			return nil
-		}
-		if err := register(); err != nil && !reg.Has(name) {
-			return err
-		}
-		return nil
-	}
 	return errors.Join(
-		add(fnGrad, func() error { return rpc.Register(reg, fnGrad, serveGrad) }),
-		add(fnBackward, func() error { return rpc.Register(reg, fnBackward, serveBackward) }),
-		add(fnAbort, func() error { return rpc.Register(reg, fnAbort, serveAbort) }),
-		add(fnRelease, func() error { return rpc.Register(reg, fnRelease, serveRelease) }),
-		registerOptimizerProtocol(reg, add),
-		registerModuleProtocol(reg, add),
+		rpc.Register(reg, fnGrad, serveGrad),
+		rpc.Register(reg, fnBackward, serveBackward),
+		rpc.Register(reg, fnAbort, serveAbort),
+		rpc.Register(reg, fnRelease, serveRelease),
+		rpc.Register(reg, fnOptimNew, serveOptimNew),
+		rpc.Register(reg, fnModuleForward, serveModuleForward),
+		rpc.Register(reg, fnModuleDrop, serveModuleDrop),
 	)
 }
 
@@ -74,7 +66,7 @@ func handlerManager(ctx context.Context) (*manager, error) {
 	if a == nil {
 		return nil, fmt.Errorf("autograd: protocol function called outside an agent")
 	}
-	return managerOf(a), nil
+	return managerOf(a)
 }
 
 func serveGrad(ctx context.Context, msg gradMsg) (struct{}, error) {

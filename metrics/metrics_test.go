@@ -170,7 +170,7 @@ func TestEndpoint(t *testing.T) {
 		var wg sync.WaitGroup
 		for _, a := range agents {
 			wg.Add(1)
-			go func() { defer wg.Done(); a.Shutdown(context.Background(), true) }()
+			go func() { defer wg.Done(); a.Shutdown(context.Background()) }()
 		}
 		wg.Wait()
 	}()

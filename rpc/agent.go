@@ -34,7 +34,8 @@ func (w WorkerInfo) String() string { return fmt.Sprintf("%s (id %d)", w.Name, w
 // Agent is one worker's end of the RPC group: it serves the functions of its
 // registry to the other workers and makes calls to them (Sync, Async,
 // rref.Remote). Make one per process with Init or InitFromEnv and end it with
-// Shutdown. An Agent is safe for concurrent use.
+// Shutdown (graceful) or Close (at once). An Agent is safe for concurrent
+// use.
 type Agent struct {
 	self    WorkerInfo
 	workers []WorkerInfo
@@ -51,25 +52,32 @@ type Agent struct {
 	gate     *admit.Gate   // connections in their handshake (handshake.go)
 	warn     *admit.Warner // warnings about refused connections
 
-	baseCtx    context.Context
-	cancelBase context.CancelFunc
+	// life runs the goroutines tied to the agent (lifetime.go); its
+	// context is the parent of every handler's.
+	life *lifetime
 
 	peers []*peerSlot
 
 	mu       sync.Mutex
 	state    agentState
 	servers  map[*conn]struct{}
-	shutdown chan struct{} // closed when Shutdown starts
+	shutdown chan struct{} // closed when Shutdown or Close starts
 
 	clientIC atomic.Pointer[[]ClientInterceptor]
 	serverIC atomic.Pointer[[]ServerInterceptor]
 
-	ext     sync.Map
-	hooksMu sync.Mutex
-	hooks   []ShutdownHook
+	// ext: the state of each installed extension, by name (written only
+	// during Init).
+	ext map[string]any
 
-	m  metrics
-	wg sync.WaitGroup // accept loop, handshakes, read loops
+	hooksMu    sync.Mutex
+	hooks      []ShutdownHook
+	closeHooks []CloseHook
+
+	closeOnce sync.Once
+	closeErr  error
+
+	m metrics
 }
 
 type agentState int
@@ -86,10 +94,16 @@ type peerSlot struct {
 	cur     atomic.Pointer[conn]
 }
 
-// ShutdownHook runs at the start of Shutdown, before the agent stops
-// serving; an error it returns is reported by Shutdown (which completes
-// anyway). rref uses one to release and report leaked references.
-type ShutdownHook func(ctx context.Context, graceful bool) error
+// ShutdownHook runs at the start of a graceful Shutdown, while the agent
+// still serves and before it waits for the group's work, with Shutdown's
+// context; an error it returns is reported by Shutdown (which completes
+// anyway). rref uses one to release leaked references.
+type ShutdownHook func(ctx context.Context) error
+
+// CloseHook runs when the agent closes (Close, or the end of Shutdown),
+// before its connections are closed; an error it returns is reported by
+// Close or Shutdown. Distributed autograd uses one to drop its contexts.
+type CloseHook func() error
 
 // Init starts this process's agent as worker rank of worldSize under name
 // (unique in the group) and waits until every worker has joined. Workers
@@ -97,7 +111,8 @@ type ShutdownHook func(ctx context.Context, graceful bool) error
 // whose server runs in rank 0. Each worker publishes its name, id and
 // address; duplicate names fail Init on every worker with an error naming
 // them. The context bounds the rendezvous (DefaultTimeout when it has no
-// deadline).
+// deadline). The extensions given with WithExtensions are installed after
+// the rendezvous, before the agent serves its first call.
 func Init(ctx context.Context, name string, rank, worldSize int, opts ...Option) (*Agent, error) {
 	o := newOptions(opts)
 	if worldSize <= 0 || rank < 0 || rank >= worldSize {
@@ -129,21 +144,24 @@ func Init(ctx context.Context, name string, rank, worldSize int, opts ...Option)
 		shutdown: make(chan struct{}),
 		gate:     admit.NewGate(0, 0),
 		warn:     admit.NewWarner(o.logger, 0),
+		life:     newLifetime(),
+		ext:      map[string]any{},
 	}
-	a.baseCtx, a.cancelBase = context.WithCancel(context.Background())
 	cics, sics := append([]ClientInterceptor(nil), o.clientIC...), append([]ServerInterceptor(nil), o.serverIC...)
 	a.clientIC.Store(&cics)
 	a.serverIC.Store(&sics)
 	a.m.init()
 
+	exts, err := resolveExtensions(o.extensions)
+	if err != nil {
+		return nil, err
+	}
 	j, err := o.jobFor(rank, worldSize)
 	if err != nil {
-		a.cancelBase()
 		return nil, err
 	}
 	a.envToken = j.Token
 	if err := a.openStore(ctx, j); err != nil {
-		a.cancelBase()
 		return nil, err
 	}
 	ok := false
@@ -170,13 +188,14 @@ func Init(ctx context.Context, name string, rank, worldSize int, opts ...Option)
 		o.logger.Info("rpc: workers met", "worker", a.self.Name, "rank", rank, "world_size", worldSize,
 			"workers", names, "took", time.Since(met))
 	}
-	for _, ext := range registeredExtensions() {
-		if err := ext.attach(a); err != nil {
-			return nil, fmt.Errorf("rpc: extension %s: %w", ext.name, err)
+	for _, ext := range exts {
+		st, err := ext.Install(a)
+		if err != nil {
+			return nil, fmt.Errorf("rpc: init: installing extension %q on worker %s: %w", ext.Name(), a.self, err)
 		}
+		a.ext[ext.Name()] = st
 	}
-	a.wg.Add(1)
-	go a.acceptLoop()
+	a.life.goFunc(a.acceptLoop)
 	ok = true
 	return a, nil
 }
@@ -311,7 +330,7 @@ func (c *closeBoth) Close() error { return errors.Join(c.Store.Close(), c.under.
 
 // abandon releases what a failed Init had opened.
 func (a *Agent) abandon() {
-	a.cancelBase()
+	a.life.stop()
 	if a.ln != nil {
 		a.ln.Close()
 	}
@@ -517,73 +536,58 @@ func (a *Agent) UseServer(ics ...ServerInterceptor) {
 	a.serverIC.Store(&next)
 }
 
-// Extension returns the value stored under key, creating it with create the
-// first time (concurrent first calls create it once). Packages built on rpc
-// keep their per-agent state here (rref keeps its reference tables).
-func (a *Agent) Extension(key any, create func() any) any {
-	if v, ok := a.ext.Load(key); ok {
-		return v
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if v, ok := a.ext.Load(key); ok {
-		return v
-	}
-	v := create()
-	a.ext.Store(key, v)
-	return v
+// Extension returns the state that the extension called name installed on
+// the agent (what its Install returned), and whether the agent has it:
+// packages built on rpc keep their per-agent state there (rref its
+// reference tables) and find out whether they were asked for.
+func (a *Agent) Extension(name string) (any, bool) {
+	st, ok := a.ext[name]
+	return st, ok
 }
 
-// OnShutdown adds a hook that Shutdown runs first.
+// OnShutdown adds a hook that a graceful Shutdown runs first.
 func (a *Agent) OnShutdown(h ShutdownHook) {
 	a.hooksMu.Lock()
 	a.hooks = append(a.hooks, h)
 	a.hooksMu.Unlock()
 }
 
-// Hold marks background work as outstanding until release is called, so that
-// a graceful shutdown waits for it (a call started from it is counted by
-// itself). release may be called more than once.
-func (a *Agent) Hold() (release func()) {
+// OnClose adds a hook that runs when the agent closes (Close, or the end
+// of Shutdown), before its connections are closed.
+func (a *Agent) OnClose(h CloseHook) {
+	a.hooksMu.Lock()
+	a.closeHooks = append(a.closeHooks, h)
+	a.hooksMu.Unlock()
+}
+
+// Go runs fn on a goroutine tied to the agent's lifetime, for background
+// work of packages built on rpc (rref's releases): a graceful Shutdown
+// waits for it as outstanding work, like a call in flight (a call it makes
+// is counted by itself too); ctx is cancelled when the agent closes (Close,
+// or the end of Shutdown), and closing waits for fn to return. Go reports
+// false, without running fn, once the agent has closed.
+func (a *Agent) Go(fn func(ctx context.Context)) bool {
+	release := a.hold()
+	started := a.life.goFunc(func(ctx context.Context) {
+		defer release()
+		fn(ctx)
+	})
+	if !started {
+		release()
+	}
+	return started
+}
+
+// hold marks work as outstanding until release is called, so that a
+// graceful shutdown waits for it. release may be called more than once.
+func (a *Agent) hold() (release func()) {
 	a.m.held.Add(1)
 	var once sync.Once
 	return func() { once.Do(func() { a.m.held.Add(-1) }) }
 }
 
-// ShuttingDown returns a channel closed when Shutdown starts.
+// ShuttingDown returns a channel closed when Shutdown or Close starts.
 func (a *Agent) ShuttingDown() <-chan struct{} { return a.shutdown }
-
-// extension is a package that attaches itself to every agent at Init.
-type extension struct {
-	name   string
-	attach func(*Agent) error
-}
-
-var extensions struct {
-	mu   sync.Mutex
-	list []extension
-}
-
-// RegisterExtension makes attach run on every agent that Init starts, after
-// the rendezvous and before the agent serves its first call, so that a
-// package built on rpc (rref) can install its functions and interceptors on
-// every worker that links it in. Call it from an init function.
-func RegisterExtension(name string, attach func(*Agent) error) {
-	extensions.mu.Lock()
-	defer extensions.mu.Unlock()
-	for _, e := range extensions.list {
-		if e.name == name {
-			return
-		}
-	}
-	extensions.list = append(extensions.list, extension{name, attach})
-}
-
-func registeredExtensions() []extension {
-	extensions.mu.Lock()
-	defer extensions.mu.Unlock()
-	return append([]extension(nil), extensions.list...)
-}
 
 // running reports whether the agent still accepts calls.
 func (a *Agent) running() error {
@@ -591,7 +595,7 @@ func (a *Agent) running() error {
 	s := a.state
 	a.mu.Unlock()
 	if s == stateClosed {
-		return fmt.Errorf("%w: rpc: agent %s is shut down", ErrClosed, a.self)
+		return fmt.Errorf("this agent, %s, is shut down: %w", a.self, ErrClosed)
 	}
 	return nil
 }

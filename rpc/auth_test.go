@@ -39,7 +39,7 @@ func TestTokenNeverOnTheWire(t *testing.T) {
 	})
 	defer func() {
 		for _, a := range agents {
-			a.Shutdown(ctx, false)
+			a.Close()
 		}
 	}()
 	// Rank 0 and rank 2 reach rank 1 through the tap; no call has been

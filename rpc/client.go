@@ -16,24 +16,30 @@ import (
 )
 
 // Sync calls fn on worker to with arg and waits for its result, which must
-// be of type R (the function's registered result type). Errors wrap
-// ErrTimeout (the call's timeout or ctx's deadline passed), ErrPeerLost (the
-// worker died or is unreachable), ErrClosed (this agent shut down),
-// ErrUnknownFunction, ErrWrongType, ErrRemote (the function failed; ErrPanic
-// if it panicked) or ErrTooLarge.
+// be of type R (the function's registered result type). A failure is a
+// *CallError (Op "call") whose cause wraps ErrTimeout (the call's timeout
+// or ctx's deadline passed, with context.DeadlineExceeded for the latter),
+// context.Canceled (ctx was cancelled), ErrPeerLost (the worker died or is
+// unreachable), ErrClosed (this agent shut down), ErrUnknownFunction,
+// ErrWrongType, ErrRemote (the function failed; ErrPanic if it panicked;
+// the cause is then a *RemoteError) or ErrTooLarge.
 func Sync[R any](ctx context.Context, a *Agent, to, fn string, arg any, opts ...CallOption) (R, error) {
 	f := a.call(ctx, to, fn, arg, reflect.TypeFor[R](), opts, true)
 	r, err := f.Wait(ctx)
-	return valueAs[R](r, err)
+	v, err := valueAs[R](r, err)
+	return v, callError("call", to, fn, err)
 }
 
 // Async starts a call like Sync and returns its future at once. It returns
 // after the request is written to the connection, so arg (and its tensors)
 // may be changed as soon as it returns. The call ends with an error if ctx
-// ends first.
+// ends first. Its errors are those of Sync, a *CallError.
 func Async[R any](ctx context.Context, a *Agent, to, fn string, arg any, opts ...CallOption) *Future[R] {
 	f := a.call(ctx, to, fn, arg, reflect.TypeFor[R](), opts, false)
-	return Then(f, valueAs[R])
+	return Then(f, func(r *Response, err error) (R, error) {
+		v, err := valueAs[R](r, err)
+		return v, callError("call", to, fn, err)
+	})
 }
 
 func valueAs[R any](r *Response, err error) (R, error) {
@@ -46,25 +52,27 @@ func valueAs[R any](r *Response, err error) (R, error) {
 	}
 	v, ok := r.Value.(R)
 	if !ok {
-		return zero, fmt.Errorf("%w: rpc: result of type %T, caller asked for %s", ErrWrongType, r.Value, reflect.TypeFor[R]())
+		return zero, fmt.Errorf("a result of type %T, the caller asked for %s: %w", r.Value, reflect.TypeFor[R](), ErrWrongType)
 	}
 	return v, nil
 }
 
 // Call is the untyped form of Async for packages built on rpc: it decodes
 // the result into resultType and hands back the interceptors' view of the
-// outcome.
+// outcome. Its errors are those of Sync, a *CallError.
 func (a *Agent) Call(ctx context.Context, to, fn string, arg any, resultType reflect.Type, opts ...CallOption) *Future[*Response] {
-	return a.call(ctx, to, fn, arg, resultType, opts, false)
+	return Then(a.call(ctx, to, fn, arg, resultType, opts, false), func(r *Response, err error) (*Response, error) {
+		return r, callError("call", to, fn, err)
+	})
 }
 
 func (a *Agent) call(ctx context.Context, to, fn string, arg any, resType reflect.Type, opts []CallOption, waits bool) *Future[*Response] {
 	if err := a.running(); err != nil {
-		return Ready[*Response](nil, fmt.Errorf("rpc: call %q to %q: %w", fn, to, err))
+		return Ready[*Response](nil, err)
 	}
 	w, err := a.WorkerInfo(to)
 	if err != nil {
-		return Ready[*Response](nil, fmt.Errorf("rpc: call %q: %w", fn, err))
+		return Ready[*Response](nil, err)
 	}
 	var co callOptions
 	for _, o := range opts {
@@ -181,7 +189,7 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 	fut := NewFuture[*Response]()
 	start := time.Now()
 	if err := ctx.Err(); err != nil {
-		fut.Complete(nil, ctxError(ctx, fmt.Sprintf("rpc: call %q to worker %s", call.Function, call.To)))
+		fut.Complete(nil, ctxError(ctx, "the context ended before the call was sent"))
 		return fut
 	}
 	timeout := call.Timeout
@@ -200,7 +208,7 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 	typ, err := enc.encodeTop(call.Arg)
 	*buf = enc.buf
 	if err != nil {
-		fut.Complete(nil, fmt.Errorf("rpc: call %q to worker %s: cannot send the argument (%T): %w", call.Function, call.To, call.Arg, err))
+		fut.Complete(nil, fmt.Errorf("cannot send the argument (%T): %w", call.Arg, err))
 		return fut
 	}
 	p := &pendingCall{a: a, fn: call.Function, resType: call.ResultType, fut: fut, start: start, into: call.into}
@@ -208,7 +216,7 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 	for attempt := 0; ; attempt++ {
 		c, err = a.connect(ctx, call.To, timeout)
 		if err != nil {
-			fut.Complete(nil, fmt.Errorf("rpc: call %q: %w", call.Function, err))
+			fut.Complete(nil, err)
 			return fut
 		}
 		p.c = c
@@ -218,7 +226,7 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 		}
 		a.m.clientInFlight.Add(-1)
 		if attempt > 0 {
-			fut.Complete(nil, fmt.Errorf("%w: rpc: call %q to worker %s: connection lost", ErrPeerLost, call.Function, call.To))
+			fut.Complete(nil, fmt.Errorf("the connection to worker %s was lost: %w", call.To, ErrPeerLost))
 			return fut
 		}
 	}
@@ -243,11 +251,11 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 	head, data, err := appendHead((*hb)[:0], &f)
 	*hb = head
 	if err == nil && int64(len(head)-frameHeaderLen)+int64(data) > a.opts.maxMessage {
-		err = fmt.Errorf("%w: rpc: the argument makes a message of %d bytes, over the limit of %d (WithMaxMessageSize)", ErrTooLarge, len(head)-frameHeaderLen+int(data), a.opts.maxMessage)
+		err = fmt.Errorf("the argument makes a message of %d bytes, over the limit of %d (WithMaxMessageSize): %w", len(head)-frameHeaderLen+int(data), a.opts.maxMessage, ErrTooLarge)
 	}
 	if err != nil {
 		if q := c.take(id); q != nil {
-			q.finish(nil, fmt.Errorf("rpc: call %q to worker %s: %w", call.Function, call.To, err))
+			q.finish(nil, err)
 		}
 		return fut
 	}
@@ -256,14 +264,14 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 		p.timer = time.AfterFunc(timeout, func() {
 			if q := c.take(id); q != nil {
 				c.cancelRemote(id)
-				q.finish(nil, fmt.Errorf("%w: rpc: call %q to worker %s got no reply within %v", ErrTimeout, call.Function, call.To, timeout))
+				q.finish(nil, fmt.Errorf("no reply within the call's timeout of %v: %w", timeout, ErrTimeout))
 			}
 		})
 		if ctx.Done() != nil {
 			p.stopCtx = context.AfterFunc(ctx, func() {
 				if q := c.take(id); q != nil {
 					c.cancelRemote(id)
-					q.finish(nil, ctxError(ctx, fmt.Sprintf("rpc: call %q to worker %s", call.Function, call.To)))
+					q.finish(nil, ctxError(ctx, "the context ended before the reply"))
 				}
 			})
 		}
@@ -278,7 +286,7 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 			c.dropAck(id)
 		}
 		if q := c.take(id); q != nil {
-			q.finish(nil, fmt.Errorf("%w: rpc: call %q to worker %s: sending failed: %v", ErrPeerLost, call.Function, call.To, err))
+			q.finish(nil, fmt.Errorf("sending the call failed: %v: %w", err, ErrPeerLost))
 		}
 		return fut
 	}
@@ -289,7 +297,7 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 		// as they are until it has.
 		if err := c.awaitAck(ack, id, fut.Done(), timeout); err != nil {
 			if q := c.take(id); q != nil {
-				q.finish(nil, fmt.Errorf("rpc: call %q to worker %s: %w", call.Function, call.To, err))
+				q.finish(nil, err)
 			}
 		}
 		runtime.KeepAlive(enc.tensors)
@@ -341,9 +349,9 @@ func (a *Agent) onReply(c *conn, f *frame) {
 	v, err := decodeTop(p.resType, f.typ, f.payload, f.tensors, a, c.peer)
 	if err != nil {
 		if errors.Is(err, ErrWrongType) {
-			err = fmt.Errorf("rpc: %q on worker %s returned %s but the caller asked for %s: %w", p.fn, c.peer, f.typ, p.resType, err)
+			err = fmt.Errorf("the function returned %s but the caller asked for %s: %w", f.typ, p.resType, err)
 		} else {
-			err = fmt.Errorf("rpc: reply of %q from worker %s: %w", p.fn, c.peer, err)
+			err = fmt.Errorf("decoding the reply: %w", err)
 		}
 		p.finish(nil, err)
 		return
@@ -370,28 +378,41 @@ func putBuf(b *[]byte) {
 // as it is (no encoding: arg must have the function's argument type, or be
 // nil), as if this worker had called itself: a sync function runs on a
 // goroutine of its own, and graceful shutdown waits for it. rref uses it
-// for rref.Remote to the caller's own worker.
+// for rref.Remote to the caller's own worker. Its errors are those of Sync,
+// a *CallError.
 func (a *Agent) CallLocal(ctx context.Context, fn string, arg any) *Future[any] {
+	fail := func(err error) *Future[any] { return Ready[any](nil, callError("call", a.self.Name, fn, err)) }
 	if err := a.running(); err != nil {
-		return Ready[any](nil, err)
+		return fail(err)
 	}
 	e := a.reg.lookup(fn)
 	if e == nil {
-		return Ready[any](nil, newRemoteError(a.self.Name, fn, codeUnknownFunction, 0, a.reg.unknownFunction(a.self.Name, fn).Error()))
+		return fail(newRemoteError(a.self.Name, fn, codeUnknownFunction, 0, a.reg.unknownFunction(a.self.Name, fn).Error()))
 	}
 	if arg != nil && !reflect.TypeOf(arg).AssignableTo(e.argType) {
-		return Ready[any](nil, fmt.Errorf("%w: rpc: function %q takes an argument of type %s, got %T", ErrWrongType, fn, e.argType, arg))
+		return fail(fmt.Errorf("the function takes an argument of type %s, got %T: %w", e.argType, arg, ErrWrongType))
 	}
 	ctx = context.WithValue(ctx, callerKey, a.self)
 	ctx = context.WithValue(ctx, agentKey, a)
-	if e.async {
-		return safeInvoke(ctx, e, arg)
+	wrap := func(v any, err error) (any, error) {
+		if err != nil {
+			var he *handlerError
+			if errors.As(err, &he) {
+				// A panic or a refusal, as a remote caller would see it.
+				code, mask, msg := classify(err)
+				err = newRemoteError(a.self.Name, fn, code, mask, msg)
+			}
+		}
+		return v, callError("call", a.self.Name, fn, err)
 	}
-	release := a.Hold()
+	if e.async {
+		return Then(safeInvoke(ctx, e, arg), wrap)
+	}
+	release := a.hold()
 	out := NewFuture[any]()
 	go func() {
 		defer release()
-		safeInvoke(ctx, e, arg).Then(func(v any, err error) { out.Complete(v, err) })
+		safeInvoke(ctx, e, arg).Then(func(v any, err error) { out.Complete(wrap(v, err)) })
 	}()
 	return out
 }

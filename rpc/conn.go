@@ -229,13 +229,13 @@ func (c *conn) close(reason error) {
 
 func (c *conn) lostError(p *pendingCall, reason error) error {
 	if errors.Is(reason, errAgentClosed) {
-		return fmt.Errorf("%w: rpc: call %q to worker %s: this agent shut down", ErrClosed, p.fn, c.peer)
+		return fmt.Errorf("this agent shut down: %w", ErrClosed)
 	}
 	var ue *unresponsiveError
 	if errors.As(reason, &ue) {
-		return fmt.Errorf("%w: rpc: call %q to worker %s: the worker is %v", ErrPeerLost, p.fn, c.peer, reason)
+		return fmt.Errorf("the worker is %v: %w", reason, ErrPeerLost)
 	}
-	return fmt.Errorf("%w: rpc: call %q to worker %s: connection lost: %v", ErrPeerLost, p.fn, c.peer, reason)
+	return fmt.Errorf("the connection to worker %s was lost: %v: %w", c.peer, reason, ErrPeerLost)
 }
 
 // peerGone describes why a read loop ended.
@@ -249,20 +249,14 @@ func peerGone(err error) error {
 	return err
 }
 
-// readLoop reads frames until the connection fails, holding one count of
-// a.wg. On a server connection, a call to a sync function hands the reading
-// to a new goroutine (with the count) and runs the function here. The first
-// read loop of a connection starts its liveness watch.
-func (c *conn) readLoop() {
-	c.watchOnce.Do(func() {
-		c.a.wg.Add(1) // the read loop's own count keeps a.wg above zero here
-		go c.watch()
-	})
-	handler := c.readFrames()
-	c.a.wg.Done()
-	if handler != nil {
-		handler()
-	}
+// readLoop reads frames until the connection fails, in the agent's
+// lifetime (a.life). On a server connection, a call to a sync function
+// hands the reading to a new loop and returns the function's work, which
+// runs next on this goroutine outside the lifetime's count. The first read
+// loop of a connection starts its liveness watch.
+func (c *conn) readLoop(context.Context) (handler func()) {
+	c.watchOnce.Do(func() { c.a.life.goFunc(c.watch) })
+	return c.readFrames()
 }
 
 func (c *conn) readFrames() (handler func()) {
@@ -300,8 +294,11 @@ func (c *conn) readFrames() (handler func()) {
 		h := c.a.onRequest(c, f)
 		c.dispatching.Add(-1)
 		if h != nil {
-			c.a.wg.Add(1)
-			go c.readLoop()
+			if !c.a.life.goThen(c.readLoop) {
+				// The agent is closing: the handler still runs, and sees
+				// its context cancelled.
+				c.close(errAgentClosed)
+			}
 			return h
 		}
 	}
@@ -328,16 +325,15 @@ type unresponsiveError struct{ msg string }
 
 func (e *unresponsiveError) Error() string { return e.msg }
 
-// watch keeps the connection's liveness until it closes, holding one count
-// of a.wg: twice an interval it sends a heartbeat if nothing was written for
+// watch keeps the connection's liveness until it closes, in the agent's
+// lifetime: twice an interval it sends a heartbeat if nothing was written for
 // most of an interval, and fails the connection when nothing has arrived
 // for the timeout. Time the read loop spends dispatching a frame (running
 // callbacks or an async handler) counts as life: bytes may be waiting
 // unread. A tick that comes more than two intervals after the one before
 // means this process itself did not run (stopped, starved), and the silence
 // is not the peer's: the count starts again.
-func (c *conn) watch() {
-	defer c.a.wg.Done()
+func (c *conn) watch(context.Context) {
 	lc := c.a.opts.live
 	t := time.NewTicker(lc.Interval / 2) // a silent peer is noticed within timeout + interval/2
 	defer t.Stop()

@@ -14,7 +14,7 @@
 //		return x.MulScalar(float32(2), true)
 //	})
 //	agent, err := rpc.InitFromEnv(ctx, "worker1", rpc.WithRegistry(reg))
-//	defer agent.Shutdown(ctx, true)
+//	defer agent.Shutdown(ctx)
 //
 // InitFromEnv reads this process's place in the job through package launch,
 // by the rules comm.InitFromEnv uses (tandem run, torchrun, Kubeflow,
@@ -39,16 +39,22 @@
 // shape, data) in sections of the frame, written with writev straight from
 // the tensor's memory and read straight into the new tensor's; the rest of a
 // value is a compact binary encoding (see Marshaler for what travels).
-// Remote references (package rref) build on this: rref.Remote creates a
-// value on another worker and returns a reference at once.
+// Remote references (package rref, installed with
+// rpc.WithExtensions(rref.Extension())) build on this: rref.Remote creates
+// a value on another worker and returns a reference at once.
 //
 // Every call has a timeout: WithTimeout, else the agent's default
-// (DefaultTimeout, WithDefaultTimeout), and the context's deadline. Errors
-// come back clear and wrapped: ErrUnknownFunction (naming the registered
-// ones), ErrWrongType (naming expected and received types), ErrRemote (the
-// function's error message; ErrPanic with the trimmed stack when it
-// panicked: the callee keeps serving), ErrPeerLost (the worker died, is
-// unresponsive, or is unreachable), ErrTimeout, ErrClosed.
+// (DefaultTimeout, WithDefaultTimeout), and the context's deadline. A call
+// that fails returns a *CallError, as net's operations return a
+// *net.OpError: it names the operation, the worker and the function, and
+// wraps the cause, which errors.Is tells apart: ErrUnknownFunction (naming
+// the registered ones), ErrWrongType (naming expected and received types),
+// ErrRemote (a *RemoteError with the function's error message; ErrPanic
+// with the trimmed stack when it panicked: the callee keeps serving; and
+// any shared sentinel the remote error wrapped), ErrPeerLost (the worker
+// died, is unresponsive, or is unreachable), ErrTimeout (with
+// context.DeadlineExceeded when the context's deadline passed),
+// context.Canceled, ErrClosed.
 //
 // # Transport
 //
@@ -167,10 +173,21 @@
 // WithServerInterceptor, UseClient, UseServer) see every call with its
 // decoded argument and result, and per-call Metadata both ways; Tensors
 // finds the tensors a value carries. Distributed autograd builds on these to
-// record sends and receives. Packages such as rref keep per-agent state with
-// Extension, install themselves on every agent with RegisterExtension, run
-// functions locally with CallLocal, and make graceful shutdown wait for
-// their background work with Hold.
+// record sends and receives. Packages such as rref and distributed autograd
+// are extensions (Extension) that an agent installs only when asked:
+//
+//	agent, err := rpc.InitFromEnv(ctx, "trainer", rpc.WithRegistry(reg),
+//		rpc.WithExtensions(rref.Extension(), autograd.Extension()))
+//
+// Linking a package in installs nothing. An extension installs its
+// functions, interceptors and hooks (OnShutdown, OnClose) at Init and
+// keeps its per-agent state there (Agent.Extension); it runs functions
+// locally with CallLocal, and starts its background work with Go, which
+// ties the goroutine to the agent's lifetime: a graceful shutdown waits
+// for it, and closing cancels and waits for it. Registering the same
+// function twice under one name is no error (agents sharing a registry
+// each install their extensions); two different functions under one name
+// are.
 //
 // # Observing
 //
@@ -188,8 +205,9 @@
 //
 // # Ending
 //
-// Shutdown(ctx, true) waits until all outstanding work on all workers is
-// done, then closes; Shutdown(ctx, false) closes at once. A graceful
+// Shutdown(ctx) waits until all outstanding work on all workers is done,
+// then closes (PyTorch's rpc.shutdown(graceful=True)); Close closes at once
+// (graceful=False). A graceful
 // shutdown is bounded by its context alone (a parameter server that calls
 // it at once waits there for as long as its trainers train), and it
 // watches the workers it waits for: one that dies, exits without shutting

@@ -66,12 +66,63 @@ func sentinelMask(err error) uint64 {
 	return m
 }
 
+// CallError is the error of a call that failed, in the manner of
+// net.OpError: which operation, on which worker, of which function, and
+// why. Sync, Async, Agent.Call and CallLocal return one (Op "call"), and so
+// do the calls of packages built on rpc (rref.Remote: "remote",
+// RRef.ToHere: "to_here"). Err is the cause, which Unwrap returns:
+// errors.Is matches through it the sentinels the cause wraps (ErrTimeout,
+// ErrPeerLost, ErrClosed, context.Canceled, context.DeadlineExceeded, …)
+// and errors.As finds a *RemoteError, which carries what the callee
+// reported.
+type CallError struct {
+	Op   string // the operation: "call", or "remote", "to_here", … for packages built on rpc
+	Peer string // the name of the worker called
+	Func string // the function called
+	Err  error  // the cause
+}
+
+func (e *CallError) Error() string {
+	var b strings.Builder
+	b.WriteString("rpc: ")
+	b.WriteString(e.Op)
+	if e.Func != "" {
+		fmt.Fprintf(&b, " %q", e.Func)
+	}
+	if e.Peer != "" {
+		b.WriteString(" on worker ")
+		b.WriteString(e.Peer)
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *CallError) Unwrap() error { return e.Err }
+
+// callError wraps err, the failure of a call of fn to peer, in a
+// *CallError, unless it already is the error of that very call.
+func callError(op, peer, fn string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ce, ok := err.(*CallError); ok && ce.Op == op && ce.Peer == peer && ce.Func == fn {
+		return err
+	}
+	return &CallError{Op: op, Peer: peer, Func: fn, Err: err}
+}
+
 // RemoteError is the error a caller gets when the callee reports a failure:
 // the function returned an error or panicked, the function is unknown, or the
 // argument had the wrong type. It matches (errors.Is) the sentinels that fit
 // the failure: ErrRemote (and ErrPanic) for a failing function,
 // ErrUnknownFunction or ErrWrongType (both with ErrInvalidArgument), plus any
-// shared sentinel that the remote error wrapped.
+// shared sentinel that the remote error wrapped. A call returns it wrapped
+// in a *CallError, which names the worker and the function; its own text
+// says what happened there and the callee's message.
 type RemoteError struct {
 	Worker   string // the callee's name
 	Function string // the function called
@@ -85,15 +136,17 @@ func (e *RemoteError) Error() string {
 	var what string
 	switch e.code {
 	case codePanic:
-		what = "panicked"
+		what = "the function panicked"
 	case codeUnknownFunction, codeWrongType, codeMalformed, codeTooLarge:
-		what = "refused the call"
+		what = "the worker refused the call"
 	case codeShuttingDown:
-		what = "is shutting down"
+		what = "the worker is shutting down"
+	case codeTimeout:
+		what = "the function ran out of time"
 	default:
-		what = "failed"
+		what = "the function failed"
 	}
-	return fmt.Sprintf("rpc: %s on worker %q %s: %s", e.Function, e.Worker, what, e.Message)
+	return what + ": " + e.Message
 }
 
 // Unwrap returns the sentinels the error matches.

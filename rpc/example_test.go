@@ -38,7 +38,7 @@ func stopWorkers(agents []*rpc.Agent) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.Shutdown(context.Background(), true)
+			a.Shutdown(context.Background())
 		}()
 	}
 	wg.Wait()
@@ -112,11 +112,17 @@ func ExampleRemoteError() {
 	_, err := rpc.Sync[int](ctx, agents[0], "worker1", "check", -1)
 	fmt.Println(errors.Is(err, rpc.ErrRemote))
 	fmt.Println(err)
+	var ce *rpc.CallError
+	var re *rpc.RemoteError
+	if errors.As(err, &ce) && errors.As(err, &re) {
+		fmt.Printf("op %s, worker %s, function %s; remote message %q\n", ce.Op, ce.Peer, ce.Func, re.Message)
+	}
 	_, err = rpc.Sync[int](ctx, agents[0], "worker1", "chek", 1)
 	fmt.Println(errors.Is(err, rpc.ErrUnknownFunction))
 	// Output:
 	// true
-	// rpc: check on worker "worker1" failed: negative input -1
+	// rpc: call "check" on worker worker1: the function failed: negative input -1
+	// op call, worker worker1, function check; remote message "negative input -1"
 	// true
 }
 

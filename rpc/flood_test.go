@@ -40,7 +40,7 @@ func TestHelperFloodedWorker(t *testing.T) {
 			return fmt.Errorf("init: %w", err)
 		}
 		<-stop.Done() // until the test is done
-		a.Shutdown(ctx, false)
+		a.Close()
 		return nil
 	})
 }
@@ -89,7 +89,7 @@ func TestHandshakeFlood(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, logs.String())
 	}
-	defer a.Shutdown(ctx, false)
+	defer a.Close()
 	add := func(what string) {
 		t.Helper()
 		if v, err := Sync[int](ctx, a, "flooded", "add", [2]int{2, 3}); err != nil || v != 5 {

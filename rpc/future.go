@@ -92,7 +92,7 @@ func (f *Future[R]) Wait(ctx context.Context) (R, error) {
 		return f.val, f.err
 	case <-ctx.Done():
 		var zero R
-		return zero, ctxError(ctx, "waiting for a future")
+		return zero, ctxError(ctx, "rpc: waiting for a future")
 	}
 }
 
@@ -125,15 +125,16 @@ func Then[R, S any](f *Future[R], fn func(R, error) (S, error)) *Future[S] {
 	return out
 }
 
-// ctxError explains a context that ended: a deadline wraps ErrTimeout and the
-// context's error, a cancellation wraps the context's error.
+// ctxError explains a context that ended while doing what: a deadline
+// wraps the context's error and ErrTimeout, a cancellation the context's
+// error (and its cause, if another).
 func ctxError(ctx context.Context, what string) error {
 	err := ctx.Err()
 	if cause := context.Cause(ctx); cause != nil && cause != err {
 		err = fmt.Errorf("%w (%w)", err, cause)
 	}
 	if ctx.Err() == context.DeadlineExceeded {
-		return fmt.Errorf("%w: %s: %w", ErrTimeout, what, err)
+		return fmt.Errorf("%s: %w: %w", what, err, ErrTimeout)
 	}
-	return fmt.Errorf("rpc: %s: %w", what, err)
+	return fmt.Errorf("%s: %w", what, err)
 }

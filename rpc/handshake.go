@@ -182,9 +182,11 @@ func (a *Agent) connTo(ctx context.Context, id int, timeout time.Duration) (*con
 		return nil, fmt.Errorf("%w: rpc: agent %s is shut down", ErrClosed, a.self)
 	}
 	s.cur.Store(c)
-	a.wg.Add(1)
 	a.mu.Unlock()
-	go c.readLoop()
+	if !a.life.goThen(c.readLoop) {
+		c.close(errAgentClosed)
+		return nil, fmt.Errorf("%w: rpc: agent %s is shut down", ErrClosed, a.self)
+	}
 	return c, nil
 }
 
@@ -273,8 +275,7 @@ func (a *Agent) dial(ctx context.Context, id int) (*conn, error) {
 	return newConn(a, nc, peer, true, br, peerPID, sendByRef, peerPID != 0), nil
 }
 
-func (a *Agent) acceptLoop() {
-	defer a.wg.Done()
+func (a *Agent) acceptLoop(ctx context.Context) {
 	var delay time.Duration
 	for {
 		nc, err := a.ln.Accept()
@@ -292,7 +293,7 @@ func (a *Agent) acceptLoop() {
 			select {
 			case <-time.After(delay):
 				continue
-			case <-a.baseCtx.Done():
+			case <-ctx.Done():
 				return
 			}
 		}
@@ -315,22 +316,24 @@ func (a *Agent) acceptLoop() {
 			nc.Close()
 			return
 		}
-		a.wg.Add(1)
 		a.mu.Unlock()
-		go a.serveConn(nc, done)
+		if !a.life.goThen(func(context.Context) func() { return a.serveConn(nc, done) }) {
+			done()
+			nc.Close()
+			return
+		}
 	}
 }
 
-// serveConn checks a new connection's hello and then reads its calls. It
-// holds one count of a.wg, which the read loop takes over, and the
+// serveConn checks a new connection's hello and then reads its calls, in
+// the agent's lifetime (it returns what readLoop returns). It holds the
 // connection's admission, which it gives back when the handshake ends.
-func (a *Agent) serveConn(nc net.Conn, admitted func()) {
+func (a *Agent) serveConn(nc net.Conn, admitted func()) (handler func()) {
 	c := a.handshake(nc, admitted)
 	if c == nil {
-		a.wg.Done()
-		return
+		return nil
 	}
-	c.readLoop()
+	return c.readLoop(a.life.ctx)
 }
 
 // handshake checks a new connection's hello; nil means refused. It calls
@@ -344,10 +347,10 @@ func (a *Agent) handshake(nc net.Conn, admitted func()) *conn {
 	}
 	deadline := time.Now().Add(limit)
 	nc.SetDeadline(deadline)
-	ctx, cancel := context.WithDeadline(a.baseCtx, deadline)
+	ctx, cancel := context.WithDeadline(a.life.ctx, deadline)
 	defer cancel()
 	raw := nc
-	stop := context.AfterFunc(a.baseCtx, func() { raw.SetDeadline(time.Now()) })
+	stop := context.AfterFunc(a.life.ctx, func() { raw.SetDeadline(time.Now()) })
 	defer stop()
 	remote := nc.RemoteAddr().String()
 	if a.opts.tls != nil {

@@ -27,14 +27,12 @@ func startGroup(t testing.TB, n int, setup func(rank int, reg *Registry), opts .
 		return fmt.Sprintf("w%d", r), append([]Option{WithStore(st), WithRegistry(reg), WithListenAddr("127.0.0.1:0")}, opts...)
 	})
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
 		var wg sync.WaitGroup
 		for _, a := range agents {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				a.Shutdown(ctx, false)
+				a.Close()
 			}()
 		}
 		wg.Wait()
@@ -87,7 +85,7 @@ func shutdownAll(agents []*Agent) []error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = a.Shutdown(ctx, true)
+			errs[i] = a.Shutdown(ctx)
 		}()
 	}
 	wg.Wait()

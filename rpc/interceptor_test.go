@@ -110,7 +110,7 @@ func TestImmediateShutdown(t *testing.T) {
 	f := Async[string](ctx, agents[0], "w1", "sleep", time.Minute)
 	g := Async[string](ctx, agents[1], "w0", "sleep", time.Minute)
 	time.Sleep(20 * time.Millisecond)
-	if err := agents[0].Shutdown(ctx, false); err != nil {
+	if err := agents[0].Close(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.Wait(ctx); !errors.Is(err, ErrClosed) {
@@ -119,7 +119,7 @@ func TestImmediateShutdown(t *testing.T) {
 	if _, err := g.Wait(ctx); !errors.Is(err, ErrPeerLost) {
 		t.Fatalf("peer's call at immediate shutdown: %v", err)
 	}
-	if err := agents[0].Shutdown(ctx, false); !errors.Is(err, ErrClosed) {
+	if err := agents[0].Close(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("second shutdown: %v", err)
 	}
 }

@@ -53,6 +53,7 @@ type options struct {
 	handshakeLimit time.Duration
 	sameHostCopy   bool
 	live           liveness.Config
+	extensions     []Extension
 	job            *launch.Job // the job InitFromEnv read; nil: read the environment
 }
 

@@ -51,7 +51,7 @@ func helperWorker() int {
 	defer cancel()
 	// Serve until the whole group shuts down (or, with a dead worker, until
 	// the watch finds it lost).
-	err = a.Shutdown(sctx, true)
+	err = a.Shutdown(sctx)
 	if err != nil && !(errors.Is(err, ErrPeerLost) && strings.Contains(err.Error(), "worker2")) {
 		fmt.Fprintln(os.Stderr, "shutdown:", err)
 		return 1
@@ -169,7 +169,7 @@ func TestMultiProcess(t *testing.T) {
 	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
 	defer scancel()
 	start = time.Now()
-	err = a.Shutdown(sctx, true)
+	err = a.Shutdown(sctx)
 	if !errors.Is(err, ErrPeerLost) || !strings.Contains(err.Error(), "worker2") {
 		t.Fatalf("graceful shutdown with a dead worker: %v", err)
 	}

@@ -84,7 +84,7 @@ func TestCallToStoppedWorkerFails(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	defer a.Shutdown(context.Background(), false)
+	defer a.Close()
 	if v, err := Sync[int](ctx, a, "worker1", "add", [2]int{1, 2}); err != nil || v != 3 {
 		t.Fatalf("add before the stop: %v %v", v, err)
 	}
@@ -137,7 +137,7 @@ func TestShutdownStoreHostDies(t *testing.T) {
 	done := make(chan error, 1)
 	sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
 	defer scancel()
-	go func() { done <- a.Shutdown(sctx, true) }()
+	go func() { done <- a.Shutdown(sctx) }()
 	time.Sleep(300 * time.Millisecond)
 	start := time.Now()
 	if err := child.Process.Kill(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unsafe"
 )
 
 // Registry maps function names to handlers, the way net/http's ServeMux maps
@@ -41,6 +42,22 @@ type entry struct {
 	reuseArg bool
 	// invoke runs the function on a decoded argument of type argType.
 	invoke func(ctx context.Context, arg any) *Future[any]
+	// fn identifies the registered function value, so that registering
+	// the same one again is no error (funcID).
+	fn unsafe.Pointer
+}
+
+// funcID identifies a function value: a top-level function is one value
+// wherever it is named, a closure is one value per evaluation of its
+// literal that captures variables, and a method value one per evaluation.
+func funcID[F any](fn F) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&fn))
+}
+
+// same reports whether e registers what o does: the same function value,
+// the same kind (sync or async) and options.
+func (e *entry) same(o *entry) bool {
+	return e.fn == o.fn && e.argType == o.argType && e.resType == o.resType && e.async == o.async && e.reuseArg == o.reuseArg
 }
 
 // Register adds fn under name: a call to name on this worker decodes its
@@ -48,7 +65,10 @@ type entry struct {
 // (or the error: the caller gets an error wrapping ErrRemote that carries
 // the message). A panic in fn is recovered: the caller gets ErrPanic with
 // the panic value and a trimmed stack, and the worker keeps serving.
-// Registering a name twice is an error.
+// Registering the same function under the same name again (with the same
+// options) does nothing, so that setup code and extensions may run once per
+// agent over one registry; registering another function under a name taken
+// is an error wrapping ErrInvalidArgument.
 func Register[A, R any](r Registrar, name string, fn func(ctx context.Context, arg A) (R, error), opts ...FuncOption) error {
 	if fn == nil {
 		return fmt.Errorf("%w: rpc: Register(%q) with a nil function", ErrInvalidArgument, name)
@@ -57,6 +77,7 @@ func Register[A, R any](r Registrar, name string, fn func(ctx context.Context, a
 		name:    name,
 		argType: reflect.TypeFor[A](),
 		resType: reflect.TypeFor[R](),
+		fn:      funcID(fn),
 		invoke: func(ctx context.Context, arg any) *Future[any] {
 			a, err := argAs[A](name, arg)
 			if err != nil {
@@ -97,7 +118,7 @@ func withFuncOptions(e *entry, opts []FuncOption) *entry {
 // their work later: fn returns at once with a Future, and the reply is sent
 // when the future completes, with no goroutine waiting for it in between.
 // fn runs in the goroutine that received the call's frame, so it must not
-// block.
+// block. Registering the same function again is no error, as for Register.
 func RegisterAsync[A, R any](r Registrar, name string, fn func(ctx context.Context, arg A) *Future[R], opts ...FuncOption) error {
 	if fn == nil {
 		return fmt.Errorf("%w: rpc: RegisterAsync(%q) with a nil function", ErrInvalidArgument, name)
@@ -107,6 +128,7 @@ func RegisterAsync[A, R any](r Registrar, name string, fn func(ctx context.Conte
 		argType: reflect.TypeFor[A](),
 		resType: reflect.TypeFor[R](),
 		async:   true,
+		fn:      funcID(fn),
 		invoke: func(ctx context.Context, arg any) *Future[any] {
 			a, err := argAs[A](name, arg)
 			if err != nil {
@@ -147,8 +169,12 @@ func (r *Registry) add(e *entry) error {
 	if r.fns == nil {
 		r.fns = map[string]*entry{}
 	}
-	if _, ok := r.fns[e.name]; ok {
-		return fmt.Errorf("%w: rpc: function %q is already registered", ErrInvalidArgument, e.name)
+	if prev, ok := r.fns[e.name]; ok {
+		if prev.same(e) {
+			return nil
+		}
+		return fmt.Errorf("%w: rpc: register: function %q is already registered, with another function or other options (%s → %s); register each function under its own name",
+			ErrInvalidArgument, e.name, prev.argType, prev.resType)
 	}
 	r.fns[e.name] = e
 	return nil

@@ -140,7 +140,7 @@ func TestReceiverLimitClosesConnection(t *testing.T) {
 	})
 	defer func() {
 		for _, a := range agents {
-			a.Shutdown(ctx, false)
+			a.Close()
 		}
 	}()
 	big := dense([]int{1 << 16}, make([]float32, 1<<16))
@@ -169,7 +169,7 @@ func TestWrongTokenRefused(t *testing.T) {
 	})
 	defer func() {
 		for _, a := range agents {
-			a.Shutdown(ctx, false)
+			a.Close()
 		}
 	}()
 	_, err := Sync[int](ctx, agents[0], "worker1", "add", [2]int{1, 2})
@@ -268,7 +268,7 @@ func TestInitErrors(t *testing.T) {
 	})
 	for _, a := range agents {
 		if a != nil {
-			a.Shutdown(ctx, false)
+			a.Close()
 		}
 	}
 	for r, err := range errs {
@@ -351,7 +351,7 @@ func TestInitFromEnvReadsLaunch(t *testing.T) {
 	if a.Self() != (WorkerInfo{Name: "worker0", ID: 0}) || len(a.Workers()) != 1 {
 		t.Errorf("self %v, workers %v", a.Self(), a.Workers())
 	}
-	if err := a.Shutdown(ctx, true); err != nil {
+	if err := a.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

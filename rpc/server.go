@@ -48,7 +48,7 @@ func (a *Agent) onRequest(c *conn, f *frame) (handler func()) {
 // serve decodes the argument, runs the interceptors and the function, and
 // sends the reply when the function's future completes.
 func (a *Agent) serve(c *conn, f *frame, e *entry) {
-	cc := &callCtx{parent: a.baseCtx, caller: c.peer, meta: f.meta, agent: a}
+	cc := &callCtx{parent: a.life.ctx, caller: c.peer, meta: f.meta, agent: a}
 	if f.aux > 0 {
 		cc.deadline = time.Now().Add(time.Duration(f.aux))
 	}

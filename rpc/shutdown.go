@@ -11,46 +11,43 @@ import (
 	"time"
 )
 
-// Shutdown stops the agent.
-//
-// Graceful (graceful true, what a program normally does at its end): every
-// worker waits until the work of the whole group is done, then all stop. The
-// workers run rounds through the store: in each, a worker waits until it has
-// no call in flight, no request being served and no held work, then
+// Shutdown stops the agent gracefully, as a program normally does at its
+// end (PyTorch's rpc.shutdown(graceful=True)): every worker waits until the
+// work of the whole group is done, then all stop. The workers run rounds
+// through the store: in each, a worker waits until it has no call in
+// flight, no request being served and no work started with Go, then
 // publishes how many requests it has sent and received so far, and reads
 // everyone's numbers. The group is done at the first round in which every
-// worker's numbers equal its numbers of the round before: each was idle when
-// it reported, a call in flight keeps its caller busy until the reply, and
-// any work between two reports would have changed a number.
-// Handlers keep serving while this runs, so calls they make are waited for.
+// worker's numbers equal its numbers of the round before: each was idle
+// when it reported, a call in flight keeps its caller busy until the reply,
+// and any work between two reports would have changed a number. Handlers
+// keep serving while this runs, so calls they make are waited for.
 //
-// Every worker must call Shutdown(graceful), and a worker that calls it
-// early (a parameter server with nothing else to do) waits for the others
-// as long as they work: the context's deadline is the only bound, and
-// without one there is none (the agent's DefaultTimeout is not applied).
-// Meanwhile the agent watches the workers it waits for through its
-// connections to them (see WithLivenessTimeout): one that died, exited
-// without shutting down, or stopped answering fails the shutdown within a
-// few seconds with ErrPeerLost naming it, and so does the loss of the store
-// (with a store the agent made from MASTER_ADDR, served by worker 0). When
-// the context's deadline passes first, the error wraps ErrTimeout and names
-// the workers still missing, saying which of them are alive and connected
-// (still working, or not calling Shutdown). In every case the agent closes
-// anyway.
-//
-// Immediate (graceful false): the agent closes its listener and connections
-// at once; its calls in flight fail with ErrClosed, its running handlers see
-// their context cancelled, and the peers' calls to it fail with ErrPeerLost.
+// Every worker must call Shutdown, and a worker that calls it early (a
+// parameter server with nothing else to do) waits for the others as long
+// as they work: the context's deadline is the only bound, and without one
+// there is none (the agent's DefaultTimeout is not applied). Meanwhile the
+// agent watches the workers it waits for through its connections to them
+// (see WithLivenessTimeout): one that died, exited without shutting down,
+// or stopped answering fails the shutdown within a few seconds with
+// ErrPeerLost naming it, and so does the loss of the store (with a store
+// the agent made from MASTER_ADDR, served by worker 0). When the context's
+// deadline passes first, the error wraps ErrTimeout and names the workers
+// still missing, saying which of them are alive and connected (still
+// working, or not calling Shutdown). In every case the agent then closes,
+// as Close does; Close called meanwhile (from another goroutine) ends the
+// wait at once.
 //
 // Shutdown first runs the hooks added with OnShutdown (rref releases the
-// references still held and reports them as leaked: see package rref); their
-// errors are joined to the result. Shutdown completes in every case; a
-// second call returns an error wrapping ErrClosed.
-func (a *Agent) Shutdown(ctx context.Context, graceful bool) error {
+// references still held and reports them as leaked: see package rref), and
+// when it closes, those added with OnClose; their errors are joined to the
+// result. Shutdown completes in every case; called on an agent that is
+// already shutting down or closed, it returns an error wrapping ErrClosed.
+func (a *Agent) Shutdown(ctx context.Context) error {
 	a.mu.Lock()
 	if a.state != stateRunning {
 		a.mu.Unlock()
-		return fmt.Errorf("%w: rpc: agent %s is already shut down", ErrClosed, a.self)
+		return fmt.Errorf("%w: rpc: shutdown: agent %s is already shut down", ErrClosed, a.self)
 	}
 	a.state = stateDraining
 	close(a.shutdown)
@@ -60,22 +57,73 @@ func (a *Agent) Shutdown(ctx context.Context, graceful bool) error {
 	hooks := append([]ShutdownHook(nil), a.hooks...)
 	a.hooksMu.Unlock()
 	for _, h := range hooks {
-		if err := h(ctx, graceful); err != nil {
+		if err := h(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if graceful {
-		if err := a.drain(ctx); err != nil {
-			errs = append(errs, err)
-		}
+	// Close, called meanwhile, ends the lifetime and with it the wait.
+	dctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(a.life.ctx, func() {
+		cancel(fmt.Errorf("%w: rpc: shutdown: agent %s was closed during its graceful shutdown", ErrClosed, a.self))
+	})
+	err := a.drain(dctx)
+	stop()
+	if err != nil && ctx.Err() == nil && dctx.Err() != nil {
+		err = fmt.Errorf("%w (the wait ended with: %v)", context.Cause(dctx), err)
 	}
-	a.closeAll()
-	if a.ownSt != nil {
-		if err := a.ownSt.Close(); err != nil && !errors.Is(err, ErrClosed) {
-			errs = append(errs, fmt.Errorf("rpc: closing the store: %w", err))
-		}
+	cancel(nil)
+	if err != nil {
+		errs = append(errs, err)
 	}
+	errs = append(errs, a.close())
 	return errors.Join(errs...)
+}
+
+// Close stops the agent at once (PyTorch's rpc.shutdown(graceful=False)):
+// it closes its listener and connections; its calls in flight fail with
+// ErrClosed, its running handlers see their context cancelled, and the
+// peers' calls to it fail with ErrPeerLost. The hooks added with OnClose
+// run first, and their errors are returned. Close waits (a few seconds at
+// most) for the goroutines tied to the agent (its connections', and those
+// started with Go) to return. Close during a graceful Shutdown ends its
+// wait; a Close after the agent has closed returns an error wrapping
+// ErrClosed.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	switch a.state {
+	case stateRunning:
+		a.state = stateDraining
+		close(a.shutdown)
+	case stateClosed:
+		a.mu.Unlock()
+		return fmt.Errorf("%w: rpc: close: agent %s is already closed", ErrClosed, a.self)
+	}
+	a.mu.Unlock()
+	return a.close()
+}
+
+// close closes the agent once: it runs the close hooks, closes the
+// listener, the connections and the store the agent made.
+func (a *Agent) close() error {
+	a.closeOnce.Do(func() {
+		var errs []error
+		a.hooksMu.Lock()
+		hooks := append([]CloseHook(nil), a.closeHooks...)
+		a.hooksMu.Unlock()
+		for _, h := range hooks {
+			if err := h(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		a.closeAll()
+		if a.ownSt != nil {
+			if err := a.ownSt.Close(); err != nil && !errors.Is(err, ErrClosed) {
+				errs = append(errs, fmt.Errorf("rpc: closing the store: %w", err))
+			}
+		}
+		a.closeErr = errors.Join(errs...)
+	})
+	return a.closeErr
 }
 
 // exitSetTimeout bounds the last store write of a graceful shutdown, made
@@ -336,7 +384,9 @@ func (a *Agent) waitQuiet(ctx context.Context) error {
 	}
 }
 
-// closeAll closes the listener and every connection.
+// closeAll closes the listener and every connection, and ends the
+// agent's lifetime: it cancels the context of the goroutines tied to the
+// agent and waits for them.
 func (a *Agent) closeAll() {
 	a.mu.Lock()
 	a.state = stateClosed
@@ -354,12 +404,10 @@ func (a *Agent) closeAll() {
 	for _, c := range servers {
 		c.close(errAgentClosed)
 	}
-	a.cancelBase()
-	done := make(chan struct{})
-	go func() { a.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		a.opts.logger.Warn("rpc: connection goroutines still running 10s after shutdown", "worker", a.self.Name)
+	if !a.life.end(closePatience) {
+		a.opts.logger.Warn("rpc: goroutines of the agent (connections', or started with Agent.Go) still running after it closed", "worker", a.self.Name, "waited", closePatience)
 	}
 }
+
+// closePatience bounds how long closing waits for the agent's goroutines.
+const closePatience = 10 * time.Second

@@ -19,7 +19,7 @@ func TestShutdownOutlivesDefaultTimeout(t *testing.T) {
 	ctx := context.Background()
 	start := time.Now()
 	early := make(chan error, 1)
-	go func() { early <- agents[0].Shutdown(ctx, true) }()
+	go func() { early <- agents[0].Shutdown(ctx) }()
 	calls := 0
 	for time.Since(start) < 2*def+def/2 {
 		if _, err := Sync[int](ctx, agents[1], "w0", "add", [2]int{calls, 1}); err != nil {
@@ -28,7 +28,7 @@ func TestShutdownOutlivesDefaultTimeout(t *testing.T) {
 		calls++
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := agents[1].Shutdown(ctx, true); err != nil {
+	if err := agents[1].Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown of the busy worker: %v", err)
 	}
 	if err := <-early; err != nil {
@@ -49,9 +49,9 @@ func TestShutdownHonoursCallerDeadline(t *testing.T) {
 		defer cancel()
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
-		wg.Go(func() { errs[0] = agents[0].Shutdown(ctx, true) })
+		wg.Go(func() { errs[0] = agents[0].Shutdown(ctx) })
 		time.Sleep(time.Second)
-		wg.Go(func() { errs[1] = agents[1].Shutdown(ctx, true) })
+		wg.Go(func() { errs[1] = agents[1].Shutdown(ctx) })
 		wg.Wait()
 		for i, err := range errs {
 			if err != nil {
@@ -65,7 +65,7 @@ func TestShutdownHonoursCallerDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
 		start := time.Now()
-		err := agents[0].Shutdown(ctx, true) // w1 keeps running and never joins
+		err := agents[0].Shutdown(ctx) // w1 keeps running and never joins
 		took := time.Since(start)
 		if !errors.Is(err, ErrTimeout) || errors.Is(err, ErrPeerLost) || !strings.Contains(err.Error(), "w1 (id 1) (alive and connected") {
 			t.Fatalf("shutdown while w1 works on: %v, want ErrTimeout naming w1 as alive", err)

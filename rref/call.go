@@ -18,13 +18,19 @@ import (
 // an error, or a result and an error. Call's R is the result's type
 // (struct{} for a method without one). Arguments travel as rpc.Any and must
 // have the parameters' exact types. Methods may run concurrently with each
-// other (one per call): the value must synchronize its own state.
+// other (one per call): the value must synchronize its own state. Errors
+// are *rpc.CallError with Op "call", naming the owner and the method.
 func Call[R any, T any](ctx context.Context, ref *RRef[T], method string, args ...any) (R, error) {
 	return CallWith[R](ctx, ref, method, args, nil)
 }
 
 // CallWith is Call with call options (rpc.WithTimeout, rpc.WithMetadata).
 func CallWith[R any, T any](ctx context.Context, ref *RRef[T], method string, args []any, opts []rpc.CallOption) (R, error) {
+	r, err := callWith[R](ctx, ref, method, args, opts)
+	return r, callError("call", ref.st.owner.Name, method, err)
+}
+
+func callWith[R any, T any](ctx context.Context, ref *RRef[T], method string, args []any, opts []rpc.CallOption) (R, error) {
 	var zero R
 	st := ref.st
 	wrapped := make([]rpc.Any, len(args))

@@ -24,9 +24,6 @@ func (id ID) String() string { return fmt.Sprintf("%d:%d", id.Worker, id.Seq) }
 
 func (id ID) isZero() bool { return id == ID{} }
 
-// ctxKey is the agent extension key of the reference tables.
-type ctxKey struct{}
-
 // refContext is one worker's reference tables (PyTorch's RRefContext).
 type refContext struct {
 	agent *rpc.Agent
@@ -41,6 +38,8 @@ type refContext struct {
 	// yet accepted, by the child's fork id, with the parent reference they
 	// keep alive.
 	children map[ID]*state
+	// reported: the leaks were reported (by the shutdown hook).
+	reported bool
 }
 
 // ownerEntry is an owned value and the forks that users hold of it.
@@ -58,24 +57,50 @@ func newEntry(id ID) *ownerEntry {
 	return &ownerEntry{id: id, value: rpc.NewFuture[any](), forks: map[ID]struct{}{}, tombs: map[ID]struct{}{}}
 }
 
-func init() { rpc.RegisterExtension("rref", attach) }
+// extensionName is rref's name among an agent's extensions.
+const extensionName = "rref"
 
-// attach installs the reference protocol on an agent.
-func attach(a *rpc.Agent) error {
-	rc := contextOf(a)
+// Extension returns rref as an rpc extension: an agent installs the
+// reference protocol only when asked,
+//
+//	rpc.Init(ctx, name, rank, world, rpc.WithExtensions(rref.Extension()))
+//
+// and every worker that creates, owns, sends or receives references must
+// be asked (an agent without it fails rref's functions with
+// rpc.ErrInvalidArgument saying so). Installing registers the protocol's
+// functions in the agent's registry, a server interceptor that creates the
+// values of Remote, and hooks that release (Shutdown) and report (Shutdown,
+// Close) the references still held.
+func Extension() rpc.Extension { return extension{} }
+
+type extension struct{}
+
+func (extension) Name() string { return extensionName }
+
+// Install installs the reference protocol on a; the state is a's
+// reference tables.
+func (extension) Install(a *rpc.Agent) (any, error) {
+	rc := &refContext{agent: a, owners: map[ID]*ownerEntry{}, users: map[ID]*state{}, children: map[ID]*state{}}
 	if err := registerProtocol(a.Registry()); err != nil {
-		return err
+		return nil, err
 	}
 	a.UseServer(rc.createInterceptor)
 	a.OnShutdown(rc.onShutdown)
-	return nil
+	a.OnClose(rc.onClose)
+	return rc, nil
 }
 
-// contextOf returns the agent's reference tables.
-func contextOf(a *rpc.Agent) *refContext {
-	return a.Extension(ctxKey{}, func() any {
-		return &refContext{agent: a, owners: map[ID]*ownerEntry{}, users: map[ID]*state{}, children: map[ID]*state{}}
-	}).(*refContext)
+// contextOf returns the agent's reference tables, or an error saying that
+// the agent was started without rref.
+func contextOf(a *rpc.Agent) (*refContext, error) {
+	if a == nil {
+		return nil, fmt.Errorf("%w: rref: no agent (nil *rpc.Agent)", rpc.ErrInvalidArgument)
+	}
+	v, ok := a.Extension(extensionName)
+	if !ok {
+		return nil, fmt.Errorf("%w: rref: worker %s was started without rref: pass rpc.WithExtensions(rref.Extension()) to rpc.Init on every worker", rpc.ErrInvalidArgument, a.Self())
+	}
+	return v.(*refContext), nil
 }
 
 func (rc *refContext) newID() ID {
@@ -174,40 +199,75 @@ func (rc *refContext) dropPlaceholder(e *ownerEntry) {
 }
 
 // OwnedCount returns how many values this worker owns on behalf of users
-// (values only local owner handles hold are not counted).
+// (values only local owner handles hold are not counted); 0 on an agent
+// without rref.
 func OwnedCount(a *rpc.Agent) int {
-	rc := contextOf(a)
+	rc, err := contextOf(a)
+	if err != nil {
+		return 0
+	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return len(rc.owners)
 }
 
 // UserCount returns how many user references this worker holds and has not
-// released.
+// released; 0 on an agent without rref.
 func UserCount(a *rpc.Agent) int {
-	rc := contextOf(a)
+	rc, err := contextOf(a)
+	if err != nil {
+		return 0
+	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return len(rc.users)
 }
 
-// ErrLeaked is reported (wrapped) by rpc.Agent.Shutdown when user references
-// were still unreleased at shutdown.
+// ErrLeaked is reported (wrapped) by rpc.Agent.Shutdown and Close when user
+// references were still unreleased at shutdown.
 var ErrLeaked = errors.New("rref: references leaked")
 
-// onShutdown reports user references never released, as an error wrapping
-// ErrLeaked (and a log line), and on a graceful shutdown releases them so
-// that their owners free the values.
-func (rc *refContext) onShutdown(ctx context.Context, graceful bool) error {
+// onShutdown, at the start of a graceful shutdown, reports user references
+// never released, as an error wrapping ErrLeaked (and a log line), and
+// releases them so that their owners free the values.
+func (rc *refContext) onShutdown(ctx context.Context) error {
+	leaked, err := rc.leaks()
+	if err == nil {
+		return nil
+	}
+	var wg sync.WaitGroup
+	for _, st := range leaked {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st.release(ctx, true)
+		}()
+	}
+	wg.Wait()
+	return err
+}
+
+// onClose, when the agent closes, reports the user references never
+// released, unless the shutdown hook has.
+func (rc *refContext) onClose() error {
+	_, err := rc.leaks()
+	return err
+}
+
+// leaks lists the user references not released, and the error that
+// reports them (once: nil when there are none or they were reported).
+func (rc *refContext) leaks() ([]*state, error) {
 	rc.mu.Lock()
 	var leaked []*state
 	for _, st := range rc.users {
 		leaked = append(leaked, st)
 	}
-	rc.mu.Unlock()
-	if len(leaked) == 0 {
-		return nil
+	if len(leaked) == 0 || rc.reported {
+		rc.mu.Unlock()
+		return nil, nil
 	}
+	rc.reported = true
+	rc.mu.Unlock()
 	sort.Slice(leaked, func(i, j int) bool {
 		return leaked[i].fork.Seq < leaked[j].fork.Seq || leaked[i].fork.Seq == leaked[j].fork.Seq && leaked[i].fork.Worker < leaked[j].fork.Worker
 	})
@@ -221,18 +281,7 @@ func (rc *refContext) onShutdown(ctx context.Context, graceful bool) error {
 	}
 	err := fmt.Errorf("%w: worker %s still held %d user reference(s) at shutdown (call Release when done): %s", ErrLeaked, rc.agent.Self(), len(leaked), strings.Join(names, "; "))
 	rc.agent.Logger().Warn("rref: references leaked at shutdown", "worker", rc.agent.Self().Name, "count", len(leaked), "err", err)
-	if graceful {
-		var wg sync.WaitGroup
-		for _, st := range leaked {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				st.release(ctx, true)
-			}()
-		}
-		wg.Wait()
-	}
-	return err
+	return leaked, err
 }
 
 // childTimeout bounds how long a parent keeps a child fork pending.

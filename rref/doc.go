@@ -25,10 +25,10 @@
 //
 // Go has no destructors: call Release when done with a user reference. A
 // reference whose handle is garbage collected unreleased is released by a
-// runtime cleanup as a safety net. At rpc.Agent.Shutdown, user references
-// still unreleased are leaks: Shutdown returns an error wrapping ErrLeaked
-// that names them (and logs it), and a graceful shutdown releases them so
-// the owners free their values.
+// runtime cleanup as a safety net. At rpc.Agent.Shutdown or Close, user
+// references still unreleased are leaks: Shutdown and Close return an error
+// wrapping ErrLeaked that names them (and log it), and Shutdown, graceful,
+// releases them so the owners free their values.
 //
 // # Failures
 //
@@ -38,10 +38,21 @@
 // context's deadline passes. The creating function's error comes back from
 // ToHere.
 //
-// # Linking
+// # Installing
 //
-// Importing this package installs the protocol on every agent the process
-// starts (rpc.RegisterExtension): every worker that owns or receives
-// references must link it in, which any program using rref.Remote or
-// passing RRef values does.
+// An agent serves the protocol only when asked: start every worker that
+// creates, owns, sends or receives references with
+//
+//	agent, err := rpc.InitFromEnv(ctx, "worker1", rpc.WithRegistry(reg),
+//		rpc.WithExtensions(rref.Extension()))
+//
+// Linking the package in installs nothing; on an agent started without it,
+// this package's functions fail with rpc.ErrInvalidArgument saying so.
+//
+// # Errors
+//
+// Remote, ToHere and Call return *rpc.CallError (Op "remote", "to_here",
+// "call") naming the owner and the function or method, wrapping the cause:
+// errors.Is matches rpc.ErrPeerLost, rpc.ErrTimeout, rpc.ErrRemote, and
+// the context's errors through it.
 package rref

@@ -37,7 +37,7 @@ func Example() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			agents[r], _ = rpc.Init(context.Background(), fmt.Sprintf("worker%d", r), r, 2, rpc.WithStore(st), rpc.WithRegistry(reg))
+			agents[r], _ = rpc.Init(context.Background(), fmt.Sprintf("worker%d", r), r, 2, rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithExtensions(rref.Extension()))
 		}()
 	}
 	wg.Wait()
@@ -59,7 +59,7 @@ func Example() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.Shutdown(ctx, true)
+			a.Shutdown(ctx)
 		}()
 	}
 	wg.Wait()

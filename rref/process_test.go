@@ -26,7 +26,7 @@ func TestHelperOwner(t *testing.T) {
 	}
 	reg := rpc.NewRegistry()
 	setup(holders(2))(reg)
-	a, err := rpc.InitFromEnv(context.Background(), "owner", rpc.WithRegistry(reg))
+	a, err := rpc.InitFromEnv(context.Background(), "owner", rpc.WithRegistry(reg), rpc.WithExtensions(Extension()))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -57,11 +57,11 @@ func TestOwnerProcessKilled(t *testing.T) {
 	defer cmd.Process.Kill()
 	reg := rpc.NewRegistry()
 	setup(holders(2))(reg)
-	a, err := rpc.Init(ctx, "user", 0, 2, rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithToken("t"))
+	a, err := rpc.Init(ctx, "user", 0, 2, rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithExtensions(Extension()), rpc.WithToken("t"))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	defer a.Shutdown(ctx, false)
+	defer a.Close()
 
 	ref, err := Remote[*tensor.Dense](ctx, a, "owner", "ones", 8)
 	if err != nil {

@@ -56,25 +56,16 @@ func decodeIDs(s string) (id, fork ID, err error) {
 	return ID{int(n[0]), n[1]}, ID{int(n[2]), n[3]}, nil
 }
 
-// registerProtocol registers the protocol's functions in reg once (several
-// agents in one process may share a registry; each handler finds its own
-// agent in the call's context).
+// registerProtocol registers the protocol's functions in reg (several
+// agents in one process may share a registry, and registering them again
+// is no error; each handler finds its own agent in the call's context).
 func registerProtocol(reg *rpc.Registry) error {
-	add := func(name string, register func() error) error {
-		if reg.Has(name) {
-			return nil
-		}
-		if err := register(); err != nil && !reg.Has(name) {
-			return err
-		}
-		return nil
-	}
 	return errors.Join(
-		add(fnFetch, func() error { return rpc.RegisterAsync(reg, fnFetch, serveFetch) }),
-		add(fnFork, func() error { return rpc.Register(reg, fnFork, serveFork) }),
-		add(fnDelete, func() error { return rpc.Register(reg, fnDelete, serveDelete) }),
-		add(fnAccept, func() error { return rpc.Register(reg, fnAccept, serveAccept) }),
-		add(fnCall, func() error { return rpc.Register(reg, fnCall, serveCall) }),
+		rpc.RegisterAsync(reg, fnFetch, serveFetch),
+		rpc.Register(reg, fnFork, serveFork),
+		rpc.Register(reg, fnDelete, serveDelete),
+		rpc.Register(reg, fnAccept, serveAccept),
+		rpc.Register(reg, fnCall, serveCall),
 	)
 }
 
@@ -83,7 +74,7 @@ func handlerContext(ctx context.Context) (*refContext, error) {
 	if a == nil {
 		return nil, fmt.Errorf("rref: protocol function called outside an agent")
 	}
-	return contextOf(a), nil
+	return contextOf(a)
 }
 
 // serveFetch answers ToHere: the value once it exists, without holding a

@@ -29,6 +29,7 @@ type state struct {
 	fork     ID          // user references: this user's fork
 	entry    *ownerEntry // owner references
 	typeName string
+	fn       string // the function that created the value, when known here
 
 	// created completes when the owner has registered this user's fork (the
 	// creation acknowledged, or the fork accepted); with an error if that
@@ -54,27 +55,33 @@ func typeNameOf[T any]() string { return reflect.TypeFor[T]().String() }
 // result is an owner reference and fn runs on a goroutine here.
 //
 // The returned error reports only what is wrong at once (no such worker,
-// agent shut down).
+// agent shut down, agent without rref): an *rpc.CallError with Op "remote",
+// as is the error of the creation that ToHere and WaitConfirmed return.
 func Remote[T any](ctx context.Context, a *rpc.Agent, to, fn string, arg any, opts ...rpc.CallOption) (*RRef[T], error) {
-	rc := contextOf(a)
+	rc, err := contextOf(a)
+	if err != nil {
+		return nil, callError("remote", to, fn, err)
+	}
 	w, err := a.WorkerInfo(to)
 	if err != nil {
-		return nil, fmt.Errorf("rref: Remote %q: %w", fn, err)
+		return nil, callError("remote", to, fn, err)
 	}
 	tn := typeNameOf[T]()
 	if w.ID == a.Self().ID {
 		if err := checkResultType(a.Registry(), fn, tn); err != nil {
-			return nil, err
+			return nil, callError("remote", to, fn, err)
 		}
 		e := newEntry(rc.newID())
 		a.CallLocal(ctx, fn, arg).Then(func(v any, err error) {
-			e.value.Complete(v, err)
+			e.value.Complete(v, callError("remote", to, fn, err))
 			rc.settled(e)
 		})
-		return ownerRef[T](rc, e), nil
+		r := ownerRef[T](rc, e)
+		r.st.fn = fn
+		return r, nil
 	}
 	id := rc.newID()
-	st := &state{rc: rc, owner: w, id: id, fork: id, typeName: tn, created: rpc.NewFuture[struct{}]()}
+	st := &state{rc: rc, owner: w, id: id, fork: id, typeName: tn, fn: fn, created: rpc.NewFuture[struct{}]()}
 	rc.mu.Lock()
 	rc.users[id] = st
 	rc.mu.Unlock()
@@ -83,18 +90,37 @@ func Remote[T any](ctx context.Context, a *rpc.Agent, to, fn string, arg any, op
 		if err == nil {
 			st.confirmed.Store(true)
 		}
-		st.created.Complete(struct{}{}, err)
+		st.created.Complete(struct{}{}, callError("remote", to, fn, err))
 	})
 	return userRef[T](st), nil
 }
 
+// callError is the *rpc.CallError of an rref operation: op, on worker
+// peer, of function fn, with cause err; an error that is itself a call's
+// *rpc.CallError (the protocol call op made) gives its cause.
+func callError(op, peer, fn string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ce, ok := err.(*rpc.CallError); ok {
+		if ce.Op == op && ce.Peer == peer && ce.Func == fn {
+			return err
+		}
+		err = ce.Err
+	}
+	return &rpc.CallError{Op: op, Peer: peer, Func: fn, Err: err}
+}
+
 // LocalRRef makes an owner reference to value on this worker, to pass to
-// other workers.
-func LocalRRef[T any](a *rpc.Agent, value T) *RRef[T] {
-	rc := contextOf(a)
+// other workers. It fails only on an agent without rref.
+func LocalRRef[T any](a *rpc.Agent, value T) (*RRef[T], error) {
+	rc, err := contextOf(a)
+	if err != nil {
+		return nil, err
+	}
 	e := newEntry(rc.newID())
 	e.value.Complete(value, nil)
-	return ownerRef[T](rc, e)
+	return ownerRef[T](rc, e), nil
 }
 
 func ownerRef[T any](rc *refContext, e *ownerEntry) *RRef[T] {
@@ -137,15 +163,13 @@ func collected(c cleanupArg) {
 		return // the shutdown hook reports and releases it
 	default:
 	}
-	release := c.rc.agent.Hold()
-	go func() {
-		defer release()
-		ctx, cancel := context.WithTimeout(context.Background(), c.rc.agent.DefaultTimeout())
+	c.rc.agent.Go(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, c.rc.agent.DefaultTimeout())
 		defer cancel()
 		if err := st.release(ctx, false); err != nil {
 			c.rc.agent.Logger().Debug("rref: releasing a collected reference failed", "rref", st.id.String(), "err", err)
 		}
-	}()
+	})
 }
 
 // IsOwner reports whether this is the owner's reference.
@@ -210,8 +234,15 @@ func valueAs[T any](v any, id ID) (T, error) {
 // copy fetched from the owner. An owner that died makes it fail with
 // ErrPeerLost, one that does not answer with ErrTimeout (the call's timeout:
 // rpc.WithTimeout, else the agent's default, and ctx's deadline). If the
-// function that creates the value failed, ToHere returns its error.
+// function that creates the value failed, ToHere returns its error. Errors
+// are *rpc.CallError with Op "to_here", naming the owner and (where this
+// worker made the reference with Remote) the creating function.
 func (r *RRef[T]) ToHere(ctx context.Context, opts ...rpc.CallOption) (T, error) {
+	v, err := r.toHere(ctx, opts)
+	return v, callError("to_here", r.st.owner.Name, r.st.fn, err)
+}
+
+func (r *RRef[T]) toHere(ctx context.Context, opts []rpc.CallOption) (T, error) {
 	var zero T
 	st := r.st
 	if st.entry != nil {

@@ -95,7 +95,7 @@ func setup(h map[int]*holder) func(reg *rpc.Registry) {
 			return ref.IsOwner(), nil
 		}))
 		must(rpc.Register(reg, "make", func(ctx context.Context, n int) (*RRef[*tensor.Dense], error) {
-			return LocalRRef(rpc.AgentFromContext(ctx), tensor.New(tensor.WithShape(n), tensor.WithBacking(ones(n)))), nil
+			return LocalRRef(rpc.AgentFromContext(ctx), tensor.New(tensor.WithShape(n), tensor.WithBacking(ones(n))))
 		}))
 	}
 }
@@ -131,7 +131,7 @@ func holders(n int) map[int]*holder {
 }
 
 func TestRemoteToHereRelease(t *testing.T) {
-	agents := rpctest.StartGroup(t, 2, setup(holders(2)))
+	agents := startGroup(t, 2, setup(holders(2)))
 	ctx := context.Background()
 	ref, err := Remote[*tensor.Dense](ctx, agents[0], "w1", "ones", 5)
 	if err != nil {
@@ -172,7 +172,7 @@ func TestRemoteToHereRelease(t *testing.T) {
 
 func TestForkToThirdWorker(t *testing.T) {
 	h := holders(3)
-	agents := rpctest.StartGroup(t, 3, setup(h))
+	agents := startGroup(t, 3, setup(h))
 	ctx := context.Background()
 	ref, err := Remote[*tensor.Dense](ctx, agents[0], "w1", "ones", 4)
 	if err != nil {
@@ -195,7 +195,7 @@ func TestForkToThirdWorker(t *testing.T) {
 		t.Fatalf("child not confirmed: %v", err)
 	}
 	rpctest.Eventually(t, "w0's pending child is accepted", func() bool {
-		rc := contextOf(agents[0])
+		rc := mustContext(t, agents[0])
 		rc.mu.Lock()
 		defer rc.mu.Unlock()
 		return len(rc.children) == 0
@@ -254,7 +254,7 @@ func TestForkToThirdWorker(t *testing.T) {
 
 func TestOwnerSendsReferences(t *testing.T) {
 	h := holders(3)
-	agents := rpctest.StartGroup(t, 3, setup(h))
+	agents := startGroup(t, 3, setup(h))
 	ctx := context.Background()
 	// A reference returned as a result: w1 makes a LocalRRef and returns it.
 	ref, err := rpc.Sync[*RRef[*tensor.Dense]](ctx, agents[0], "w1", "make", 3)
@@ -268,7 +268,10 @@ func TestOwnerSendsReferences(t *testing.T) {
 		t.Fatalf("ToHere: %v %v", v, err)
 	}
 	// An owner reference on w0 sent to w2.
-	local := LocalRRef(agents[0], tensor.New(tensor.WithShape(6), tensor.WithBacking(ones(6))))
+	local, err := LocalRRef(agents[0], tensor.New(tensor.WithShape(6), tensor.WithBacking(ones(6))))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !local.IsOwner() {
 		t.Fatal("LocalRRef is not an owner reference")
 	}
@@ -308,7 +311,7 @@ func TestOwnerSendsReferences(t *testing.T) {
 }
 
 func TestCall(t *testing.T) {
-	agents := rpctest.StartGroup(t, 2, setup(holders(2)))
+	agents := startGroup(t, 2, setup(holders(2)))
 	ctx := context.Background()
 	ref, err := Remote[*Counter](ctx, agents[0], "w1", "counter", 10)
 	if err != nil {
@@ -340,14 +343,17 @@ func TestCall(t *testing.T) {
 		t.Fatalf("ToHere counter: %+v %v", c, err)
 	}
 	// On the owner, Call runs locally.
-	local := LocalRRef(agents[0], &Counter{N: 1})
+	local, err := LocalRRef(agents[0], &Counter{N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if n, err := Call[int](ctx, local, "Add", 1); err != nil || n != 2 {
 		t.Fatalf("local Add: %v %v", n, err)
 	}
 }
 
 func TestCreationErrors(t *testing.T) {
-	agents := rpctest.StartGroup(t, 2, setup(holders(2)))
+	agents := startGroup(t, 2, setup(holders(2)))
 	ctx := context.Background()
 	ref, err := Remote[*tensor.Dense](ctx, agents[0], "w1", "bad", struct{}{})
 	if err != nil {
@@ -383,7 +389,7 @@ func TestCreationErrors(t *testing.T) {
 }
 
 func TestLeakReportedAtShutdown(t *testing.T) {
-	agents := rpctest.StartGroup(t, 2, setup(holders(2)))
+	agents := startGroup(t, 2, setup(holders(2)))
 	ctx := context.Background()
 	ref, err := Remote[*tensor.Dense](ctx, agents[0], "w1", "ones", 3)
 	if err != nil {
@@ -407,7 +413,7 @@ func TestLeakReportedAtShutdown(t *testing.T) {
 }
 
 func TestOwnerDeadToHereFails(t *testing.T) {
-	agents := rpctest.StartGroup(t, 2, setup(holders(2)))
+	agents := startGroup(t, 2, setup(holders(2)))
 	ctx := context.Background()
 	ref, err := Remote[*tensor.Dense](ctx, agents[0], "w1", "slow", 50*time.Millisecond)
 	if err != nil {
@@ -416,7 +422,7 @@ func TestOwnerDeadToHereFails(t *testing.T) {
 	if err := ref.WaitConfirmed(ctx); err != nil {
 		t.Fatal(err)
 	}
-	agents[1].Shutdown(ctx, false) // the owner dies
+	agents[1].Close() // the owner dies
 	start := time.Now()
 	_, err = ref.ToHere(ctx, rpc.WithTimeout(5*time.Second))
 	if !errors.Is(err, rpc.ErrPeerLost) && !errors.Is(err, rpc.ErrTimeout) {
@@ -429,7 +435,7 @@ func TestOwnerDeadToHereFails(t *testing.T) {
 }
 
 func TestCollectedReferenceIsReleased(t *testing.T) {
-	agents := rpctest.StartGroup(t, 2, setup(holders(2)))
+	agents := startGroup(t, 2, setup(holders(2)))
 	ctx := context.Background()
 	func() {
 		ref, err := Remote[*tensor.Dense](ctx, agents[0], "w1", "ones", 3)
@@ -447,7 +453,7 @@ func TestCollectedReferenceIsReleased(t *testing.T) {
 }
 
 func TestUnsentForkIsUndone(t *testing.T) {
-	agents := rpctest.StartGroup(t, 2, setup(holders(2)), rpc.WithMaxMessageSize(1<<20))
+	agents := startGroup(t, 2, setup(holders(2)), rpc.WithMaxMessageSize(1<<20))
 	ctx := context.Background()
 	big := tensor.New(tensor.WithShape(1<<19), tensor.WithBacking(make([]float32, 1<<19)))
 	type withTensor struct {
@@ -456,7 +462,10 @@ func TestUnsentForkIsUndone(t *testing.T) {
 	}
 	// A call that fails after the reference was encoded (the message is too
 	// large): the fork the owner registered for the receiver is undone.
-	local := LocalRRef(agents[0], tensor.New(tensor.WithShape(1), tensor.WithBacking([]float32{1})))
+	local, err := LocalRRef(agents[0], tensor.New(tensor.WithShape(1), tensor.WithBacking([]float32{1})))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := rpc.Sync[float32](ctx, agents[0], "w1", "keep", withTensor{local, big}); !errors.Is(err, rpc.ErrTooLarge) {
 		t.Fatalf("oversized call: %v", err)
 	}
@@ -475,7 +484,7 @@ func TestUnsentForkIsUndone(t *testing.T) {
 	if _, err := rpc.Sync[float32](ctx, agents[0], "w1", "keep", withTensor{ref, big}); !errors.Is(err, rpc.ErrTooLarge) {
 		t.Fatalf("oversized call: %v", err)
 	}
-	rc := contextOf(agents[0])
+	rc := mustContext(t, agents[0])
 	rc.mu.Lock()
 	pending := len(rc.children)
 	rc.mu.Unlock()

@@ -30,7 +30,7 @@ import (
 func (r *RRef[T]) MarshalRPC(e *rpc.Encoder) error {
 	st := r.st
 	a := e.Agent()
-	if a == nil || contextOf(a) != st.rc {
+	if rc, err := contextOf(a); err != nil || rc != st.rc {
 		return fmt.Errorf("%w: rref: %s can only be sent through the agent that holds it", rpc.ErrInvalidArgument, st.id)
 	}
 	rc := st.rc
@@ -80,7 +80,10 @@ func (r *RRef[T]) UnmarshalRPC(d *rpc.Decoder) error {
 	if a == nil {
 		return fmt.Errorf("%w: rref: an RRef can only be received by an agent", rpc.ErrInvalidArgument)
 	}
-	rc := contextOf(a)
+	rc, err := contextOf(a)
+	if err != nil {
+		return err
+	}
 	ownerID, err := d.Uvarint()
 	if err != nil {
 		return err
@@ -139,10 +142,8 @@ func (r *RRef[T]) UnmarshalRPC(d *rpc.Decoder) error {
 		st.confirmed.Store(true)
 		st.created.Complete(struct{}{}, nil)
 	} else {
-		release := a.Hold()
-		go func() {
-			defer release()
-			ctx, cancel := context.WithTimeout(context.Background(), a.DefaultTimeout())
+		started := a.Go(func(ctx context.Context) {
+			ctx, cancel := context.WithTimeout(ctx, a.DefaultTimeout())
 			defer cancel()
 			_, err := rpc.Sync[struct{}](ctx, a, owner.Name, fnFork, forkReq{ID: id, Fork: fork})
 			if err != nil {
@@ -153,7 +154,10 @@ func (r *RRef[T]) UnmarshalRPC(d *rpc.Decoder) error {
 			st.confirmed.Store(true)
 			st.created.Complete(struct{}{}, nil)
 			rc.tellParent(parent, fork)
-		}()
+		})
+		if !started {
+			st.created.Complete(struct{}{}, fmt.Errorf("%w: rref: worker %s closed before the owner %s confirmed %s", rpc.ErrClosed, a.Self(), owner, id))
+		}
 	}
 	r.bind(st)
 	return nil
@@ -165,15 +169,13 @@ func (rc *refContext) tellParent(parent rpc.WorkerInfo, fork ID) {
 		rc.childDone(fork)
 		return
 	}
-	release := rc.agent.Hold()
-	go func() {
-		defer release()
-		ctx, cancel := context.WithTimeout(context.Background(), rc.agent.DefaultTimeout())
+	rc.agent.Go(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, rc.agent.DefaultTimeout())
 		defer cancel()
-		if _, err := rpc.Sync[struct{}](ctx, rc.agent, parent.Name, fnAccept, acceptReq{Fork: fork}); err != nil && !errors.Is(err, rpc.ErrClosed) {
+		if _, err := rpc.Sync[struct{}](ctx, rc.agent, parent.Name, fnAccept, acceptReq{Fork: fork}); err != nil && !errors.Is(err, rpc.ErrClosed) && !errors.Is(err, context.Canceled) {
 			rc.agent.Logger().Warn("rref: telling a parent its fork was accepted failed", "parent", parent.Name, "fork", fork.String(), "err", err)
 		}
-	}()
+	})
 }
 
 // childDone drops a pending child; a parent whose release waited for its
@@ -191,13 +193,11 @@ func (rc *refContext) childDone(fork ID) {
 	if !send {
 		return
 	}
-	release := rc.agent.Hold()
-	go func() {
-		defer release()
-		ctx, cancel := context.WithTimeout(context.Background(), rc.agent.DefaultTimeout())
+	rc.agent.Go(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, rc.agent.DefaultTimeout())
 		defer cancel()
-		if err := st.sendDelete(ctx); err != nil && !errors.Is(err, rpc.ErrClosed) {
+		if err := st.sendDelete(ctx); err != nil && !errors.Is(err, rpc.ErrClosed) && !errors.Is(err, context.Canceled) {
 			rc.agent.Logger().Warn("rref: delayed release failed", "rref", st.id.String(), "err", err)
 		}
-	}()
+	})
 }

@@ -206,9 +206,9 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		done := make(chan error, 1)
 		peerDone = done
 		go func() {
-			a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy))
+			a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy))
 			if err == nil {
-				err = a.Shutdown(ctx, true)
+				err = a.Shutdown(ctx)
 			}
 			done <- err
 		}()
@@ -233,7 +233,7 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		peerDone = done
 		go func() { done <- cmd.Wait() }()
 	}
-	a, err := rpc.Init(ctx, "w0", 0, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy))
+	a, err := rpc.Init(ctx, "w0", 0, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy))
 	if err != nil {
 		cancel()
 		<-peerDone
@@ -246,12 +246,12 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		}
 	}
 	if runErr != nil {
-		a.Shutdown(ctx, false)
+		a.Close()
 		cancel()
 		<-peerDone
 		return nil, runErr
 	}
-	if err := a.Shutdown(ctx, true); err != nil {
+	if err := a.Shutdown(ctx); err != nil {
 		return nil, err
 	}
 	if err := <-peerDone; err != nil {
@@ -263,11 +263,11 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 // rpcBenchCallee is the callee process: it serves until the caller shuts the
 // group down.
 func rpcBenchCallee(ctx context.Context, sameHostCopy bool) error {
-	a, err := rpc.InitFromEnv(ctx, "w1", rpc.WithRegistry(rpcBenchRegistry()), rpc.WithSameHostCopy(sameHostCopy))
+	a, err := rpc.InitFromEnv(ctx, "w1", rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithSameHostCopy(sameHostCopy))
 	if err != nil {
 		return err
 	}
-	return a.Shutdown(ctx, true)
+	return a.Shutdown(ctx)
 }
 
 func ones32(n int) *tensor.Dense {

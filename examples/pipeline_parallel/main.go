@@ -136,7 +136,7 @@ func runWorker(ctx context.Context, cfg config, w io.Writer) error {
 		return fmt.Errorf("store at %s: %w", addr, err)
 	}
 	defer st.Close()
-	agent, err := rpc.InitFromEnv(ctx, workerNames[rank], rpc.WithRegistry(reg), rpc.WithStore(st))
+	agent, err := rpc.InitFromEnv(ctx, workerNames[rank], rpc.WithRegistry(reg), rpc.WithStore(st), rpc.WithExtensions(autograd.Extension()))
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func runWorker(ctx context.Context, cfg config, w io.Writer) error {
 	// A graceful shutdown returns when every worker has called it and no
 	// call is in flight anywhere: the stage workers wait here while the
 	// driver trains.
-	serr := agent.Shutdown(ctx, true)
+	serr := agent.Shutdown(ctx)
 	return errors.Join(terr, serr, leave(ctx, st, rank))
 }
 
@@ -191,14 +191,14 @@ func startAgents(ctx context.Context, reg *rpc.Registry) ([]*rpc.Agent, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			agents[r], errs[r] = rpc.Init(ctx, name, r, len(workerNames), rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithListenAddr("127.0.0.1:0"))
+			agents[r], errs[r] = rpc.Init(ctx, name, r, len(workerNames), rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithListenAddr("127.0.0.1:0"), rpc.WithExtensions(autograd.Extension()))
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		for _, a := range agents {
 			if a != nil {
-				a.Shutdown(ctx, false)
+				a.Close()
 			}
 		}
 		return nil, err
@@ -211,7 +211,7 @@ func shutdownAll(ctx context.Context, agents []*rpc.Agent) error {
 	var wg sync.WaitGroup
 	for i, a := range agents {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = a.Shutdown(ctx, true) }()
+		go func() { defer wg.Done(); errs[i] = a.Shutdown(ctx) }()
 	}
 	wg.Wait()
 	return errors.Join(errs...)

@@ -167,7 +167,7 @@ func registry(cfg config) *rpc.Registry {
 	var model *ParameterServer
 	rpc.Register(reg, "ps.model", func(ctx context.Context, _ struct{}) (*rref.RRef[*ParameterServer], error) {
 		once.Do(func() { model = newParameterServer(cfg.lr) })
-		return rref.LocalRRef(rpc.AgentFromContext(ctx), model), nil
+		return rref.LocalRRef(rpc.AgentFromContext(ctx), model)
 	})
 	return reg
 }
@@ -212,7 +212,7 @@ func runWorker(ctx context.Context, a *rpc.Agent, cfg config) (float64, error) {
 	if a.Self().ID != 0 {
 		loss, err = runTrainer(ctx, a, cfg)
 	}
-	if serr := a.Shutdown(ctx, true); serr != nil {
+	if serr := a.Shutdown(ctx); serr != nil {
 		err = errors.Join(err, serr)
 	}
 	return loss, err
@@ -239,7 +239,7 @@ func runGoroutines(ctx context.Context, cfg config) ([]float64, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a, err := rpc.Init(ctx, workerName(r), r, world, rpc.WithStore(st), rpc.WithRegistry(registry(cfg)))
+			a, err := rpc.Init(ctx, workerName(r), r, world, rpc.WithStore(st), rpc.WithRegistry(registry(cfg)), rpc.WithExtensions(rref.Extension()))
 			if err != nil {
 				errs[r] = err
 				return
@@ -272,7 +272,7 @@ func main() {
 		// One worker per process (tandem run, torchrun-style variables).
 		var a *rpc.Agent
 		rank, _ := strconv.Atoi(os.Getenv("RANK"))
-		a, err = rpc.InitFromEnv(ctx, workerName(rank), rpc.WithRegistry(registry(cfg)))
+		a, err = rpc.InitFromEnv(ctx, workerName(rank), rpc.WithRegistry(registry(cfg)), rpc.WithExtensions(rref.Extension()))
 		if err == nil {
 			var loss float64
 			loss, err = runWorker(ctx, a, cfg)

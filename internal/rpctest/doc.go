@@ -8,7 +8,7 @@
 //	func TestSomething(t *testing.T) {
 //		agents := rpctest.StartGroup(t, 2, func(reg *rpc.Registry) {
 //			// register functions every agent serves
-//		})
+//		}, rpc.WithExtensions(rref.Extension()))
 //		// ... calls between agents[0] and agents[1] ...
 //		for i, err := range rpctest.ShutdownAll(agents) {
 //			if err != nil {

@@ -18,10 +18,11 @@ const groupTimeout = 20 * time.Second
 // loopback sockets (127.0.0.1, port 0), meeting through a fresh in-memory
 // store. setup (may be nil) registers functions in the one registry every
 // agent serves, before Init. opts come after the group's own options (store,
-// registry, listen address), so they may replace them. It fails the test if
-// any rank cannot start within 20 s. A cleanup registered on t shuts every
-// agent down (not gracefully, concurrently) and closes the store; agents a
-// test has already shut down are shut down again harmlessly.
+// registry, listen address), so they may replace them; extensions
+// (rpc.WithExtensions(rref.Extension())) come with them. It fails the test
+// if any rank cannot start within 20 s. A cleanup registered on t closes
+// every agent (Close, concurrently) and the store; agents a test has
+// already shut down are closed again harmlessly.
 func StartGroup(t testing.TB, n int, setup func(reg *rpc.Registry), opts ...rpc.Option) []*rpc.Agent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
@@ -49,14 +50,12 @@ func StartGroup(t testing.TB, n int, setup func(reg *rpc.Registry), opts ...rpc.
 		}
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
-		defer cancel()
 		var wg sync.WaitGroup
 		for _, a := range agents {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				a.Shutdown(ctx, false)
+				a.Close()
 			}()
 		}
 		wg.Wait()
@@ -76,7 +75,7 @@ func ShutdownAll(agents []*rpc.Agent) []error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = a.Shutdown(ctx, true)
+			errs[i] = a.Shutdown(ctx)
 		}()
 	}
 	wg.Wait()
