@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // A fingerprint frame is a fixed-size message that every member of a group
@@ -110,8 +112,8 @@ func (pg *ProcessGroup) recvFingerprints(ctx context.Context, c *opCtx, op colle
 				if lost := pg.world.peerLost(pg.members[peer]); lost != nil {
 					return fmt.Errorf("%s #%d: waiting for rank %d's fingerprint: %w", op.desc, c.seq, peer, lost)
 				}
-				return fmt.Errorf("%w: %s #%d on group %q: rank %d never joined this collective (is it stuck, or did it call a different number of collectives?): %w",
-					ErrTimeout, op.desc, c.seq, pg.name, peer, ctx.Err())
+				return errs.FromContext(ctx, fmt.Sprintf("%s #%d on group %q: rank %d never joined this collective (is it stuck, or did it call a different number of collectives?)",
+					op.desc, c.seq, pg.name, peer))
 			}
 			return fmt.Errorf("%s #%d: waiting for rank %d's fingerprint: %w", op.desc, c.seq, peer, err)
 		}

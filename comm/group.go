@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/launch"
 )
 
@@ -85,8 +86,11 @@ func NewProcessGroup(ctx context.Context, t transport.Transport, opts ...Option)
 	if t == nil {
 		return nil, errorf(ErrInvalidArgument, "NewProcessGroup needs a transport, got nil")
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: creating process group: %w", ErrTimeout, err)
+	if err := errs.CheckContext(ctx, "comm: NewProcessGroup"); err != nil {
+		return nil, err
+	}
+	if err := errs.FromContext(ctx, "comm: NewProcessGroup"); err != nil {
+		return nil, err
 	}
 	n, r := t.Size(), t.Rank()
 	if n < 1 || r < 0 || r >= n {

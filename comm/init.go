@@ -16,6 +16,7 @@ import (
 	"github.com/tandemml/tandem/comm/store/torchstore"
 	"github.com/tandemml/tandem/comm/tcp"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/launch"
 )
 
@@ -197,6 +198,9 @@ func InitFromEnv(ctx context.Context, opts ...InitOption) (*ProcessGroup, error)
 // Otherwise it listens on every interface and offers each of its addresses
 // to its peers (see comm/tcp.WithHost to pin one).
 func Init(ctx context.Context, rawURL string, opts ...InitOption) (*ProcessGroup, error) {
+	if err := errs.CheckContext(ctx, "comm: init"); err != nil {
+		return nil, err
+	}
 	cfg := initConfig{rank: -1, world: -1, timeout: DefaultTimeout, lookup: os.LookupEnv}
 	for _, o := range opts {
 		if o != nil {
@@ -523,13 +527,13 @@ func (v *agentStoreView) until(ctx context.Context, keys []string, timeout time.
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return fmt.Errorf("%w: comm: waiting for keys %q in torchrun's agent store: not set within %v", store.ErrTimeout, keys, timeout)
+			return fmt.Errorf("comm: wait for keys %q in torchrun's agent store: not set within %v: %w", keys, timeout, store.ErrTimeout)
 		}
 		t := time.NewTimer(min(pause, left))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w: comm: waiting for keys %q in torchrun's agent store: %w", store.ErrTimeout, keys, context.Cause(ctx))
+			return errs.FromContext(ctx, fmt.Sprintf("comm: wait for keys %q in torchrun's agent store", keys))
 		case <-t.C:
 		}
 		pause = min(2*pause, 100*time.Millisecond)

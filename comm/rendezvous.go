@@ -14,6 +14,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/launch"
 )
 
@@ -176,14 +177,17 @@ func (r *rendezvous) missing(ctx context.Context, base, what string) error {
 	msg := fmt.Sprintf("comm: init: rank %d of %d: ", r.rank, r.world)
 	switch {
 	case unreachable != nil:
-		msg += fmt.Sprintf("the rendezvous did not complete, and the store no longer answers (did rank 0 give up or exit?): %v", unreachable)
+		msg += "the rendezvous did not complete, and the store no longer answers (did rank 0 give up or exit?)"
 	case len(absent) > 0:
 		msg += fmt.Sprintf("ranks %v %s", absent, what)
 	default:
 		msg += "the rendezvous did not complete"
 	}
 	msg += fmt.Sprintf(" (waited up to %v at %s); check that every rank was started, with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE", r.timeout, r.where)
-	return fmt.Errorf("%w: %s: %w", ErrTimeout, msg, ctx.Err())
+	if unreachable != nil {
+		return errs.Wrap(ctx, msg, unreachable)
+	}
+	return errs.FromContext(ctx, msg)
 }
 
 // watch polls rdzv/failed until stop is called; when another rank records a
@@ -215,9 +219,10 @@ func (r *rendezvous) watch(ctx context.Context, cancel context.CancelCauseFunc) 
 }
 
 // post records err as the job's failure for the other ranks (the first one
-// recorded wins). Timeouts are not recorded: the other ranks see their own.
+// recorded wins). Timeouts and cancellations are not recorded: the other
+// ranks see their own timeout.
 func (r *rendezvous) post(ctx context.Context, err error) {
-	if errors.Is(err, ErrTimeout) {
+	if errors.Is(err, ErrTimeout) || errors.Is(err, context.Canceled) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)

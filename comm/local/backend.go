@@ -9,6 +9,7 @@ import (
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 func init() { comm.Register("local", Backend{}) }
@@ -36,6 +37,9 @@ type joining struct {
 // Connect returns rank cfg.Rank's transport once the world exists (every
 // rank's Connect can then proceed without waiting for the others).
 func (Backend) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
+	if err := errs.CheckContext(ctx, "local: connect"); err != nil {
+		return nil, err
+	}
 	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
 		return nil, fmt.Errorf("%w: local backend: rank %d of world size %d", transport.ErrInvalidArgument, cfg.Rank, cfg.Size)
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // hub joins the endpoints of one in-process world.
@@ -74,18 +75,27 @@ func (e *endpoint) checkPeer(peer int) error {
 	return nil
 }
 
-func ctxError(ctx context.Context, what string) error {
-	return fmt.Errorf("%w: %s: %w", transport.ErrTimeout, what, ctx.Err())
+// opName names a Send or Recv in errors: "local: recv: rank 1 from rank 0
+// (tag 0x5)".
+func (e *endpoint) opName(op string, peer int, tag transport.Tag) string {
+	dir := "to"
+	if op == "recv" {
+		dir = "from"
+	}
+	return fmt.Sprintf("local: %s: rank %d %s rank %d (tag %#x)", op, e.rank, dir, peer, uint64(tag))
 }
 
 // Send copies buf into peer's mailbox (straight into a waiting receive's
 // buffer when one is posted), so it never waits for the receiver.
 func (e *endpoint) Send(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
+	if err := errs.CheckContext(ctx, "local: send"); err != nil {
+		return err
+	}
 	if err := e.checkPeer(peer); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return ctxError(ctx, fmt.Sprintf("rank %d sending to rank %d", e.rank, peer))
+	if ctx.Err() != nil {
+		return errs.FromContext(ctx, e.opName("send", peer, tag))
 	}
 	e.mu.Lock()
 	dead := e.dead
@@ -151,6 +161,9 @@ func fill(dst, msg []byte, src, dstRank int, tag transport.Tag) error {
 }
 
 func (e *endpoint) Recv(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
+	if err := errs.CheckContext(ctx, "local: recv"); err != nil {
+		return err
+	}
 	if err := e.checkPeer(peer); err != nil {
 		return err
 	}
@@ -179,9 +192,9 @@ func (e *endpoint) Recv(ctx context.Context, peer int, tag transport.Tag, buf []
 		e.mu.Unlock()
 		return fmt.Errorf("%w: rank %d receiving from rank %d: %w", transport.ErrPeerLost, e.rank, peer, err)
 	}
-	if err := ctx.Err(); err != nil {
+	if ctx.Err() != nil {
 		e.mu.Unlock()
-		return ctxError(ctx, fmt.Sprintf("rank %d receiving from rank %d", e.rank, peer))
+		return errs.FromContext(ctx, e.opName("recv", peer, tag))
 	}
 	w := &waiter{buf: buf, done: make(chan error, 1)}
 	if q == nil {
@@ -207,7 +220,7 @@ func (e *endpoint) Recv(ctx context.Context, peer int, tag transport.Tag, buf []
 					delete(e.queues, k)
 				}
 				e.mu.Unlock()
-				return ctxError(ctx, fmt.Sprintf("rank %d receiving from rank %d under tag %#x", e.rank, peer, uint64(tag)))
+				return errs.FromContext(ctx, e.opName("recv", peer, tag))
 			}
 		}
 	}

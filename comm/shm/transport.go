@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/internal/liveness"
 )
 
@@ -191,7 +192,10 @@ func (t *Transport) downErr() error {
 	return nil
 }
 
-func (t *Transport) check(op string, peer int, buf []byte) error {
+func (t *Transport) check(ctx context.Context, op string, peer int, buf []byte) error {
+	if err := errs.CheckContext(ctx, "shm: "+op); err != nil {
+		return err
+	}
 	if peer < 0 || peer >= t.size {
 		return fmt.Errorf("shm: %s: peer rank %d out of range for world size %d: %w", op, peer, t.size, transport.ErrInvalidArgument)
 	}
@@ -202,8 +206,14 @@ func (t *Transport) check(op string, peer int, buf []byte) error {
 	return t.downErr()
 }
 
-func (t *Transport) timeoutErr(op string, peer int, tag transport.Tag, ctx context.Context) error {
-	return fmt.Errorf("%w: shm: rank %d: %s rank %d (tag %#x): %w", transport.ErrTimeout, t.rank, op, peer, uint64(tag), ctx.Err())
+// ctxErr is the error of a send or receive (op "send" or "recv") with peer
+// that gave up because ctx ended, under the context rule of internal/errs.
+func (t *Transport) ctxErr(ctx context.Context, op string, peer int, tag transport.Tag) error {
+	dir := "to"
+	if op == "recv" {
+		dir = "from"
+	}
+	return errs.FromContext(ctx, fmt.Sprintf("shm: %s: rank %d %s rank %d (tag %#x)", op, t.rank, dir, peer, uint64(tag)))
 }
 
 // peerGone returns an error wrapping ErrPeerLost when rank p has closed,
@@ -294,11 +304,11 @@ func signal(seq, flag *atomic.Uint32) {
 // in pieces published one by one so that the receiver copies each out while
 // the next goes in, and returns when the last piece is in the ring.
 func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
-	if err := t.check("sending", peer, buf); err != nil {
+	if err := t.check(ctx, "sending", peer, buf); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
-		return t.timeoutErr("sending to", peer, tag, ctx)
+		return t.ctxErr(ctx, "send", peer, tag)
 	}
 	if peer == t.rank {
 		return t.inbox[peer].deliver(tag, buf)
@@ -340,7 +350,7 @@ func (t *Transport) put(ctx context.Context, o *outbox, peer int, tag transport.
 			return err
 		}
 		if ctx.Err() != nil {
-			return t.timeoutErr("sending to", peer, tag, ctx)
+			return t.ctxErr(ctx, "send", peer, tag)
 		}
 		if err := t.peerGone(peer, !full); err != nil {
 			return fmt.Errorf("shm: rank %d: sending to rank %d: %w", t.rank, peer, err)
@@ -441,11 +451,11 @@ func (t *Transport) RecvReduce(ctx context.Context, peer int, tag transport.Tag,
 }
 
 func (t *Transport) recv(ctx context.Context, peer int, tag transport.Tag, buf []byte, reduce func(dst, src []byte)) error {
-	if err := t.check("receiving", peer, buf); err != nil {
+	if err := t.check(ctx, "receiving", peer, buf); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
-		return t.timeoutErr("receiving from", peer, tag, ctx)
+		return t.ctxErr(ctx, "recv", peer, tag)
 	}
 	in := t.inbox[peer]
 	in.mu.Lock()
@@ -494,7 +504,7 @@ func (t *Transport) recv(ctx context.Context, peer int, tag transport.Tag, buf [
 				in.waiters[tag] = q
 			}
 			in.mu.Unlock()
-			return t.timeoutErr("receiving from", peer, tag, ctx)
+			return t.ctxErr(ctx, "recv", peer, tag)
 		}
 	}
 	in.mu.Unlock()
@@ -505,7 +515,7 @@ func (t *Transport) recv(ctx context.Context, peer int, tag transport.Tag, buf [
 	case err := <-w.done:
 		return err
 	default:
-		return t.timeoutErr("receiving from", peer, tag, ctx)
+		return t.ctxErr(ctx, "recv", peer, tag)
 	}
 }
 

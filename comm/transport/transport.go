@@ -6,6 +6,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
@@ -40,6 +41,29 @@ type Config struct {
 	// 0 means the backend's default, a negative value no check. Backends
 	// whose ranks cannot freeze apart (goroutines in one process) ignore it.
 	PeerTimeout time.Duration
+}
+
+// Validate checks what every backend needs of cfg before it connects: a
+// world of at least one rank and at most maxSize (no bound when maxSize is
+// not positive), a rank inside it, a rendezvous store when there are peers
+// and a MaxMessage that is not negative. Errors wrap ErrInvalidArgument and
+// start with backend ("tcp: ...").
+func (cfg Config) Validate(backend string, maxSize int) error {
+	switch {
+	case cfg.Size < 1:
+		return fmt.Errorf("%s: world size %d: must be at least 1: %w", backend, cfg.Size, ErrInvalidArgument)
+	case maxSize > 0 && cfg.Size > maxSize:
+		return fmt.Errorf("%s: world size %d: exceeds the %d ranks this backend supports: %w", backend, cfg.Size, maxSize, ErrInvalidArgument)
+	case cfg.Rank < 0 || cfg.Rank >= cfg.Size:
+		return fmt.Errorf("%s: rank %d out of range for world size %d (ranks are 0..%d): %w",
+			backend, cfg.Rank, cfg.Size, cfg.Size-1, ErrInvalidArgument)
+	case cfg.Size > 1 && cfg.Store == nil:
+		return fmt.Errorf("%s: a world of %d ranks needs a rendezvous store in transport.Config.Store: %w",
+			backend, cfg.Size, ErrInvalidArgument)
+	case cfg.MaxMessage < 0:
+		return fmt.Errorf("%s: MaxMessage %d is negative: %w", backend, cfg.MaxMessage, ErrInvalidArgument)
+	}
+	return nil
 }
 
 // Backend builds a Transport for one rank; backends register themselves with
