@@ -115,11 +115,7 @@ func (b Backend) directory() string {
 // returns when every rank has mapped it, or fails when the context ends or
 // cfg.Timeout (5 minutes when zero) passes.
 func (b Backend) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
-	t, err := b.connect(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return t, nil
+	return transport.Upcast(b.connect(ctx, cfg))
 }
 
 // ConnectSHM is Connect returning the concrete type.

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/internal/liveness"
 	"github.com/tandemml/tandem/internal/tokenauth"
 )
@@ -357,14 +358,11 @@ func (s *TCPStore) dialError(ctx context.Context, last error) error {
 	s.mu.Lock()
 	lost := s.connected
 	s.mu.Unlock()
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		if lost {
-			return fmt.Errorf("%w: %w: store: lost the connection to server %s and cannot reach it again (last error: %v); "+
-				"check that the server still runs", ErrTimeout, ErrPeerLost, s.addr, last)
-		}
-		return fmt.Errorf("%w: store: cannot reach server %s (last error: %w); check the address and that the server runs", ErrTimeout, s.addr, last)
+	if lost {
+		return errs.Wrap(ctx, fmt.Sprintf("store: connect: lost the connection to server %s and cannot reach it again; check that the server still runs", s.addr),
+			fmt.Errorf("%w: %w", last, ErrPeerLost))
 	}
-	return fmt.Errorf("store: connecting to %s: %w", s.addr, last)
+	return errs.Wrap(ctx, fmt.Sprintf("store: connect: cannot reach server %s; check the address and that the server runs", s.addr), last)
 }
 
 // redial connects and says hello, retrying with backoff until ctx ends; it
@@ -571,8 +569,8 @@ func (s *TCPStore) do(ctx context.Context, rq *request) (message, error) {
 // sending it again (same id, so the server can recognise a repeat) when the
 // connection breaks.
 func (s *TCPStore) send(ctx context.Context, rq *request) (message, error) {
-	if err := ctx.Err(); err != nil {
-		return message{}, ctxError(ctx, rq.op)
+	if err := enter(ctx, rq.op); err != nil {
+		return message{}, err
 	}
 	dl, ctxBound := deadline(ctx, rq.wait, s.cfg.timeout)
 	timeout := rq.wait
@@ -681,7 +679,7 @@ func ctxErrorOr(ctx context.Context, op string, timeout time.Duration) error {
 	if ctx.Err() != nil {
 		return ctxError(ctx, op)
 	}
-	return fmt.Errorf("%w: store %s got no answer within %v", ErrTimeout, op, timeout)
+	return fmt.Errorf("store: %s: got no answer within %v: %w", op, timeout, ErrTimeout)
 }
 
 // Set implements Store.

@@ -87,8 +87,8 @@ func (s *File) Path() string { return s.path }
 // locked runs fn with the file locked (exclusively if excl) and the state
 // brought up to date with the file.
 func (s *File) locked(ctx context.Context, op string, excl bool, fn func() error) error {
-	if ctx.Err() != nil {
-		return ctxError(ctx, op)
+	if err := enter(ctx, op); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -132,7 +132,7 @@ func (s *File) flock(ctx context.Context, op string, how int) error {
 		case <-ctx.Done():
 			return ctxError(ctx, op)
 		case <-timer.C:
-			return fmt.Errorf("%w: store %s: file %s stayed locked by another process for %v", ErrTimeout, op, s.path, s.cfg.timeout)
+			return fmt.Errorf("store: %s: file %s stayed locked by another process for %v: %w", op, s.path, s.cfg.timeout, ErrTimeout)
 		}
 		pause = min(pause*2, 5*time.Millisecond)
 	}

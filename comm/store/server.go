@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/internal/tokenauth"
 )
 
@@ -65,8 +66,9 @@ type Server struct {
 	gate *admit.Gate
 	warn warnings
 
+	conns admit.Conns[*serverConn]
+
 	mu       sync.Mutex
-	conns    map[*serverConn]struct{}
 	sessions map[uint64]*session
 	closed   bool
 	serving  bool
@@ -96,7 +98,6 @@ func NewServer(addr string, opts ...Option) (*Server, error) {
 		t:        newTable(),
 		gate:     admit.NewGate(cfg.maxPending, cfg.maxPendingPerHost),
 		warn:     newWarnings(cfg.logger),
-		conns:    map[*serverConn]struct{}{},
 		sessions: map[uint64]*session{},
 		done:     make(chan struct{}),
 	}, nil
@@ -110,6 +111,9 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // an error wrapping ErrClosed if the server was already closed or is already
 // serving.
 func (s *Server) Serve(ctx context.Context) error {
+	if err := errs.CheckContext(ctx, "store server: serve"); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	if s.closed || s.serving {
 		s.mu.Unlock()
@@ -119,36 +123,18 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
-	backoff := time.Millisecond
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			select {
-			case <-s.done:
-				return s.Close() // waits until every connection is gone
-			default:
-			}
-			// Out of file descriptors or a similar passing trouble: wait and retry.
-			s.warn.accept.Warn("store server: accept failed; retrying", "addr", s.Addr(), "err", err, "retry_in", backoff)
-			select {
-			case <-s.done:
-				return s.Close()
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, time.Second)
-			continue
-		}
-		backoff = time.Millisecond
+	admit.Accept(s.ln, s.done, s.warn.accept, "store server", func(c net.Conn) {
 		admitted, ok := s.gate.Admit(c.RemoteAddr())
 		if !ok {
 			refuseBusy(c)
 			s.warn.busy.Warn("store server: refusing connection: too many connections are saying hello; "+
 				"the client will dial again (raise WithMaxPending if legitimate clients are turned away)",
 				"remote", c.RemoteAddr())
-			continue
+			return
 		}
 		s.startConn(c, admitted)
-	}
+	})
+	return s.Close() // waits until every connection is gone
 }
 
 // refuseBusy closes a connection over the handshake cap at once, with a reset
@@ -183,25 +169,14 @@ func (s *Server) startConn(c net.Conn, admitted func()) {
 		readerDone: make(chan struct{}),
 	}
 	sc.cond = sync.NewCond(&sc.mu)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.conns.Serve(sc, func() { sc.readLoop(admitted) }) {
 		admitted()
 		c.Close()
-		return
 	}
-	s.conns[sc] = struct{}{}
-	s.wg.Add(1)
-	s.mu.Unlock()
-	go func() {
-		defer s.wg.Done()
-		sc.readLoop(admitted)
-	}()
 }
 
 func (s *Server) forget(sc *serverConn) {
 	s.mu.Lock()
-	delete(s.conns, sc)
 	if ses := sc.ses; ses != nil && ses.conn == sc {
 		ses.conn = nil
 		ses.idle = time.Now()
@@ -299,21 +274,19 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		s.conns.Wait()
 		s.wg.Wait()
 		return nil
 	}
 	s.closed = true
 	close(s.done)
-	conns := make([]*serverConn, 0, len(s.conns))
-	for sc := range s.conns {
-		conns = append(conns, sc)
-	}
 	s.mu.Unlock()
 	err := s.ln.Close()
-	for _, sc := range conns {
+	for _, sc := range s.conns.Close() {
 		sc.close()
 	}
 	s.t.close()
+	s.conns.Wait()
 	s.wg.Wait()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("store server: close listener: %w", err)
@@ -324,13 +297,7 @@ func (s *Server) Close() error {
 // dropConnections closes every client connection but keeps serving; tests
 // use it to check that clients reconnect.
 func (s *Server) dropConnections() {
-	s.mu.Lock()
-	conns := make([]*serverConn, 0, len(s.conns))
-	for sc := range s.conns {
-		conns = append(conns, sc)
-	}
-	s.mu.Unlock()
-	for _, sc := range conns {
+	for _, sc := range s.conns.All() {
 		sc.close()
 	}
 }

@@ -94,11 +94,7 @@ func (b Backend) socketBuffer() int {
 // context ends or cfg.Timeout passes (5 minutes when zero), and then fails
 // with an error that names the ranks that never connected.
 func (b Backend) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
-	t, err := b.connect(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return t, nil
+	return transport.Upcast(b.connect(ctx, cfg))
 }
 
 // ConnectTCP is Connect returning the concrete type.

@@ -66,6 +66,20 @@ func (cfg Config) Validate(backend string, maxSize int) error {
 	return nil
 }
 
+// Upcast returns a backend's concrete transport as a Transport, and a nil
+// Transport with err when err is not nil, so that a failed Connect never
+// returns a non-nil interface that holds a nil pointer:
+//
+//	func (b Backend) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
+//		return transport.Upcast(b.connectConcrete(ctx, cfg))
+//	}
+func Upcast[T Transport](t T, err error) (Transport, error) {
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
 // Backend builds a Transport for one rank; backends register themselves with
 // comm.Register under a name ("tcp", "local").
 type Backend interface {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // Client is a store.Store that talks to a TCPStore server over torch 1.13's
@@ -172,8 +173,11 @@ func (cl *Client) run(ctx context.Context, op string, timeout time.Duration, pol
 	if cl.isClosed() {
 		return fmt.Errorf("torchstore %s: %w", op, store.ErrClosed)
 	}
-	if err := ctx.Err(); err != nil {
-		return ctxError(op, err)
+	if err := errs.CheckContext(ctx, "torchstore: "+op); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctxError(ctx, op)
 	}
 	d, ctxBound, bound := cl.deadline(ctx, timeout)
 	for attempt := 0; ; attempt++ {
@@ -200,15 +204,15 @@ func (cl *Client) run(ctx context.Context, op string, timeout time.Duration, pol
 		case cl.isClosed():
 			return fmt.Errorf("torchstore %s: %w", op, store.ErrClosed)
 		case ctx.Err() != nil:
-			return ctxError(op, ctx.Err())
+			return ctxError(ctx, op)
 		case errors.As(err, &pe):
 			return fmt.Errorf("torchstore %s: %w", op, pe.err)
 		case isTimeout(err):
 			if ctxBound {
-				return fmt.Errorf("%w: torchstore %s: %w", store.ErrTimeout, op, context.DeadlineExceeded)
+				return errs.Expired("torchstore: " + op)
 			}
-			return fmt.Errorf("%w: torchstore %s: no answer from %s within %v; if it waits for keys, check that "+
-				"the rank that sets them is alive, or raise the timeout", store.ErrTimeout, op, cl.addr, bound.Round(time.Millisecond))
+			return fmt.Errorf("torchstore: %s: no answer from %s within %v; if it waits for keys, check that "+
+				"the rank that sets them is alive, or raise the timeout: %w", op, cl.addr, bound.Round(time.Millisecond), store.ErrTimeout)
 		case attempt == 0 && (policy == retryAlways || (policy == retryPooled && cc.reused)):
 			cl.cfg.logger.Debug("torchstore: connection broke; trying once more on a new one", "op", op, "addr", cl.addr, "err", err)
 			continue
@@ -223,11 +227,9 @@ type protoError struct{ err error }
 
 func (e *protoError) Error() string { return e.err.Error() }
 
-func ctxError(op string, err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: torchstore %s: %w", store.ErrTimeout, op, err)
-	}
-	return fmt.Errorf("torchstore %s: %w", op, err)
+// ctxError reports a call that gave up because ctx ended.
+func ctxError(ctx context.Context, op string) error {
+	return errs.FromContext(ctx, "torchstore: "+op)
 }
 
 // acquire returns an idle connection, or dials a new one, retrying until d
@@ -284,15 +286,14 @@ func (cl *Client) acquire(ctx context.Context, op string, d time.Time, ctxBound,
 			return nil, fmt.Errorf("torchstore %s: %w", op, store.ErrClosed)
 		}
 		if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return nil, ctxError(op, err)
+			return nil, ctxError(ctx, op)
 		}
+		what := fmt.Sprintf("torchstore: %s: could not reach the TCPStore server at %s", op, cl.addr)
 		if ctxBound {
-			return nil, fmt.Errorf("%w: %w: torchstore %s: could not reach the TCPStore server at %s (%v): %w",
-				store.ErrTimeout, store.ErrPeerLost, op, cl.addr, last, context.DeadlineExceeded)
+			return nil, fmt.Errorf("%w: %w: %w", errs.Expired(what), last, store.ErrPeerLost)
 		}
-		return nil, fmt.Errorf("%w: %w: torchstore %s: could not reach the TCPStore server at %s before the timeout (%v); "+
-			"check the address and that the master (rank 0 or torchrun's agent) is up",
-			store.ErrTimeout, store.ErrPeerLost, op, cl.addr, last)
+		return nil, fmt.Errorf("%s before the timeout; check the address and that the master (rank 0 or torchrun's agent) is up: %w: %w: %w",
+			what, last, store.ErrTimeout, store.ErrPeerLost)
 	}
 }
 
