@@ -395,6 +395,9 @@ func (s *File) Close() error {
 
 // poll looks for keys until they all exist, backing off between looks.
 func (s *File) poll(ctx context.Context, op string, keys []string, timeout time.Duration) ([][]byte, error) {
+	if err := enter(ctx, op); err != nil {
+		return nil, err
+	}
 	dl, ctxBound := deadline(ctx, timeout, s.cfg.timeout)
 	if timeout <= 0 {
 		timeout = s.cfg.timeout

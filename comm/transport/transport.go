@@ -107,6 +107,11 @@ type Transport interface {
 	Size() int
 	// Send delivers buf to peer under tag. When it returns, buf may be reused.
 	// Sending to oneself is allowed.
+	//
+	// Send and Recv honour ctx under the rule of every package of comm: a
+	// deadline gives an error wrapping ErrTimeout and
+	// context.DeadlineExceeded, a cancellation one wrapping context.Canceled
+	// (not ErrTimeout), and a nil ctx is refused with ErrInvalidArgument.
 	Send(ctx context.Context, peer int, tag Tag, buf []byte) error
 	// Recv receives into buf the next message that peer sent under tag. The
 	// message must be exactly len(buf) bytes long; otherwise Recv returns an
