@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"fmt"
 
+	"github.com/tandemml/tandem/internal/errs"
 	"gorgonia.org/tensor"
 )
 
@@ -60,5 +61,5 @@ func fileDtype(dt tensor.Dtype) (string, error) {
 	case tensor.Bool:
 		return "BOOL", nil
 	}
-	return "", fmt.Errorf("dtype %v has no safetensors encoding", dt)
+	return "", fmt.Errorf("dtype %v has no safetensors encoding: %w", dt, errs.InvalidArgument)
 }
