@@ -3,8 +3,9 @@ package checkpoint
 import (
 	"fmt"
 
-	"github.com/tandemml/tandem/internal/errs"
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // dtypeInfo describes one safetensors dtype: its element size and the
