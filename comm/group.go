@@ -223,10 +223,10 @@ func (pg *ProcessGroup) Close() error {
 		}
 		pg.world.mu.Unlock()
 	}
-	pg.kill(fmt.Errorf("%w: process group %q was closed", ErrClosed, pg.name))
+	pg.kill(fmt.Errorf("comm: process group %q was closed: %w", pg.name, ErrClosed))
 	var err error
 	if pg.id == 0 {
-		pg.world.kill(fmt.Errorf("%w: process group %q was closed", ErrClosed, pg.name))
+		pg.world.kill(fmt.Errorf("comm: process group %q was closed: %w", pg.name, ErrClosed))
 		pg.world.waitAbort()
 		err = pg.world.t.Close()
 	}
@@ -235,7 +235,7 @@ func (pg *ProcessGroup) Close() error {
 	select {
 	case <-done:
 	case <-time.After(closeGrace):
-		err = errors.Join(err, fmt.Errorf("%w: closing group %q: operations still running after %v", ErrTimeout, pg.name, closeGrace))
+		err = errors.Join(err, fmt.Errorf("comm: close: group %q: operations still running after %v: %w", pg.name, closeGrace, ErrTimeout))
 	}
 	return err
 }
@@ -250,7 +250,7 @@ const closeGrace = 30 * time.Second
 // they share it. A nil cause means "aborted by the user" (ErrClosed).
 func (pg *ProcessGroup) Abort(cause error) {
 	if cause == nil {
-		cause = fmt.Errorf("%w: process group %q aborted by its owner", ErrClosed, pg.name)
+		cause = fmt.Errorf("comm: process group %q aborted by its owner: %w", pg.name, ErrClosed)
 	}
 	pg.world.abort(cause)
 }
@@ -333,7 +333,7 @@ func (pg *ProcessGroup) checkPeer(peer int, what string) error {
 
 // errorf returns an error wrapping sentinel whose text follows it.
 func errorf(sentinel error, format string, args ...any) error {
-	return fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))
+	return fmt.Errorf("comm: %s: %w", fmt.Sprintf(format, args...), sentinel)
 }
 
 // PeerFailure returns the transport's account of the first member of the

@@ -72,8 +72,8 @@ func (r *rendezvous) join(ctx context.Context) error {
 		return r.storeErr(ctx, "claiming its rank", err)
 	}
 	if !bytes.Equal(got, claim) {
-		return fmt.Errorf("%w: comm: init: rank %d is already taken by another process (%s) in %s: two processes were started with rank %d; give every process its own RANK%s",
-			ErrMismatch, r.rank, describeClaim(got), r.where, r.rank, r.staleHint)
+		return fmt.Errorf("comm: init: rank %d is already taken by another process (%s) in %s: two processes were started with rank %d; give every process its own RANK%s: %w",
+			r.rank, describeClaim(got), r.where, r.rank, r.staleHint, ErrMismatch)
 	}
 
 	want := []byte(strconv.Itoa(r.world))
@@ -83,8 +83,8 @@ func (r *rendezvous) join(ctx context.Context) error {
 			return r.storeErr(ctx, "recording the world size", err)
 		}
 		if !bytes.Equal(got, want) {
-			return fmt.Errorf("%w: comm: init: rank 0 has world size %d but %s already records world size %s: is it left over from another job? Use a fresh store (another MASTER_PORT)%s",
-				ErrMismatch, r.world, r.where, got, r.staleHint)
+			return fmt.Errorf("comm: init: rank 0 has world size %d but %s already records world size %s: is it left over from another job? Use a fresh store (another MASTER_PORT)%s: %w",
+				r.world, r.where, got, r.staleHint, ErrMismatch)
 		}
 	} else {
 		vals, err := r.wait(ctx, []string{keyWorldSize}, keyRankBase, "never arrived")
@@ -92,8 +92,8 @@ func (r *rendezvous) join(ctx context.Context) error {
 			return err
 		}
 		if !bytes.Equal(vals[0], want) {
-			return fmt.Errorf("%w: comm: init: world size mismatch: rank %d has world size %d but rank 0 has world size %s; start every rank with the same WORLD_SIZE",
-				ErrMismatch, r.rank, r.world, vals[0])
+			return fmt.Errorf("comm: init: world size mismatch: rank %d has world size %d but rank 0 has world size %s; start every rank with the same WORLD_SIZE: %w",
+				r.rank, r.world, vals[0], ErrMismatch)
 		}
 	}
 
@@ -103,8 +103,8 @@ func (r *rendezvous) join(ctx context.Context) error {
 	}
 	for peer, c := range claims {
 		if w := claimWorld(c); w != r.world {
-			return fmt.Errorf("%w: comm: init: world size mismatch: rank %d has world size %d but rank %d has world size %d; start every rank with the same WORLD_SIZE",
-				ErrMismatch, r.rank, r.world, peer, w)
+			return fmt.Errorf("comm: init: world size mismatch: rank %d has world size %d but rank %d has world size %d; start every rank with the same WORLD_SIZE: %w",
+				r.rank, r.world, peer, w, ErrMismatch)
 		}
 	}
 	r.claims = claims
@@ -254,7 +254,7 @@ func relayedFailure(rank int, v []byte) error {
 			sentinel = k.sentinel
 		}
 	}
-	return fmt.Errorf("%w: comm: init: rank %d: another rank found the job misconfigured: %s", sentinel, rank, text)
+	return fmt.Errorf("comm: init: rank %d: another rank found the job misconfigured: %s: %w", rank, text, sentinel)
 }
 
 func (r *rendezvous) storeErr(ctx context.Context, doing string, err error) error {

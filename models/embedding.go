@@ -29,7 +29,7 @@ func NewEmbedding(num, dim int, opts ...Option) (*Embedding, error) {
 	}
 	c := newConfig(opts)
 	if err := checkFloat(c.dtype); err != nil {
-		return nil, fmt.Errorf("%w: %w", err, errs.InvalidArgument)
+		return nil, fmt.Errorf("%w: %w", errs.InvalidArgument, err)
 	}
 	return &Embedding{Num: num, Dim: dim, Weight: normalParam("weight", c.dtype, c.rng, num, dim)}, nil
 }

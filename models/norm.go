@@ -37,7 +37,7 @@ func NewLayerNorm(shape []int, opts ...Option) (*LayerNorm, error) {
 	}
 	c := newConfig(opts)
 	if err := checkFloat(c.dtype); err != nil {
-		return nil, fmt.Errorf("%w: %w", err, errs.InvalidArgument)
+		return nil, fmt.Errorf("%w: %w", errs.InvalidArgument, err)
 	}
 	l := &LayerNorm{Shape: append([]int(nil), shape...), Eps: c.eps(1e-5)}
 	if c.affine() {
@@ -126,7 +126,7 @@ func NewBatchNorm2d(c int, opts ...Option) (*BatchNorm2d, error) {
 	}
 	cfg := newConfig(opts)
 	if err := checkFloat(cfg.dtype); err != nil {
-		return nil, fmt.Errorf("%w: %w", err, errs.InvalidArgument)
+		return nil, fmt.Errorf("%w: %w", errs.InvalidArgument, err)
 	}
 	bn := &BatchNorm2d{C: c, Eps: cfg.eps(1e-5), Momentum: 0.1}
 	if cfg.momentum != nil {

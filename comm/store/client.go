@@ -281,16 +281,16 @@ func (cc *clientConn) readLoop(s *TCPStore) {
 	for {
 		p, err := readFrame(br, s.cfg.maxFrame)
 		if err != nil {
-			cc.fail(fmt.Errorf("%w: store connection to %s: %w", ErrPeerLost, s.addr, err))
+			cc.fail(fmt.Errorf("store connection to %s: %w: %w", s.addr, err, ErrPeerLost))
 			return
 		}
 		m, err := decodeMessage(p)
 		if err == nil && m.op != opReply {
-			err = fmt.Errorf("%w: server sent operation %d", errMalformed, m.op)
+			err = fmt.Errorf("server sent operation %d: %w", m.op, errMalformed)
 		}
 		if err != nil {
 			s.cfg.logger.Warn("store client: dropping connection: malformed reply", "addr", s.addr, "err", err)
-			cc.fail(fmt.Errorf("%w: store connection to %s: %w", ErrPeerLost, s.addr, err))
+			cc.fail(fmt.Errorf("store connection to %s: %w: %w", s.addr, err, ErrPeerLost))
 			return
 		}
 		cc.mu.Lock()
@@ -421,8 +421,8 @@ func (s *TCPStore) noteRefused(err error) error {
 	if now.Sub(s.refusedSince) < s.goneAfter {
 		return nil
 	}
-	return fmt.Errorf("%w: store: the server at %s is gone: connections refused since %s (%v); the process that served the store exited or closed it",
-		ErrPeerLost, s.addr, s.refusedSince.Format("15:04:05.000"), now.Sub(s.refusedSince).Round(100*time.Millisecond))
+	return fmt.Errorf("store: the server at %s is gone: connections refused since %s (%v); the process that served the store exited or closed it: %w",
+		s.addr, s.refusedSince.Format("15:04:05.000"), now.Sub(s.refusedSince).Round(100*time.Millisecond), ErrPeerLost)
 }
 
 // hello runs the client's side of the handshake (see wire.go): it proves
@@ -455,16 +455,16 @@ func (s *TCPStore) hello(ctx context.Context, c net.Conn) (*clientConn, error) {
 		return nil, fmt.Errorf("store: server %s refused the connection: %w", s.addr, replyError(&r))
 	}
 	if len(r.vals) != 1 || len(r.vals[0]) != tokenauth.NonceSize || r.num < 0 || r.num > 1 {
-		return nil, fmt.Errorf("%w: store server %s answered hello with a malformed challenge; "+
-			"is it a Tandem store of store protocol version %d?", ErrInvalidArgument, s.addr, protoVersion)
+		return nil, fmt.Errorf("store server %s answered hello with a malformed challenge; "+
+			"is it a Tandem store of store protocol version %d?: %w", s.addr, protoVersion, ErrInvalidArgument)
 	}
 	theirs := tokenauth.Nonce(r.vals[0])
 	serverHasToken := r.num == 1
 	key := tokenauth.NewKey([]byte(s.cfg.token), protoMagic)
 	if !key.Empty() && !serverHasToken {
-		return nil, fmt.Errorf("%w: store: server %s has no token but this client has one, so the server cannot prove "+
-			"that it is the job's store; give the server the same token (WithToken or %s), or this client none",
-			ErrUnauthorized, s.addr, TokenEnv)
+		return nil, fmt.Errorf("store: server %s has no token but this client has one, so the server cannot prove "+
+			"that it is the job's store; give the server the same token (WithToken or %s), or this client none: %w",
+			s.addr, TokenEnv, ErrUnauthorized)
 	}
 	bind := helloBind(s.session, serverHasToken)
 	proof := message{op: opHello, id: s.session, num: protoVersion}
@@ -484,8 +484,8 @@ func (s *TCPStore) hello(ctx context.Context, c net.Conn) (*clientConn, error) {
 	}
 	if len(r.vals) != 1 || len(r.vals[0]) != tokenauth.MACSize ||
 		!key.Verify(tokenauth.Acceptor, mine, theirs, tokenauth.MAC(r.vals[0]), bind) {
-		return nil, fmt.Errorf("%w: store: server %s could not prove that it holds this client's token; "+
-			"give the client and the server the same token (WithToken or %s)", ErrUnauthorized, s.addr, TokenEnv)
+		return nil, fmt.Errorf("store: server %s could not prove that it holds this client's token; "+
+			"give the client and the server the same token (WithToken or %s): %w", s.addr, TokenEnv, ErrUnauthorized)
 	}
 	c.SetDeadline(time.Time{})
 	return &clientConn{c: c, pending: map[uint64]chan message{}, dead: make(chan struct{})}, nil
@@ -502,7 +502,7 @@ func (s *TCPStore) readHelloReply(c net.Conn) (message, error) {
 	}
 	r, err := decodeMessage(p)
 	if err != nil || r.op != opReply {
-		return message{}, fmt.Errorf("%w: store server %s answered hello with a malformed frame (%v)", ErrInvalidArgument, s.addr, err)
+		return message{}, fmt.Errorf("store server %s answered hello with a malformed frame (%v): %w", s.addr, err, ErrInvalidArgument)
 	}
 	return r, nil
 }
@@ -591,13 +591,13 @@ func (s *TCPStore) send(ctx context.Context, rq *request) (message, error) {
 		rq.m.num = max(time.Until(dl).Milliseconds(), 1)
 	}
 	if len(rq.m.keys) > maxList {
-		return message{}, fmt.Errorf("%w: store %s names %d keys; at most %d fit in one request", ErrTooLarge, rq.op, len(rq.m.keys), maxList)
+		return message{}, fmt.Errorf("store %s names %d keys; at most %d fit in one request: %w", rq.op, len(rq.m.keys), maxList, ErrTooLarge)
 	}
 	frame := appendFrame(nil, &rq.m)
 	// Room for a larger timeout when a blocking request is encoded again.
 	if size := len(frame) - frameHeader + binary.MaxVarintLen64; size > s.cfg.maxFrame {
-		return message{}, fmt.Errorf("%w: store %s request of %d bytes exceeds the frame limit of %d bytes (WithMaxFrame)",
-			ErrTooLarge, rq.op, size, s.cfg.maxFrame)
+		return message{}, fmt.Errorf("store %s request of %d bytes exceeds the frame limit of %d bytes (WithMaxFrame): %w",
+			rq.op, size, s.cfg.maxFrame, ErrTooLarge)
 	}
 	// Waiting for an answer goes on a little past the deadline, since the
 	// server answers a blocked request at the deadline; reconnecting stops at it.
@@ -643,7 +643,7 @@ func (s *TCPStore) send(ctx context.Context, rq *request) (message, error) {
 			continue
 		}
 		if err := cc.write(frame, dl.Add(replyGrace)); err != nil {
-			cc.fail(fmt.Errorf("%w: store connection to %s: %w", ErrPeerLost, s.addr, err))
+			cc.fail(fmt.Errorf("store connection to %s: %w: %w", s.addr, err, ErrPeerLost))
 			s.cfg.logger.Info("store client: connection lost; reconnecting", "addr", s.addr, "op", rq.op, "err", err)
 			continue
 		}
@@ -799,11 +799,11 @@ func (s *TCPStore) Append(ctx context.Context, key string, value []byte) error {
 
 func (s *TCPStore) checkValue(op string, n int) error {
 	if n > s.cfg.maxValue {
-		return fmt.Errorf("%w: store %s of %d bytes exceeds the value limit of %d bytes (WithMaxValue)", ErrTooLarge, op, n, s.cfg.maxValue)
+		return fmt.Errorf("store %s of %d bytes exceeds the value limit of %d bytes (WithMaxValue): %w", op, n, s.cfg.maxValue, ErrTooLarge)
 	}
 	return nil
 }
 
 func (s *TCPStore) badReply(op string, r *message) error {
-	return fmt.Errorf("%w: store %s: server %s answered with %d values", ErrInvalidArgument, op, s.addr, len(r.vals))
+	return fmt.Errorf("store %s: server %s answered with %d values: %w", op, s.addr, len(r.vals), ErrInvalidArgument)
 }

@@ -66,8 +66,8 @@ func closedError(op string) error {
 
 func checkMulti(op string, keys []string, values [][]byte) error {
 	if len(keys) != len(values) {
-		return fmt.Errorf("%w: store %s got %d keys and %d values; pass one value per key",
-			ErrInvalidArgument, op, len(keys), len(values))
+		return fmt.Errorf("store %s got %d keys and %d values; pass one value per key: %w",
+			op, len(keys), len(values), ErrInvalidArgument)
 	}
 	return nil
 }

@@ -164,7 +164,7 @@ func (s *File) catchUp(excl bool) error {
 		}
 		hdr := make([]byte, len(fileMagic))
 		if _, err := s.f.ReadAt(hdr, 0); err != nil || string(hdr) != fileMagic {
-			return fmt.Errorf("%w: %s is not a tandem file store (bad header); pick another path", ErrInvalidArgument, s.path)
+			return fmt.Errorf("%s is not a tandem file store (bad header); pick another path: %w", s.path, ErrInvalidArgument)
 		}
 		s.off = int64(len(fileMagic))
 	}
@@ -278,13 +278,13 @@ func (s *File) Add(ctx context.Context, key string, delta int64) (int64, error) 
 		if v, ok := s.data[key]; ok {
 			n, err := strconv.ParseInt(string(v), 10, 64)
 			if err != nil {
-				return fmt.Errorf("%w: store add: key %q holds %q, not a decimal integer counter",
-					ErrInvalidArgument, key, truncate(v))
+				return fmt.Errorf("store add: key %q holds %q, not a decimal integer counter: %w",
+					key, truncate(v), ErrInvalidArgument)
 			}
 			cur = n
 		}
 		if (delta > 0 && cur > math.MaxInt64-delta) || (delta < 0 && cur < math.MinInt64-delta) {
-			return fmt.Errorf("%w: store add: counter %q = %d plus %d overflows int64", ErrInvalidArgument, key, cur, delta)
+			return fmt.Errorf("store add: counter %q = %d plus %d overflows int64: %w", key, cur, delta, ErrInvalidArgument)
 		}
 		out = cur + delta
 		return s.write(appendRecord(nil, recSet, key, []byte(strconv.FormatInt(out, 10))))

@@ -400,7 +400,7 @@ func (sc *serverConn) handshake(br *bufio.Reader) bool {
 		}
 		m, err := decodeMessage(p)
 		if err != nil || m.op != opHello {
-			return message{}, noHello(fmt.Errorf("%w: not a store hello (%v)", errMalformed, err))
+			return message{}, noHello(fmt.Errorf("not a store hello (%v): %w", err, errMalformed))
 		}
 		return m, true
 	}
@@ -409,7 +409,7 @@ func (sc *serverConn) handshake(br *bufio.Reader) bool {
 		return false
 	}
 	if len(m.keys) != 2 || m.keys[0] != protoMagic {
-		return noHello(fmt.Errorf("%w: first frame is not a store hello", errMalformed))
+		return noHello(fmt.Errorf("first frame is not a store hello: %w", errMalformed))
 	}
 	session := m.id
 	refuse := func(w *admit.Warner, code byte, reason string) bool {
@@ -427,7 +427,7 @@ func (sc *serverConn) handshake(br *bufio.Reader) bool {
 			"client speaks store protocol version %d, server version %d; run the same Tandem version on both", m.num, protoVersion))
 	}
 	if m.keys[1] != authScheme || len(m.vals) != 1 || len(m.vals[0]) != tokenauth.NonceSize {
-		return noHello(fmt.Errorf("%w: store hello without a challenge", errMalformed))
+		return noHello(fmt.Errorf("store hello without a challenge: %w", errMalformed))
 	}
 	theirs := tokenauth.Nonce(m.vals[0])
 	mine, err := tokenauth.NewNonce()
@@ -456,7 +456,7 @@ func (sc *serverConn) handshake(br *bufio.Reader) bool {
 		return false
 	}
 	if m.id != session || m.num != protoVersion || len(m.keys) != 0 || len(m.vals) > 1 {
-		return noHello(fmt.Errorf("%w: the client's proof is not a store proof", errMalformed))
+		return noHello(fmt.Errorf("the client's proof is not a store proof: %w", errMalformed))
 	}
 	bind := helloBind(session, !key.Empty())
 	if !key.Empty() {
@@ -524,8 +524,8 @@ func (sc *serverConn) isClosed() bool {
 func (sc *serverConn) encode(m *message) []byte {
 	f := appendFrame(nil, m)
 	if len(f)-frameHeader > sc.s.cfg.maxFrame {
-		tl := errReply(m.id, fmt.Errorf("%w: the reply takes %d bytes, over the frame limit of %d; fetch fewer or smaller values",
-			ErrTooLarge, len(f)-frameHeader, sc.s.cfg.maxFrame))
+		tl := errReply(m.id, fmt.Errorf("the reply takes %d bytes, over the frame limit of %d; fetch fewer or smaller values: %w",
+			len(f)-frameHeader, sc.s.cfg.maxFrame, ErrTooLarge))
 		f = appendFrame(nil, &tl)
 	}
 	return f
@@ -608,7 +608,7 @@ func (sc *serverConn) tooLarge(op string, n int) error {
 	if n <= sc.s.cfg.maxValue {
 		return nil
 	}
-	return fmt.Errorf("%w: store %s of %d bytes exceeds the value limit of %d bytes (WithMaxValue)", ErrTooLarge, op, n, sc.s.cfg.maxValue)
+	return fmt.Errorf("store %s of %d bytes exceeds the value limit of %d bytes (WithMaxValue): %w", op, n, sc.s.cfg.maxValue, ErrTooLarge)
 }
 
 // handle runs one request; it reports false when the connection must end.
@@ -721,7 +721,7 @@ func (sc *serverConn) startWait(m *message) bool {
 	}
 	if sc.pending[m.id] != nil {
 		sc.mu.Unlock()
-		sc.drop("malformed request", fmt.Errorf("%w: request id %d reused while still pending", errMalformed, m.id))
+		sc.drop("malformed request", fmt.Errorf("request id %d reused while still pending: %w", m.id, errMalformed))
 		return false
 	}
 	sc.pending[m.id] = pw
@@ -781,7 +781,7 @@ func (pw *pendingWait) expire() {
 	}
 	pw.done()
 	pw.mu.Unlock()
-	err := fmt.Errorf("%w: store server: keys %q did not appear within %v", ErrTimeout, pw.keys, pw.timeout)
+	err := fmt.Errorf("store server: keys %q did not appear within %v: %w", pw.keys, pw.timeout, ErrTimeout)
 	pw.sc.reply(&message{id: pw.id}, err)
 }
 

@@ -217,7 +217,7 @@ func (cl *Client) run(ctx context.Context, op string, timeout time.Duration, pol
 			cl.cfg.logger.Debug("torchstore: connection broke; trying once more on a new one", "op", op, "addr", cl.addr, "err", err)
 			continue
 		}
-		return fmt.Errorf("%w: torchstore %s: the connection to %s broke: %w", store.ErrPeerLost, op, cl.addr, err)
+		return fmt.Errorf("torchstore %s: the connection to %s broke: %w: %w", op, cl.addr, err, store.ErrPeerLost)
 	}
 }
 
@@ -273,8 +273,8 @@ func (cl *Client) acquire(ctx context.Context, op string, d time.Time, ctxBound,
 			last = err
 		}
 		if !persist {
-			return nil, fmt.Errorf("%w: torchstore %s: could not reach the TCPStore server at %s: %w",
-				store.ErrPeerLost, op, cl.addr, err)
+			return nil, fmt.Errorf("torchstore %s: could not reach the TCPStore server at %s: %w: %w",
+				op, cl.addr, err, store.ErrPeerLost)
 		}
 		select {
 		case <-dctx.Done():
@@ -347,7 +347,7 @@ func (cc *clientConn) readUint64() (uint64, error) {
 func (cl *Client) readValue(cc *clientConn) ([]byte, error) {
 	v, err := readBytes(cc.r, cl.lim, "value")
 	if errors.Is(err, errTooLarge) {
-		return nil, &protoError{fmt.Errorf("%w: the server sent %w (raise it with WithMaxValue)", store.ErrTooLarge, err)}
+		return nil, &protoError{fmt.Errorf("the server sent %w (raise it with WithMaxValue): %w", err, store.ErrTooLarge)}
 	}
 	if err == io.EOF {
 		err = io.ErrUnexpectedEOF
@@ -395,8 +395,8 @@ var confirmQuery = encodeQuery(query{typ: qCheck})
 
 func (cl *Client) checkSize(op string, what string, n int) error {
 	if n > cl.cfg.maxValue {
-		return fmt.Errorf("%w: torchstore %s: %s of %d bytes exceeds the limit of %d; raise it with WithMaxValue "+
-			"(on the server too)", store.ErrTooLarge, op, what, n, cl.cfg.maxValue)
+		return fmt.Errorf("torchstore %s: %s of %d bytes exceeds the limit of %d; raise it with WithMaxValue "+
+			"(on the server too): %w", op, what, n, cl.cfg.maxValue, store.ErrTooLarge)
 	}
 	return nil
 }
@@ -484,9 +484,9 @@ func (cl *Client) diagnoseAdd(ctx context.Context, key string, delta int64) erro
 	if ok && !((delta > 0 && cur > maxInt64-delta) || (delta < 0 && cur < minInt64-delta)) {
 		return nil
 	}
-	return fmt.Errorf("%w: torchstore add: key %q holds %q, not a decimal integer counter that can take %d; "+
-		"the server closed the connection, as torch's does (the protocol has no error reply)",
-		store.ErrInvalidArgument, key, abbrev(v), delta)
+	return fmt.Errorf("torchstore add: key %q holds %q, not a decimal integer counter that can take %d; "+
+		"the server closed the connection, as torch's does (the protocol has no error reply): %w",
+		key, abbrev(v), delta, store.ErrInvalidArgument)
 }
 
 // CompareSet implements store.Store.
@@ -576,8 +576,8 @@ func (cl *Client) Wait(ctx context.Context, keys []string, timeout time.Duration
 // keys before the others.
 func (cl *Client) MultiSet(ctx context.Context, keys []string, values [][]byte) error {
 	if len(keys) != len(values) {
-		return fmt.Errorf("%w: torchstore multi-set got %d keys and %d values; pass one value per key",
-			store.ErrInvalidArgument, len(keys), len(values))
+		return fmt.Errorf("torchstore multi-set got %d keys and %d values; pass one value per key: %w",
+			len(keys), len(values), store.ErrInvalidArgument)
 	}
 	var b []byte
 	for i, k := range keys {
@@ -642,7 +642,7 @@ func (cl *Client) Append(ctx context.Context, key string, value []byte) error {
 	if cl.isClosed() {
 		return fmt.Errorf("torchstore append: %w", store.ErrClosed)
 	}
-	return fmt.Errorf("%w: %w: torchstore append (key %q): torch 1.13's TCPStore protocol has no APPEND query "+
+	return fmt.Errorf("torchstore append (key %q): torch 1.13's TCPStore protocol has no APPEND query "+
 		"(it came with torch 2.x) and COMPARE_SET cannot emulate it safely; store each piece under its own key, "+
-		"or use a Tandem store (store.Dial)", errors.ErrUnsupported, store.ErrInvalidArgument, key)
+		"or use a Tandem store (store.Dial): %w: %w", key, errors.ErrUnsupported, store.ErrInvalidArgument)
 }

@@ -81,17 +81,17 @@ type waiter struct {
 func NewServer(addr string, opts ...Option) (*Server, error) {
 	cfg := newConfig(opts)
 	if !cfg.unauthenticate {
-		return nil, fmt.Errorf("%w: torchstore server: PyTorch's TCPStore protocol has no authentication "+
+		return nil, fmt.Errorf("torchstore server: PyTorch's TCPStore protocol has no authentication "+
 			"(anyone who reaches %q can read and change every key); pass torchstore.Unauthenticated() "+
-			"to serve it anyway, or use store.NewServer, which checks a token", store.ErrInvalidArgument, addr)
+			"to serve it anyway, or use store.NewServer, which checks a token: %w", addr, store.ErrInvalidArgument)
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if addr == "" {
 		host, port, err = "", "0", nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: torchstore server: address %q: %v; give host:port, or :port for loopback",
-			store.ErrInvalidArgument, addr, err)
+		return nil, fmt.Errorf("torchstore server: address %q: %v; give host:port, or :port for loopback: %w",
+			addr, err, store.ErrInvalidArgument)
 	}
 	if host == "" {
 		host = "127.0.0.1"
