@@ -124,14 +124,14 @@ func NewProcessGroup(ctx context.Context, t transport.Transport, opts ...Option)
 	for i := range members {
 		members[i] = i
 	}
-	pg := newGroup(w, 0, r, members, w.life, o)
+	pg := newGroup(w.life, w, 0, r, members, o)
 	if o.debug >= launch.DebugInfo {
 		w.dumpOnSignal() // ends with the world
 	}
 	return pg, nil
 }
 
-func newGroup(w *world, id uint32, rank int, members []int, parent context.Context, o options) *ProcessGroup {
+func newGroup(parent context.Context, w *world, id uint32, rank int, members []int, o options) *ProcessGroup {
 	pg := &ProcessGroup{world: w, id: id, name: o.name, opts: o, rank: rank, members: members,
 		index: make(map[int]int, len(members)), p2pTails: map[p2pKey]chan struct{}{}, p2pSeq: map[p2pKey]uint32{}, wake: make(chan struct{}, 1)}
 	for g, wr := range members {

@@ -501,8 +501,11 @@ func (s *TCPStore) readHelloReply(c net.Conn) (message, error) {
 		return message{}, err
 	}
 	r, err := decodeMessage(p)
-	if err != nil || r.op != opReply {
-		return message{}, fmt.Errorf("store server %s answered hello with a malformed frame (%v): %w", s.addr, err, ErrInvalidArgument)
+	switch {
+	case err != nil:
+		return message{}, fmt.Errorf("store: connect: server %s answered hello with a malformed frame: %w: %w", s.addr, err, ErrInvalidArgument)
+	case r.op != opReply:
+		return message{}, fmt.Errorf("store: connect: server %s answered hello with operation %d, not a reply: %w", s.addr, r.op, ErrInvalidArgument)
 	}
 	return r, nil
 }

@@ -399,8 +399,11 @@ func (sc *serverConn) handshake(br *bufio.Reader) bool {
 			return message{}, noHello(err)
 		}
 		m, err := decodeMessage(p)
-		if err != nil || m.op != opHello {
-			return message{}, noHello(fmt.Errorf("not a store hello (%v): %w", err, errMalformed))
+		switch {
+		case err != nil:
+			return message{}, noHello(fmt.Errorf("not a store hello: %w: %w", err, errMalformed))
+		case m.op != opHello:
+			return message{}, noHello(fmt.Errorf("not a store hello (operation %d): %w", m.op, errMalformed))
 		}
 		return m, true
 	}
