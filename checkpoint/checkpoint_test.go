@@ -202,7 +202,7 @@ func TestLoadIntoChecks(t *testing.T) {
 	}
 	before := append([]float64(nil), small.Params()[0].Value.Float64s()...)
 	err := LoadInto(small, path)
-	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "parameter 0.weight: shape [256 784] in file, [128 784] in model") {
+	if !errors.Is(err, ErrMismatch) || !errors.Is(err, errs.Mismatch) || !strings.Contains(err.Error(), "parameter 0.weight: shape [256 784] in file, [128 784] in model") {
 		t.Errorf("shape mismatch error: %v", err)
 	}
 	if !reflect.DeepEqual(before, small.Params()[0].Value.Float64s()) {

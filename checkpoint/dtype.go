@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // dtypeInfo describes one safetensors dtype: its element size and the
@@ -60,5 +62,5 @@ func fileDtype(dt tensor.Dtype) (string, error) {
 	case tensor.Bool:
 		return "BOOL", nil
 	}
-	return "", fmt.Errorf("dtype %v has no safetensors encoding", dt)
+	return "", fmt.Errorf("dtype %v has no safetensors encoding: %w", dt, errs.InvalidArgument)
 }

@@ -90,7 +90,7 @@ func Encode(w io.Writer, tensors []Named, metadata map[string]string) error {
 		}
 		dt, err := fileDtype(nt.Tensor.Dtype())
 		if err != nil {
-			return fmt.Errorf("checkpoint: tensor %q: %v: %w", nt.Name, err, errs.InvalidArgument)
+			return fmt.Errorf("checkpoint: tensor %q: %w", nt.Name, err)
 		}
 		b, err := encodeData(nt.Tensor)
 		if err != nil {

@@ -17,8 +17,9 @@ import (
 var ErrFormat = errors.New("checkpoint: malformed safetensors file")
 
 // ErrMismatch is wrapped by every error about a well-formed file that does
-// not fit the model it is loaded into (names, shapes, dtypes).
-var ErrMismatch = errors.New("checkpoint: file does not match the model")
+// not fit the model it is loaded into (names, shapes, dtypes). It is a
+// mismatch of the shared kind: errors.Is(err, comm.ErrMismatch) holds too.
+var ErrMismatch = errs.Kind("checkpoint: file does not match the model", errs.Mismatch)
 
 // MaxHeaderSize bounds the JSON header (100 MB, as the reference reader).
 const MaxHeaderSize = 100 << 20

@@ -153,7 +153,7 @@ func planHosts(facts []hostFacts, sb shm.Backend) hostPlan {
 // connects the transport the plan names.
 func (b autoBackend) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
 	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
-		return nil, fmt.Errorf("%w: comm: auto backend: rank %d of world size %d", ErrInvalidArgument, cfg.Rank, cfg.Size)
+		return nil, fmt.Errorf("comm: auto backend: rank %d of world size %d: %w", cfg.Rank, cfg.Size, ErrInvalidArgument)
 	}
 	tb := b.tcp
 	if tb == nil {
@@ -163,7 +163,7 @@ func (b autoBackend) Connect(ctx context.Context, cfg transport.Config) (transpo
 		return b.shm.Connect(ctx, cfg)
 	}
 	if cfg.Store == nil {
-		return nil, fmt.Errorf("%w: comm: auto backend: a world of %d ranks needs a rendezvous store in transport.Config.Store", ErrInvalidArgument, cfg.Size)
+		return nil, fmt.Errorf("comm: auto backend: a world of %d ranks needs a rendezvous store in transport.Config.Store: %w", cfg.Size, ErrInvalidArgument)
 	}
 	f := hostFacts{ID: b.hostID, ShmFree: -1}
 	if f.ID == "" {
@@ -190,8 +190,8 @@ func (b autoBackend) Connect(ctx context.Context, cfg transport.Config) (transpo
 	facts := make([]hostFacts, cfg.Size)
 	for r, v := range vals {
 		if err := json.NewDecoder(bytes.NewReader(v)).Decode(&facts[r]); err != nil {
-			return nil, fmt.Errorf("%w: comm: auto backend: rank %d published %q as its host, which is not what this version writes; run one Tandem version on every rank",
-				ErrMismatch, r, v)
+			return nil, fmt.Errorf("comm: auto backend: rank %d published %q as its host, which is not what this version writes; run one Tandem version on every rank: %w",
+				r, v, ErrMismatch)
 		}
 	}
 	plan := planHosts(facts, b.shm)

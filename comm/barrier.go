@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // Barrier completes on a rank once every member of the group has called it.
@@ -57,7 +59,7 @@ func monitoredBarrier(ctx context.Context, c *opCtx, timeout time.Duration, wait
 		verdict := make([]byte, verdictSize)
 		if err := c.recv(tctx, 0, stepMonitor, verdict); err != nil {
 			if tctx.Err() != nil && ctx.Err() == nil {
-				return fmt.Errorf("%w: monitored barrier: rank 0 gave no verdict within %v (is rank 0 stuck?): %w", ErrTimeout, wait, err)
+				return errs.Wrap(tctx, fmt.Sprintf("comm: monitored barrier: rank 0 gave no verdict within %v (is rank 0 stuck?)", wait), err)
 			}
 			return err
 		}
@@ -65,7 +67,7 @@ func monitoredBarrier(ctx context.Context, c *opCtx, timeout time.Duration, wait
 			return nil
 		}
 		msg := string(verdict[3 : 3+int(binary.LittleEndian.Uint16(verdict[1:3]))])
-		return fmt.Errorf("%w: monitored barrier: %s (reported by rank 0)", ErrTimeout, msg)
+		return fmt.Errorf("comm: monitored barrier: %s (reported by rank 0): %w", msg, ErrTimeout)
 	}
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -113,9 +115,9 @@ func monitoredBarrier(ctx context.Context, c *opCtx, timeout time.Duration, wait
 		verdict[0] = 1
 		binary.LittleEndian.PutUint16(verdict[1:3], uint16(len(msg)))
 		copy(verdict[3:], msg)
-		failure = fmt.Errorf("%w: monitored barrier: %s", ErrTimeout, msg)
+		failure = fmt.Errorf("comm: monitored barrier: %s: %w", msg, ErrTimeout)
 		if hard != nil {
-			failure = fmt.Errorf("%w: monitored barrier: %s: %w", ErrTimeout, msg, hard)
+			failure = fmt.Errorf("comm: monitored barrier: %s: %w: %w", msg, ErrTimeout, hard)
 		}
 	}
 	for peer := 1; peer < n; peer++ {

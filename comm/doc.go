@@ -87,6 +87,14 @@
 // ErrTimeout, ErrPeerLost, ErrClosed, ErrMismatch, ErrInvalidArgument and
 // ErrTooLarge; test them with errors.Is.
 //
+// One rule for contexts holds in comm, its backends, comm/store and rpc: an
+// operation that gives up at its context's deadline (or the group's
+// default timeout) fails with an error wrapping both ErrTimeout and
+// context.DeadlineExceeded; one whose context was cancelled fails with an
+// error wrapping context.Canceled, and not ErrTimeout. A nil context is a
+// programming error, refused with ErrInvalidArgument. Messages read
+// "pkg: operation: detail: cause".
+//
 // # Seeing inside a job
 //
 // Every group keeps a flight recorder: a ring, allocated with the group, of

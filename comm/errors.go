@@ -21,4 +21,4 @@ var (
 // ErrNotMember is returned by every operation called on the handle that a
 // rank receives from NewGroup, NewSubgroups, NewSubgroupsByEnumeration or
 // Split for a group it does not belong to. It wraps ErrInvalidArgument.
-var ErrNotMember = fmt.Errorf("%w: this rank is not a member of the process group", errs.InvalidArgument)
+var ErrNotMember = fmt.Errorf("comm: this rank is not a member of the process group: %w", errs.InvalidArgument)

@@ -74,5 +74,5 @@ func Example_mismatch() {
 	wg.Wait()
 	fmt.Println(errs[1])
 	// Output:
-	// tandem: mismatch between ranks: collective #0 on group "world": rank 0 called all_reduce(float32,[4],sum) but rank 1 called broadcast(float32,[4],root=0) (ranks differing from rank 0: 1; this is rank 1)
+	// comm: collective #0 on group "world": rank 0 called all_reduce(float32,[4],sum) but rank 1 called broadcast(float32,[4],root=0) (ranks differing from rank 0: 1; this is rank 1): tandem: mismatch between ranks
 }

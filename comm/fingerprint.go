@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // A fingerprint frame is a fixed-size message that every member of a group
@@ -100,8 +102,8 @@ func (pg *ProcessGroup) recvFingerprints(ctx context.Context, c *opCtx, op colle
 			// rank that saw it may have left).
 			for q := 0; q < peer; q++ {
 				if g := frames[q*fingerprintSize : (q+1)*fingerprintSize]; q != me && string(g) != string(mine) {
-					return fmt.Errorf("%w: collective #%d on group %q: rank %d called %s but rank %d called %s (rank %d could not hear from rank %d: %v)",
-						ErrMismatch, c.seq, pg.name, me, fingerprintDesc(mine), q, fingerprintDesc(g), me, peer, err)
+					return fmt.Errorf("comm: collective #%d on group %q: rank %d called %s but rank %d called %s (rank %d could not hear from rank %d: %v): %w",
+						c.seq, pg.name, me, fingerprintDesc(mine), q, fingerprintDesc(g), me, peer, err, ErrMismatch)
 				}
 			}
 			if ctx.Err() != nil && !errors.Is(err, ErrPeerLost) {
@@ -110,8 +112,8 @@ func (pg *ProcessGroup) recvFingerprints(ctx context.Context, c *opCtx, op colle
 				if lost := pg.world.peerLost(pg.members[peer]); lost != nil {
 					return fmt.Errorf("%s #%d: waiting for rank %d's fingerprint: %w", op.desc, c.seq, peer, lost)
 				}
-				return fmt.Errorf("%w: %s #%d on group %q: rank %d never joined this collective (is it stuck, or did it call a different number of collectives?): %w",
-					ErrTimeout, op.desc, c.seq, pg.name, peer, ctx.Err())
+				return errs.FromContext(ctx, fmt.Sprintf("%s #%d on group %q: rank %d never joined this collective (is it stuck, or did it call a different number of collectives?)",
+					op.desc, c.seq, pg.name, peer))
 			}
 			return fmt.Errorf("%s #%d: waiting for rank %d's fingerprint: %w", op.desc, c.seq, peer, err)
 		}
@@ -128,8 +130,8 @@ func (pg *ProcessGroup) recvFingerprints(ctx context.Context, c *opCtx, op colle
 				odd = append(odd, fmt.Sprint(q))
 			}
 		}
-		return fmt.Errorf("%w: collective #%d on group %q: rank 0 called %s but rank %d called %s (ranks differing from rank 0: %s; this is rank %d)",
-			ErrMismatch, c.seq, pg.name, fingerprintDesc(ref), peer, fingerprintDesc(f), strings.Join(odd, ","), me)
+		return fmt.Errorf("comm: collective #%d on group %q: rank 0 called %s but rank %d called %s (ranks differing from rank 0: %s; this is rank %d): %w",
+			c.seq, pg.name, fingerprintDesc(ref), peer, fingerprintDesc(f), strings.Join(odd, ","), me, ErrMismatch)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/launch"
 )
 
@@ -85,8 +86,11 @@ func NewProcessGroup(ctx context.Context, t transport.Transport, opts ...Option)
 	if t == nil {
 		return nil, errorf(ErrInvalidArgument, "NewProcessGroup needs a transport, got nil")
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: creating process group: %w", ErrTimeout, err)
+	if err := errs.CheckContext(ctx, "comm: NewProcessGroup"); err != nil {
+		return nil, err
+	}
+	if err := errs.FromContext(ctx, "comm: NewProcessGroup"); err != nil {
+		return nil, err
 	}
 	n, r := t.Size(), t.Rank()
 	if n < 1 || r < 0 || r >= n {
@@ -120,14 +124,14 @@ func NewProcessGroup(ctx context.Context, t transport.Transport, opts ...Option)
 	for i := range members {
 		members[i] = i
 	}
-	pg := newGroup(w, 0, r, members, w.life, o)
+	pg := newGroup(w.life, w, 0, r, members, o)
 	if o.debug >= launch.DebugInfo {
 		w.dumpOnSignal() // ends with the world
 	}
 	return pg, nil
 }
 
-func newGroup(w *world, id uint32, rank int, members []int, parent context.Context, o options) *ProcessGroup {
+func newGroup(parent context.Context, w *world, id uint32, rank int, members []int, o options) *ProcessGroup {
 	pg := &ProcessGroup{world: w, id: id, name: o.name, opts: o, rank: rank, members: members,
 		index: make(map[int]int, len(members)), p2pTails: map[p2pKey]chan struct{}{}, p2pSeq: map[p2pKey]uint32{}, wake: make(chan struct{}, 1)}
 	for g, wr := range members {
@@ -219,10 +223,10 @@ func (pg *ProcessGroup) Close() error {
 		}
 		pg.world.mu.Unlock()
 	}
-	pg.kill(fmt.Errorf("%w: process group %q was closed", ErrClosed, pg.name))
+	pg.kill(fmt.Errorf("comm: process group %q was closed: %w", pg.name, ErrClosed))
 	var err error
 	if pg.id == 0 {
-		pg.world.kill(fmt.Errorf("%w: process group %q was closed", ErrClosed, pg.name))
+		pg.world.kill(fmt.Errorf("comm: process group %q was closed: %w", pg.name, ErrClosed))
 		pg.world.waitAbort()
 		err = pg.world.t.Close()
 	}
@@ -231,7 +235,7 @@ func (pg *ProcessGroup) Close() error {
 	select {
 	case <-done:
 	case <-time.After(closeGrace):
-		err = errors.Join(err, fmt.Errorf("%w: closing group %q: operations still running after %v", ErrTimeout, pg.name, closeGrace))
+		err = errors.Join(err, fmt.Errorf("comm: close: group %q: operations still running after %v: %w", pg.name, closeGrace, ErrTimeout))
 	}
 	return err
 }
@@ -246,7 +250,7 @@ const closeGrace = 30 * time.Second
 // they share it. A nil cause means "aborted by the user" (ErrClosed).
 func (pg *ProcessGroup) Abort(cause error) {
 	if cause == nil {
-		cause = fmt.Errorf("%w: process group %q aborted by its owner", ErrClosed, pg.name)
+		cause = fmt.Errorf("comm: process group %q aborted by its owner: %w", pg.name, ErrClosed)
 	}
 	pg.world.abort(cause)
 }
@@ -329,7 +333,7 @@ func (pg *ProcessGroup) checkPeer(peer int, what string) error {
 
 // errorf returns an error wrapping sentinel whose text follows it.
 func errorf(sentinel error, format string, args ...any) error {
-	return fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))
+	return fmt.Errorf("comm: %s: %w", fmt.Sprintf(format, args...), sentinel)
 }
 
 // PeerFailure returns the transport's account of the first member of the

@@ -16,6 +16,7 @@ import (
 	"github.com/tandemml/tandem/comm/store/torchstore"
 	"github.com/tandemml/tandem/comm/tcp"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/launch"
 )
 
@@ -197,6 +198,9 @@ func InitFromEnv(ctx context.Context, opts ...InitOption) (*ProcessGroup, error)
 // Otherwise it listens on every interface and offers each of its addresses
 // to its peers (see comm/tcp.WithHost to pin one).
 func Init(ctx context.Context, rawURL string, opts ...InitOption) (*ProcessGroup, error) {
+	if err := errs.CheckContext(ctx, "comm: init"); err != nil {
+		return nil, err
+	}
 	cfg := initConfig{rank: -1, world: -1, timeout: DefaultTimeout, lookup: os.LookupEnv}
 	for _, o := range opts {
 		if o != nil {
@@ -295,8 +299,8 @@ type initPlan struct {
 func planInit(rawURL string, cfg *initConfig) (*initPlan, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: comm: init URL %q: %v; use env://, tcp://HOST:PORT?rank=R&world_size=N or file:///PATH?rank=R&world_size=N",
-			ErrInvalidArgument, rawURL, err)
+		return nil, fmt.Errorf("comm: init URL %q: %v; use env://, tcp://HOST:PORT?rank=R&world_size=N or file:///PATH?rank=R&world_size=N: %w",
+			rawURL, err, ErrInvalidArgument)
 	}
 	found, err := readEnv(cfg.lookup)
 	if err != nil {
@@ -306,17 +310,17 @@ func planInit(rawURL string, cfg *initConfig) (*initPlan, error) {
 	switch u.Scheme {
 	case "env":
 		if u.Host != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-			return nil, fmt.Errorf("%w: comm: init URL %q: env:// takes no address or parameters; the environment supplies them",
-				ErrInvalidArgument, rawURL)
+			return nil, fmt.Errorf("comm: init URL %q: env:// takes no address or parameters; the environment supplies them: %w",
+				rawURL, ErrInvalidArgument)
 		}
 	case "tcp", "file":
 		q, err := url.ParseQuery(u.RawQuery)
 		if err != nil {
-			return nil, fmt.Errorf("%w: comm: init URL %q: bad query: %v", ErrInvalidArgument, rawURL, err)
+			return nil, fmt.Errorf("comm: init URL %q: bad query: %v: %w", rawURL, err, ErrInvalidArgument)
 		}
 		for k := range q {
 			if k != "rank" && k != "world_size" {
-				return nil, fmt.Errorf("%w: comm: init URL %q: unknown parameter %q (known: rank, world_size)", ErrInvalidArgument, rawURL, k)
+				return nil, fmt.Errorf("comm: init URL %q: unknown parameter %q (known: rank, world_size): %w", rawURL, k, ErrInvalidArgument)
 			}
 		}
 		for _, v := range []struct {
@@ -327,7 +331,7 @@ func planInit(rawURL string, cfg *initConfig) (*initPlan, error) {
 			if s := q.Get(v.key); s != "" {
 				x, err := strconv.Atoi(s)
 				if err != nil || x < 0 {
-					return nil, fmt.Errorf("%w: comm: init URL %q: %s=%q is not a non-negative integer", ErrInvalidArgument, rawURL, v.key, s)
+					return nil, fmt.Errorf("comm: init URL %q: %s=%q is not a non-negative integer: %w", rawURL, v.key, s, ErrInvalidArgument)
 				}
 				*v.dst = x
 				if v.key == "rank" {
@@ -340,50 +344,50 @@ func planInit(rawURL string, cfg *initConfig) (*initPlan, error) {
 		if u.Scheme == "tcp" {
 			host, port, err := net.SplitHostPort(u.Host)
 			if err != nil || host == "" {
-				return nil, fmt.Errorf("%w: comm: init URL %q: want tcp://HOST:PORT?rank=R&world_size=N", ErrInvalidArgument, rawURL)
+				return nil, fmt.Errorf("comm: init URL %q: want tcp://HOST:PORT?rank=R&world_size=N: %w", rawURL, ErrInvalidArgument)
 			}
 			n, err := strconv.Atoi(port)
 			if err != nil || n < 1 || n > 65535 {
-				return nil, fmt.Errorf("%w: comm: init URL %q: port %q is not a port number (1..65535)", ErrInvalidArgument, rawURL, port)
+				return nil, fmt.Errorf("comm: init URL %q: port %q is not a port number (1..65535): %w", rawURL, port, ErrInvalidArgument)
 			}
 			found.MasterAddr, found.MasterPort, found.portVar = host, n, "the URL"
 			p.storeAddr = u.Host
 			p.where = "the TCP store at " + u.Host
 		} else {
 			if u.Host != "" && u.Host != "localhost" {
-				return nil, fmt.Errorf("%w: comm: init URL %q: a file store needs a local path: file:///PATH (three slashes)", ErrInvalidArgument, rawURL)
+				return nil, fmt.Errorf("comm: init URL %q: a file store needs a local path: file:///PATH (three slashes): %w", rawURL, ErrInvalidArgument)
 			}
 			if u.Path == "" {
-				return nil, fmt.Errorf("%w: comm: init URL %q: no path; use file:///PATH?rank=R&world_size=N", ErrInvalidArgument, rawURL)
+				return nil, fmt.Errorf("comm: init URL %q: no path; use file:///PATH?rank=R&world_size=N: %w", rawURL, ErrInvalidArgument)
 			}
 			p.filePath = u.Path
 			p.where = "the file store " + u.Path
 		}
 	case "":
-		return nil, fmt.Errorf("%w: comm: init URL %q has no scheme; use env://, tcp://HOST:PORT?rank=R&world_size=N or file:///PATH?rank=R&world_size=N",
-			ErrInvalidArgument, rawURL)
+		return nil, fmt.Errorf("comm: init URL %q has no scheme; use env://, tcp://HOST:PORT?rank=R&world_size=N or file:///PATH?rank=R&world_size=N: %w",
+			rawURL, ErrInvalidArgument)
 	default:
-		return nil, fmt.Errorf("%w: comm: init URL %q: unknown scheme %q; use env://, tcp:// or file://", ErrInvalidArgument, rawURL, u.Scheme)
+		return nil, fmt.Errorf("comm: init URL %q: unknown scheme %q; use env://, tcp:// or file://: %w", rawURL, u.Scheme, ErrInvalidArgument)
 	}
 	if cfg.rank >= 0 {
 		if found.rankVar != "" && strings.HasPrefix(found.rankVar, "the URL") && found.Rank != cfg.rank {
-			return nil, fmt.Errorf("%w: comm: init: rank given twice: rank=%d in the URL and WithRank(%d)", ErrInvalidArgument, found.Rank, cfg.rank)
+			return nil, fmt.Errorf("comm: init: rank given twice: rank=%d in the URL and WithRank(%d): %w", found.Rank, cfg.rank, ErrInvalidArgument)
 		}
 		found.Rank, found.rankVar = cfg.rank, "comm.WithRank"
 	} else if cfg.rank < -1 {
-		return nil, fmt.Errorf("%w: comm: init: WithRank(%d): ranks are not negative", ErrInvalidArgument, cfg.rank)
+		return nil, fmt.Errorf("comm: init: WithRank(%d): ranks are not negative: %w", cfg.rank, ErrInvalidArgument)
 	}
 	if cfg.world >= 0 {
 		if found.worldVar != "" && strings.HasPrefix(found.worldVar, "the URL") && found.WorldSize != cfg.world {
-			return nil, fmt.Errorf("%w: comm: init: world size given twice: world_size=%d in the URL and WithWorldSize(%d)", ErrInvalidArgument, found.WorldSize, cfg.world)
+			return nil, fmt.Errorf("comm: init: world size given twice: world_size=%d in the URL and WithWorldSize(%d): %w", found.WorldSize, cfg.world, ErrInvalidArgument)
 		}
 		found.WorldSize, found.worldVar = cfg.world, "comm.WithWorldSize"
 	} else if cfg.world < -1 {
-		return nil, fmt.Errorf("%w: comm: init: WithWorldSize(%d): must be at least 1", ErrInvalidArgument, cfg.world)
+		return nil, fmt.Errorf("comm: init: WithWorldSize(%d): must be at least 1: %w", cfg.world, ErrInvalidArgument)
 	}
 	if cfg.st != nil {
 		if u.Scheme != "env" {
-			return nil, fmt.Errorf("%w: comm: init: WithStore and the URL %q both name a store; use env:// with WithStore", ErrInvalidArgument, rawURL)
+			return nil, fmt.Errorf("comm: init: WithStore and the URL %q both name a store; use env:// with WithStore: %w", rawURL, ErrInvalidArgument)
 		}
 		p.scheme = "store"
 		p.where = "the given store"
@@ -523,13 +527,13 @@ func (v *agentStoreView) until(ctx context.Context, keys []string, timeout time.
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return fmt.Errorf("%w: comm: waiting for keys %q in torchrun's agent store: not set within %v", store.ErrTimeout, keys, timeout)
+			return fmt.Errorf("comm: wait for keys %q in torchrun's agent store: not set within %v: %w", keys, timeout, store.ErrTimeout)
 		}
 		t := time.NewTimer(min(pause, left))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w: comm: waiting for keys %q in torchrun's agent store: %w", store.ErrTimeout, keys, context.Cause(ctx))
+			return errs.FromContext(ctx, fmt.Sprintf("comm: wait for keys %q in torchrun's agent store", keys))
 		case <-t.C:
 		}
 		pause = min(2*pause, 100*time.Millisecond)

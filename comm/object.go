@@ -30,10 +30,10 @@ const (
 func encodeObject[T any](pg *ProcessGroup, v T) ([]byte, int64, error) {
 	var buf bytes.Buffer
 	if err := gob.NewEncoder(&buf).Encode(&v); err != nil {
-		return nil, objBadEncode, fmt.Errorf("%w: value of type %T cannot be gob-encoded: %w", ErrInvalidArgument, v, err)
+		return nil, objBadEncode, fmt.Errorf("value of type %T cannot be gob-encoded: %w: %w", v, err, ErrInvalidArgument)
 	}
 	if int64(buf.Len()) > pg.opts.maxObjectSize {
-		return nil, objTooLarge, fmt.Errorf("%w: value of type %T encodes to %d bytes, over the group's limit of %d (WithMaxObjectSize)", ErrTooLarge, v, buf.Len(), pg.opts.maxObjectSize)
+		return nil, objTooLarge, fmt.Errorf("value of type %T encodes to %d bytes, over the group's limit of %d (WithMaxObjectSize): %w", v, buf.Len(), pg.opts.maxObjectSize, ErrTooLarge)
 	}
 	return buf.Bytes(), objOK, nil
 }
@@ -41,7 +41,7 @@ func encodeObject[T any](pg *ProcessGroup, v T) ([]byte, int64, error) {
 func decodeObject[T any](b []byte, from int) (T, error) {
 	var v T
 	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&v); err != nil {
-		return v, fmt.Errorf("%w: decoding rank %d's value as %T: %w", ErrMismatch, from, v, err)
+		return v, fmt.Errorf("decoding rank %d's value as %T: %w: %w", from, v, err, ErrMismatch)
 	}
 	return v, nil
 }
@@ -58,9 +58,9 @@ func getHeader(b []byte) (status, n int64) {
 // peerObjectError is the error a rank reports when another rank's value failed.
 func peerObjectError(op string, rank int, status int64) error {
 	if status == objTooLarge {
-		return fmt.Errorf("%w: %s: rank %d's value is over its size limit (WithMaxObjectSize); see that rank's error", ErrTooLarge, op, rank)
+		return fmt.Errorf("%s: rank %d's value is over its size limit (WithMaxObjectSize); see that rank's error: %w", op, rank, ErrTooLarge)
 	}
-	return fmt.Errorf("%w: %s: rank %d's value could not be gob-encoded; see that rank's error", ErrInvalidArgument, op, rank)
+	return fmt.Errorf("%s: rank %d's value could not be gob-encoded; see that rank's error: %w", op, rank, ErrInvalidArgument)
 }
 
 // internal runs one collective of an object operation and waits for it.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/launch"
 )
 
@@ -70,8 +71,8 @@ type job struct {
 // lives as long as the group, so a collective costs no goroutine start (and
 // no stack growth) of its own.
 func (pg *ProcessGroup) start(ctx context.Context, op collective) Work {
-	if ctx == nil {
-		ctx = context.Background()
+	if err := errs.CheckContext(ctx, "comm: "+op.desc); err != nil {
+		return failedWork(op.desc, err)
 	}
 	pg.issued.note()
 	if err := pg.usable(op.desc); err != nil {
@@ -347,15 +348,7 @@ func (pg *ProcessGroup) fail(ctx context.Context, label string, err error) error
 		}
 		return fmt.Errorf("%s: %w", label, err)
 	}
-	var out error
-	switch {
-	case ctx.Err() != nil && !errors.Is(err, ErrTimeout) && !errors.Is(err, ctx.Err()):
-		out = fmt.Errorf("%w: %s: %w: %w", ErrTimeout, label, err, ctx.Err())
-	case ctx.Err() != nil && !errors.Is(err, ErrTimeout):
-		out = fmt.Errorf("%w: %s: %w", ErrTimeout, label, err)
-	default:
-		out = fmt.Errorf("%s: %w", label, err)
-	}
+	out := errs.Wrap(ctx, label, err)
 	pg.opts.logger.Warn("comm: collective failed; aborting the process group", "group", pg.name, "rank", pg.rank, "err", out)
 	pg.world.abort(out)
 	return out

@@ -2,12 +2,12 @@ package comm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"gorgonia.org/tensor"
 
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/launch"
 )
 
@@ -83,14 +83,14 @@ func (pg *ProcessGroup) BatchISendIRecv(ctx context.Context, ops []P2POp) Work {
 }
 
 func (pg *ProcessGroup) p2p(ctx context.Context, op P2POp) *work {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	verb, dir := "send", "to"
 	if op.Kind == P2PRecv {
 		verb, dir = "recv", "from"
 	}
 	desc := fmt.Sprintf("%s %s rank %d tag %d on group %q", verb, dir, op.Peer, op.Tag, pg.name)
+	if err := errs.CheckContext(ctx, "comm: "+desc); err != nil {
+		return failedWork(desc, err)
+	}
 	if op.Kind != P2PSend && op.Kind != P2PRecv {
 		return failedWork(desc, errorf(ErrInvalidArgument, "%s: P2POp kind %d is neither P2PSend nor P2PRecv", desc, op.Kind))
 	}
@@ -151,7 +151,7 @@ func (pg *ProcessGroup) runP2P(userCtx context.Context, op P2POp, b []byte, prev
 		select {
 		case <-prev:
 		case <-ctx.Done():
-			return pg.p2pError(ctx, ctx.Err())
+			return pg.p2pError(ctx, errs.FromContext(ctx, "waiting for the stream's previous message"))
 		}
 	}
 	pg.flight.started(ord)
@@ -175,8 +175,5 @@ func (pg *ProcessGroup) p2pError(ctx context.Context, err error) error {
 	if pg.life.Err() != nil {
 		return context.Cause(pg.life)
 	}
-	if ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
-		return fmt.Errorf("%w: %w", ErrTimeout, err)
-	}
-	return err
+	return errs.Annotate(ctx, err)
 }

@@ -47,8 +47,8 @@ func Lookup(name string) (transport.Backend, error) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return nil, fmt.Errorf("%w: no backend named %q (registered: %s); import the backend's package to register it",
-		ErrInvalidArgument, name, strings.Join(names, ", "))
+	return nil, fmt.Errorf("comm: no backend named %q (registered: %s); import the backend's package to register it: %w",
+		name, strings.Join(names, ", "), ErrInvalidArgument)
 }
 
 // Backends returns the names of the registered backends, sorted.

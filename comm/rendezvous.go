@@ -14,6 +14,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/launch"
 )
 
@@ -71,8 +72,8 @@ func (r *rendezvous) join(ctx context.Context) error {
 		return r.storeErr(ctx, "claiming its rank", err)
 	}
 	if !bytes.Equal(got, claim) {
-		return fmt.Errorf("%w: comm: init: rank %d is already taken by another process (%s) in %s: two processes were started with rank %d; give every process its own RANK%s",
-			ErrMismatch, r.rank, describeClaim(got), r.where, r.rank, r.staleHint)
+		return fmt.Errorf("comm: init: rank %d is already taken by another process (%s) in %s: two processes were started with rank %d; give every process its own RANK%s: %w",
+			r.rank, describeClaim(got), r.where, r.rank, r.staleHint, ErrMismatch)
 	}
 
 	want := []byte(strconv.Itoa(r.world))
@@ -82,8 +83,8 @@ func (r *rendezvous) join(ctx context.Context) error {
 			return r.storeErr(ctx, "recording the world size", err)
 		}
 		if !bytes.Equal(got, want) {
-			return fmt.Errorf("%w: comm: init: rank 0 has world size %d but %s already records world size %s: is it left over from another job? Use a fresh store (another MASTER_PORT)%s",
-				ErrMismatch, r.world, r.where, got, r.staleHint)
+			return fmt.Errorf("comm: init: rank 0 has world size %d but %s already records world size %s: is it left over from another job? Use a fresh store (another MASTER_PORT)%s: %w",
+				r.world, r.where, got, r.staleHint, ErrMismatch)
 		}
 	} else {
 		vals, err := r.wait(ctx, []string{keyWorldSize}, keyRankBase, "never arrived")
@@ -91,8 +92,8 @@ func (r *rendezvous) join(ctx context.Context) error {
 			return err
 		}
 		if !bytes.Equal(vals[0], want) {
-			return fmt.Errorf("%w: comm: init: world size mismatch: rank %d has world size %d but rank 0 has world size %s; start every rank with the same WORLD_SIZE",
-				ErrMismatch, r.rank, r.world, vals[0])
+			return fmt.Errorf("comm: init: world size mismatch: rank %d has world size %d but rank 0 has world size %s; start every rank with the same WORLD_SIZE: %w",
+				r.rank, r.world, vals[0], ErrMismatch)
 		}
 	}
 
@@ -102,8 +103,8 @@ func (r *rendezvous) join(ctx context.Context) error {
 	}
 	for peer, c := range claims {
 		if w := claimWorld(c); w != r.world {
-			return fmt.Errorf("%w: comm: init: world size mismatch: rank %d has world size %d but rank %d has world size %d; start every rank with the same WORLD_SIZE",
-				ErrMismatch, r.rank, r.world, peer, w)
+			return fmt.Errorf("comm: init: world size mismatch: rank %d has world size %d but rank %d has world size %d; start every rank with the same WORLD_SIZE: %w",
+				r.rank, r.world, peer, w, ErrMismatch)
 		}
 	}
 	r.claims = claims
@@ -176,14 +177,17 @@ func (r *rendezvous) missing(ctx context.Context, base, what string) error {
 	msg := fmt.Sprintf("comm: init: rank %d of %d: ", r.rank, r.world)
 	switch {
 	case unreachable != nil:
-		msg += fmt.Sprintf("the rendezvous did not complete, and the store no longer answers (did rank 0 give up or exit?): %v", unreachable)
+		msg += "the rendezvous did not complete, and the store no longer answers (did rank 0 give up or exit?)"
 	case len(absent) > 0:
 		msg += fmt.Sprintf("ranks %v %s", absent, what)
 	default:
 		msg += "the rendezvous did not complete"
 	}
 	msg += fmt.Sprintf(" (waited up to %v at %s); check that every rank was started, with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE", r.timeout, r.where)
-	return fmt.Errorf("%w: %s: %w", ErrTimeout, msg, ctx.Err())
+	if unreachable != nil {
+		return errs.Wrap(ctx, msg, unreachable)
+	}
+	return errs.FromContext(ctx, msg)
 }
 
 // watch polls rdzv/failed until stop is called; when another rank records a
@@ -215,9 +219,10 @@ func (r *rendezvous) watch(ctx context.Context, cancel context.CancelCauseFunc) 
 }
 
 // post records err as the job's failure for the other ranks (the first one
-// recorded wins). Timeouts are not recorded: the other ranks see their own.
+// recorded wins). Timeouts and cancellations are not recorded: the other
+// ranks see their own timeout.
 func (r *rendezvous) post(ctx context.Context, err error) {
-	if errors.Is(err, ErrTimeout) {
+	if errors.Is(err, ErrTimeout) || errors.Is(err, context.Canceled) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -249,7 +254,7 @@ func relayedFailure(rank int, v []byte) error {
 			sentinel = k.sentinel
 		}
 	}
-	return fmt.Errorf("%w: comm: init: rank %d: another rank found the job misconfigured: %s", sentinel, rank, text)
+	return fmt.Errorf("comm: init: rank %d: another rank found the job misconfigured: %s: %w", rank, text, sentinel)
 }
 
 func (r *rendezvous) storeErr(ctx context.Context, doing string, err error) error {

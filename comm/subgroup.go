@@ -145,7 +145,7 @@ func (pg *ProcessGroup) subgroup(id uint32, g []int, opts []Option) *ProcessGrou
 			rank = i
 		}
 	}
-	return newGroup(pg.world, id, rank, members, pg.world.life, o)
+	return newGroup(pg.world.life, pg.world, id, rank, members, o)
 }
 
 // nonMember returns the handle a rank gets for a group it is not in.

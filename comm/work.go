@@ -3,6 +3,8 @@ package comm
 import (
 	"context"
 	"fmt"
+
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // Work is the handle of an operation in flight, returned at once by every
@@ -10,8 +12,10 @@ import (
 type Work interface {
 	// Wait blocks until the operation finished on this rank and returns its
 	// error, or until ctx is done: then it returns an error wrapping
-	// ErrTimeout and ctx.Err(), and the operation goes on, bounded by the
-	// context it was started with.
+	// ErrTimeout and context.DeadlineExceeded after a deadline,
+	// context.Canceled after a cancellation, and the operation goes on,
+	// bounded by the context it was started with. A nil ctx is refused with
+	// ErrInvalidArgument.
 	Wait(ctx context.Context) error
 	// Done is closed when the operation finished on this rank.
 	Done() <-chan struct{}
@@ -61,8 +65,8 @@ func (w *work) Err() error {
 }
 
 func (w *work) Wait(ctx context.Context) error {
-	if ctx == nil {
-		ctx = context.Background()
+	if err := errs.CheckContext(ctx, "comm: wait for "+w.String()); err != nil {
+		return err
 	}
 	select {
 	case <-w.done:
@@ -73,7 +77,7 @@ func (w *work) Wait(ctx context.Context) error {
 	case <-w.done:
 		return w.err
 	case <-ctx.Done():
-		return fmt.Errorf("%w: waiting for %s: %w", ErrTimeout, w, ctx.Err())
+		return errs.FromContext(ctx, "comm: wait for "+w.String())
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 
 // Future is the pending result of a comm hook: the bucket's reduced
 // gradients. Wait blocks until they are ready, or until ctx is done (then it
-// returns an error wrapping comm.ErrTimeout), and returns them: either the
+// returns comm's context error: one wrapping comm.ErrTimeout and
+// context.DeadlineExceeded after a deadline, context.Canceled after a
+// cancellation), and returns them: either the
 // bucket's buffer itself or a tensor of the buffer's dtype and length, which
 // DDP copies into the buffer.
 //

@@ -1,12 +1,15 @@
 package models
 
 import (
+	"errors"
 	"fmt"
 	"hash"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // The channel ops view x as [outer, C, inner], where C is the product of the
@@ -68,7 +71,7 @@ func (op chanOp) Type() hm.Type {
 
 func (op chanOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	if len(in) != op.Arity() {
-		return nil, fmt.Errorf("models: %v takes %d inputs, got %d", op, op.Arity(), len(in))
+		return nil, fmt.Errorf("models: %v takes %d inputs, got %d: %w", op, op.Arity(), len(in), errs.InvalidArgument)
 	}
 	if op.kind.elementwise() {
 		s, err := shapeOf(in[0])
@@ -80,7 +83,7 @@ func (op chanOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 // split returns outer, C, inner for shape s.
 func (op chanOp) split(s tensor.Shape) (outer, c, inner int, err error) {
 	if len(s) != op.inDims || op.axis+op.n > len(s) {
-		return 0, 0, 0, fmt.Errorf("models: %v expects a %d-dimensional input, got shape %v", op, op.inDims, s)
+		return 0, 0, 0, fmt.Errorf("models: %v expects a %d-dimensional input, got shape %v: %w", op, op.inDims, s, errs.InvalidArgument)
 	}
 	outer, c, inner = 1, 1, 1
 	for i, d := range s {
@@ -98,7 +101,7 @@ func (op chanOp) split(s tensor.Shape) (outer, c, inner int, err error) {
 		want *= d
 	}
 	if want != c {
-		return 0, 0, 0, fmt.Errorf("models: %v: input shape %v has %d channels on axes [%d,%d), parameter has %d", op, s, c, op.axis, op.axis+op.n, want)
+		return 0, 0, 0, fmt.Errorf("models: %v: input shape %v has %d channels on axes [%d,%d), parameter has %d: %w", op, s, c, op.axis, op.axis+op.n, want, errs.InvalidArgument)
 	}
 	return outer, c, inner, nil
 }
@@ -108,7 +111,7 @@ func (op chanOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(ni
 // UsePreallocDo writes the result into prealloc when it fits (see outDense).
 func (op chanOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	if len(in) != op.Arity() {
-		return nil, fmt.Errorf("models: %v takes %d inputs, got %d", op, op.Arity(), len(in))
+		return nil, fmt.Errorf("models: %v takes %d inputs, got %d: %w", op, op.Arity(), len(in), errs.InvalidArgument)
 	}
 	x, err := denseOf(in[0])
 	if err != nil {
@@ -120,7 +123,7 @@ func (op chanOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error)
 			return nil, err
 		}
 		if y.Dtype() != x.Dtype() {
-			return nil, fmt.Errorf("models: %v dtype mismatch: %v and %v", op, x.Dtype(), y.Dtype())
+			return nil, fmt.Errorf("models: %v dtype mismatch: %v and %v: %w", op, x.Dtype(), y.Dtype(), errs.InvalidArgument)
 		}
 	}
 	outer, c, inner, err := op.split(x.Shape())
@@ -167,10 +170,10 @@ func chanKernel[T float](k chanKind, outer, c, inner int, out, x, y []T) error {
 	switch k {
 	case chanAdd, chanMul, chanAddReLU:
 		if len(y) != c {
-			return fmt.Errorf("per-channel tensor has %d elements, want %d", len(y), c)
+			return fmt.Errorf("per-channel tensor has %d elements, want %d: %w", len(y), c, errs.InvalidArgument)
 		}
 		if len(x) != outer*c*inner || len(out) != len(x) {
-			return fmt.Errorf("input has %d elements, want %d", len(x), outer*c*inner)
+			return fmt.Errorf("input has %d elements, want %d: %w", len(x), outer*c*inner, errs.InvalidArgument)
 		}
 		if inner == 1 {
 			// channels last (a Linear's bias): whole rows at a time.
@@ -209,7 +212,7 @@ func chanKernel[T float](k chanKind, outer, c, inner int, out, x, y []T) error {
 		}
 	case chanDot:
 		if len(y) != len(x) {
-			return fmt.Errorf("operands have %d and %d elements", len(x), len(y))
+			return fmt.Errorf("operands have %d and %d elements: %w", len(x), len(y), errs.InvalidArgument)
 		}
 		i := 0
 		for o := 0; o < outer; o++ {
@@ -318,7 +321,7 @@ func (op chanOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 		}
 		return G.Nodes{dx, dc}, nil
 	}
-	return nil, fmt.Errorf("models: second derivatives of %v are not implemented", op.kind)
+	return nil, fmt.Errorf("models: second derivatives of %v are not implemented: %w", op.kind, errors.ErrUnsupported)
 }
 
 // applyChan applies x (+ or *) c along axes [axis, axis+len(c.Shape())).
@@ -326,15 +329,15 @@ func applyChan(kind chanKind, x, c *G.Node, axis int) (*G.Node, error) {
 	cs := c.Shape()
 	n := len(cs)
 	if x.Dtype() != c.Dtype() {
-		return nil, fmt.Errorf("models: %v dtype mismatch: input %v, parameter %v", kind, x.Dtype(), c.Dtype())
+		return nil, fmt.Errorf("models: %v dtype mismatch: input %v, parameter %v: %w", kind, x.Dtype(), c.Dtype(), errs.InvalidArgument)
 	}
 	xs := x.Shape()
 	if axis < 0 || axis+n > len(xs) {
-		return nil, fmt.Errorf("models: %v: parameter of shape %v does not fit input %v at axis %d", kind, cs, xs, axis)
+		return nil, fmt.Errorf("models: %v: parameter of shape %v does not fit input %v at axis %d: %w", kind, cs, xs, axis, errs.InvalidArgument)
 	}
 	for i, d := range cs {
 		if xs[axis+i] != d {
-			return nil, fmt.Errorf("models: %v: parameter of shape %v does not fit input %v at axis %d", kind, cs, xs, axis)
+			return nil, fmt.Errorf("models: %v: parameter of shape %v does not fit input %v at axis %d: %w", kind, cs, xs, axis, errs.InvalidArgument)
 		}
 	}
 	return G.ApplyOp(chanOp{kind: kind, axis: axis, n: n, inDims: len(xs), cShape: append([]int(nil), cs...)}, x, c)

@@ -47,7 +47,7 @@ func NewConv2d(in, out, kernel int, opts ...Option) (*Conv2d, error) {
 		}
 	}
 	if err := checkFloat(c.dtype); err != nil {
-		return nil, fmt.Errorf("%w: %w", err, errs.InvalidArgument)
+		return nil, fmt.Errorf("%w: %w", errs.InvalidArgument, err)
 	}
 	bound := fanInBound(in * l.Kernel[0] * l.Kernel[1])
 	l.Weight = uniformParam("weight", c.dtype, c.rng, bound, out, in, l.Kernel[0], l.Kernel[1])

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"errors"
 	"fmt"
 	"hash"
 	"sync"
@@ -574,7 +575,7 @@ func twoDense[O fmt.Stringer](op O, in []G.Value) (a, b *tensor.Dense, err error
 		return nil, nil, err
 	}
 	if a.Dtype() != b.Dtype() {
-		return nil, nil, fmt.Errorf("models: %v dtype mismatch: %v and %v", op, a.Dtype(), b.Dtype())
+		return nil, nil, fmt.Errorf("models: %v dtype mismatch: %v and %v: %w", op, a.Dtype(), b.Dtype(), errs.InvalidArgument)
 	}
 	return a, b, checkFloat(a.Dtype())
 }
@@ -588,7 +589,7 @@ func (op convOp) DiffWRT(int) []bool    { return []bool{op.need.need(0), op.need
 // that needs no gradient (see gradScope) gets none.
 func (op convOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d: %w", op, len(in), errs.InvalidArgument)
 	}
 	x, w := in[0], in[1]
 	var dx, dw *G.Node
@@ -615,7 +616,7 @@ func (op convGradXOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 		return nil, err
 	}
 	if len(ws) != 4 || len(dys) != 4 {
-		return nil, fmt.Errorf("models: %v needs a 4-d weight and gradient, got %v and %v", op, ws, dys)
+		return nil, fmt.Errorf("models: %v needs a 4-d weight and gradient, got %v and %v: %w", op, ws, dys, errs.InvalidArgument)
 	}
 	xs := tensor.Shape{dys[0], ws[1], op.h, op.w}
 	g, err := op.geom(xs, ws[0])
@@ -623,7 +624,7 @@ func (op convGradXOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 		return nil, err
 	}
 	if dys[1] != g.o || dys[2] != g.oh || dys[3] != g.ow {
-		return nil, fmt.Errorf("models: %v: gradient %v does not fit input %v and weight %v", op, dys, xs, ws)
+		return nil, fmt.Errorf("models: %v: gradient %v does not fit input %v and weight %v: %w", op, dys, xs, ws, errs.InvalidArgument)
 	}
 	return xs, nil
 }
@@ -653,7 +654,7 @@ func (op convGradXOp) String() string {
 }
 func (op convGradXOp) DiffWRT(int) []bool { return []bool{false, false} }
 func (op convGradXOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, fmt.Errorf("models: second derivatives of Conv2d are not implemented")
+	return nil, fmt.Errorf("models: second derivatives of Conv2d are not implemented: %w", errors.ErrUnsupported)
 }
 
 func (op convGradWOp) Arity() int    { return 2 }
@@ -664,14 +665,14 @@ func (op convGradWOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 		return nil, err
 	}
 	if len(dys) != 4 {
-		return nil, fmt.Errorf("models: %v needs a 4-d gradient, got %v", op, dys)
+		return nil, fmt.Errorf("models: %v needs a 4-d gradient, got %v: %w", op, dys, errs.InvalidArgument)
 	}
 	g, err := op.geom(xs, dys[1])
 	if err != nil {
 		return nil, err
 	}
 	if dys[0] != g.n || dys[2] != g.oh || dys[3] != g.ow {
-		return nil, fmt.Errorf("models: %v: gradient %v does not fit input %v", op, dys, xs)
+		return nil, fmt.Errorf("models: %v: gradient %v does not fit input %v: %w", op, dys, xs, errs.InvalidArgument)
 	}
 	return tensor.Shape{g.o, g.c, g.kh, g.kw}, nil
 }
@@ -702,7 +703,7 @@ func (op convGradWOp) Hashcode() uint32      { return hashOf(op) }
 func (op convGradWOp) String() string        { return "Conv2dGradW{" + op.convParams.String() + "}" }
 func (op convGradWOp) DiffWRT(int) []bool    { return []bool{false, false} }
 func (op convGradWOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, fmt.Errorf("models: second derivatives of Conv2d are not implemented")
+	return nil, fmt.Errorf("models: second derivatives of Conv2d are not implemented: %w", errors.ErrUnsupported)
 }
 
 func (op convGradWOp) sinkSlot() *outSlot { return op.out }

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"errors"
 	"fmt"
 	"hash"
 	"math"
@@ -8,6 +9,8 @@ import (
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // eltKind names an elementwise function with a hand-written derivative.
@@ -74,7 +77,7 @@ func (op eltOp) String() string        { return op.kind.String() }
 func (op eltOp) DiffWRT(int) []bool    { return []bool{true} }
 func (op eltOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 	if len(in) != 1 {
-		return nil, fmt.Errorf("models: %v takes 1 input, got %d", op, len(in))
+		return nil, fmt.Errorf("models: %v takes 1 input, got %d: %w", op, len(in), errs.InvalidArgument)
 	}
 	if op.kind == eltReLU && maskedPoolGrad(grad, out) {
 		return G.Nodes{grad}, nil
@@ -103,7 +106,7 @@ func (op eltGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, err
 		return nil, err
 	}
 	if x.Dtype() != dy.Dtype() || x.Size() != dy.Size() {
-		return nil, fmt.Errorf("models: %v: input %v %v and gradient %v %v differ", op, x.Dtype(), x.Shape(), dy.Dtype(), dy.Shape())
+		return nil, fmt.Errorf("models: %v: input %v %v and gradient %v %v differ: %w", op, x.Dtype(), x.Shape(), dy.Dtype(), dy.Shape(), errs.InvalidArgument)
 	}
 	out := outDense(prealloc, x.Dtype(), x.Shape(), x, dy)
 	switch x.Dtype() {
@@ -121,7 +124,7 @@ func (op eltGradOp) Hashcode() uint32      { return hashOf(op) }
 func (op eltGradOp) String() string        { return op.kind.String() + "Grad" }
 func (op eltGradOp) DiffWRT(int) []bool    { return []bool{false, false} }
 func (op eltGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, fmt.Errorf("models: second derivatives of %v are not implemented", op.kind)
+	return nil, fmt.Errorf("models: second derivatives of %v are not implemented: %w", op.kind, errors.ErrUnsupported)
 }
 
 const invSqrt2 = 0.7071067811865476   // 1/√2

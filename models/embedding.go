@@ -1,6 +1,7 @@
 package models
 
 import (
+	"errors"
 	"fmt"
 	"hash"
 
@@ -28,7 +29,7 @@ func NewEmbedding(num, dim int, opts ...Option) (*Embedding, error) {
 	}
 	c := newConfig(opts)
 	if err := checkFloat(c.dtype); err != nil {
-		return nil, fmt.Errorf("%w: %w", err, errs.InvalidArgument)
+		return nil, fmt.Errorf("%w: %w", errs.InvalidArgument, err)
 	}
 	return &Embedding{Num: num, Dim: dim, Weight: normalParam("weight", c.dtype, c.rng, num, dim)}, nil
 }
@@ -77,7 +78,7 @@ func (op embedOp) idxType() hm.Type {
 func (op embedOp) outType() hm.Type { return G.TensorType{Dims: op.idxDims + 1, Of: op.wType} }
 func (op embedOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d: %w", op, len(in), errs.InvalidArgument)
 	}
 	s, err := shapeOf(in[1])
 	if err != nil {
@@ -117,7 +118,7 @@ func (op embedOp) indices(t *tensor.Dense) ([]int, error) {
 			}
 		}
 		if !ok {
-			return nil, fmt.Errorf("models: embedding index of dtype %v", t.Dtype())
+			return nil, fmt.Errorf("models: embedding index of dtype %v: %w", t.Dtype(), errs.InvalidArgument)
 		}
 		idx = []int{int(v)}
 	} else if idx, err = labels(t); err != nil {
@@ -192,5 +193,5 @@ func (op embedGradOp) Hashcode() uint32      { return hashOf(op) }
 func (op embedGradOp) String() string        { return "Grad" + op.embedOp.String() }
 func (op embedGradOp) DiffWRT(int) []bool    { return []bool{false, false} }
 func (op embedGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, fmt.Errorf("models: second derivatives of Embedding are not implemented")
+	return nil, fmt.Errorf("models: second derivatives of Embedding are not implemented: %w", errors.ErrUnsupported)
 }

@@ -5,6 +5,8 @@ import (
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // float is the element type of every floating-point kernel in this package.
@@ -14,12 +16,12 @@ type float interface{ ~float32 | ~float64 }
 func denseOf(v G.Value) (*tensor.Dense, error) {
 	t, ok := v.(*tensor.Dense)
 	if !ok {
-		return nil, fmt.Errorf("models: expected a *tensor.Dense value, got %T", v)
+		return nil, fmt.Errorf("models: expected a *tensor.Dense value, got %T: %w", v, errs.InvalidArgument)
 	}
 	if t.RequiresIterator() || t.IsView() {
 		m, ok := t.Materialize().(*tensor.Dense)
 		if !ok {
-			return nil, fmt.Errorf("models: cannot materialise a view of shape %v", t.Shape())
+			return nil, fmt.Errorf("models: cannot materialise a view of shape %v: %w", t.Shape(), errs.InvalidArgument)
 		}
 		return m, nil
 	}
@@ -35,11 +37,11 @@ func sliceOf[T float](t *tensor.Dense) ([]T, error) {
 		case []T:
 			return d, nil
 		}
-		return nil, fmt.Errorf("models: scalar of dtype %v where %T was expected", t.Dtype(), T(0))
+		return nil, fmt.Errorf("models: scalar of dtype %v where %T was expected: %w", t.Dtype(), T(0), errs.InvalidArgument)
 	}
 	d, ok := t.Data().([]T)
 	if !ok {
-		return nil, fmt.Errorf("models: tensor of dtype %v where %T was expected", t.Dtype(), T(0))
+		return nil, fmt.Errorf("models: tensor of dtype %v where %T was expected: %w", t.Dtype(), T(0), errs.InvalidArgument)
 	}
 	return d, nil
 }
@@ -53,7 +55,7 @@ func scalarOf(v G.Value) (float64, error) {
 		return float64(*s), nil
 	case *tensor.Dense:
 		if s.Size() != 1 {
-			return 0, fmt.Errorf("models: expected a scalar, got a tensor of shape %v", s.Shape())
+			return 0, fmt.Errorf("models: expected a scalar, got a tensor of shape %v: %w", s.Shape(), errs.InvalidArgument)
 		}
 		d, err := denseOf(s)
 		if err != nil {
@@ -69,9 +71,9 @@ func scalarOf(v G.Value) (float64, error) {
 		case []float32:
 			return float64(x[0]), nil
 		}
-		return 0, fmt.Errorf("models: expected a floating-point scalar, got dtype %v", s.Dtype())
+		return 0, fmt.Errorf("models: expected a floating-point scalar, got dtype %v: %w", s.Dtype(), errs.InvalidArgument)
 	}
-	return 0, fmt.Errorf("models: expected a scalar value, got %T", v)
+	return 0, fmt.Errorf("models: expected a scalar value, got %T: %w", v, errs.InvalidArgument)
 }
 
 // scalarValue wraps x as a gorgonia scalar of dtype dt.
@@ -82,13 +84,13 @@ func scalarValue(dt tensor.Dtype, x float64) (G.Value, error) {
 	case tensor.Float32:
 		return G.NewF32(float32(x)), nil
 	}
-	return nil, fmt.Errorf("models: unsupported dtype %v (want float32 or float64)", dt)
+	return nil, fmt.Errorf("models: unsupported dtype %v (want float32 or float64): %w", dt, errs.InvalidArgument)
 }
 
 // checkFloat reports whether dt is a dtype the layers compute in.
 func checkFloat(dt tensor.Dtype) error {
 	if dt != tensor.Float32 && dt != tensor.Float64 {
-		return fmt.Errorf("models: unsupported dtype %v (want float32 or float64)", dt)
+		return fmt.Errorf("models: unsupported dtype %v (want float32 or float64): %w", dt, errs.InvalidArgument)
 	}
 	return nil
 }
@@ -102,7 +104,7 @@ func newDense(dt tensor.Dtype, shape ...int) *tensor.Dense {
 func shapeOf(d G.DimSizer) (tensor.Shape, error) {
 	s, ok := d.(tensor.Shape)
 	if !ok {
-		return nil, fmt.Errorf("models: expected a tensor.Shape, got %T", d)
+		return nil, fmt.Errorf("models: expected a tensor.Shape, got %T: %w", d, errs.InvalidArgument)
 	}
 	return s, nil
 }

@@ -26,7 +26,7 @@ func NewLinear(in, out int, opts ...Option) (*Linear, error) {
 	}
 	c := newConfig(opts)
 	if err := checkFloat(c.dtype); err != nil {
-		return nil, fmt.Errorf("%w: %w", err, errs.InvalidArgument)
+		return nil, fmt.Errorf("%w: %w", errs.InvalidArgument, err)
 	}
 	bound := fanInBound(in)
 	l := &Linear{In: in, Out: out}

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"errors"
 	"fmt"
 	"hash"
 	"math"
@@ -85,7 +86,7 @@ func labels(t *tensor.Dense) ([]int, error) {
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("models: class labels of dtype %v (want int64, int or int32)", t.Dtype())
+	return nil, fmt.Errorf("models: class labels of dtype %v (want int64, int or int32): %w", t.Dtype(), errs.InvalidArgument)
 }
 
 // xentOp is mean cross entropy from logits (inputs: logits, target).
@@ -111,7 +112,7 @@ func (op xentOp) Do(in ...G.Value) (G.Value, error)              { return op.Use
 // logits' dtype.
 func (op xentOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	if len(in) != 2 {
-		return nil, fmt.Errorf("models: cross entropy takes logits and target, got %d inputs", len(in))
+		return nil, fmt.Errorf("models: cross entropy takes logits and target, got %d inputs: %w", len(in), errs.InvalidArgument)
 	}
 	z, t, lab, err := op.inputs(in[:2])
 	if err != nil {
@@ -146,7 +147,7 @@ func (op xentOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error)
 // inputs checks and unpacks (logits, target).
 func (op xentOp) inputs(in []G.Value) (z, t *tensor.Dense, lab []int, err error) {
 	if len(in) != 2 {
-		return nil, nil, nil, fmt.Errorf("models: cross entropy takes logits and target, got %d inputs", len(in))
+		return nil, nil, nil, fmt.Errorf("models: cross entropy takes logits and target, got %d inputs: %w", len(in), errs.InvalidArgument)
 	}
 	if z, err = denseOf(in[0]); err != nil {
 		return nil, nil, nil, err
@@ -155,19 +156,19 @@ func (op xentOp) inputs(in []G.Value) (z, t *tensor.Dense, lab []int, err error)
 		return nil, nil, nil, err
 	}
 	if z.Dims() != 2 {
-		return nil, nil, nil, fmt.Errorf("models: cross entropy logits must be [N, C], got %v", z.Shape())
+		return nil, nil, nil, fmt.Errorf("models: cross entropy logits must be [N, C], got %v: %w", z.Shape(), errs.InvalidArgument)
 	}
 	if err = checkFloat(z.Dtype()); err != nil {
 		return nil, nil, nil, err
 	}
 	if op.soft {
 		if !t.Shape().Eq(z.Shape()) || t.Dtype() != z.Dtype() {
-			return nil, nil, nil, fmt.Errorf("models: cross entropy probabilities %v %v do not match logits %v %v", t.Dtype(), t.Shape(), z.Dtype(), z.Shape())
+			return nil, nil, nil, fmt.Errorf("models: cross entropy probabilities %v %v do not match logits %v %v: %w", t.Dtype(), t.Shape(), z.Dtype(), z.Shape(), errs.InvalidArgument)
 		}
 		return z, t, nil, nil
 	}
 	if t.Dims() != 1 || t.Shape()[0] != z.Shape()[0] {
-		return nil, nil, nil, fmt.Errorf("models: cross entropy labels of shape %v for logits %v (want [%d])", t.Shape(), z.Shape(), z.Shape()[0])
+		return nil, nil, nil, fmt.Errorf("models: cross entropy labels of shape %v for logits %v (want [%d]): %w", t.Shape(), z.Shape(), z.Shape()[0], errs.InvalidArgument)
 	}
 	if lab, err = labels(t); err != nil {
 		return nil, nil, nil, err
@@ -221,7 +222,7 @@ func (op xentOp) String() string {
 func (op xentOp) DiffWRT(int) []bool { return []bool{true, false} }
 func (op xentOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	if len(in) != 2 {
-		return nil, fmt.Errorf("models: cross entropy takes 2 inputs, got %d", len(in))
+		return nil, fmt.Errorf("models: cross entropy takes 2 inputs, got %d: %w", len(in), errs.InvalidArgument)
 	}
 	dz, err := G.ApplyOp(xentGradOp{op}, in[0], in[1], grad)
 	if err != nil {
@@ -243,7 +244,7 @@ func (op xentGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocD
 // UsePreallocDo writes the gradient into prealloc when it fits (see outDense).
 func (op xentGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	if len(in) != 3 {
-		return nil, fmt.Errorf("models: %v takes 3 inputs, got %d", op, len(in))
+		return nil, fmt.Errorf("models: %v takes 3 inputs, got %d: %w", op, len(in), errs.InvalidArgument)
 	}
 	z, t, lab, err := op.inputs(in[:2])
 	if err != nil {
@@ -306,5 +307,5 @@ func (op xentGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op xentGradOp) Hashcode() uint32      { return hashOf(op) }
 func (op xentGradOp) DiffWRT(int) []bool    { return []bool{false, false, false} }
 func (op xentGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, fmt.Errorf("models: second derivatives of cross entropy are not implemented")
+	return nil, fmt.Errorf("models: second derivatives of cross entropy are not implemented: %w", errors.ErrUnsupported)
 }

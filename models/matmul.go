@@ -10,6 +10,7 @@ import (
 	"gorgonia.org/tensor"
 
 	tblas "github.com/tandemml/tandem/internal/blas"
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // matMulOp computes op(A)·op(B) for row-major matrices, where op transposes
@@ -34,10 +35,10 @@ func MatMulT(a, b *G.Node, transA, transB bool) (*G.Node, error) {
 // Backward then skips the gradient of an operand that needs none.
 func matMulT(bl *Builder, a, b *G.Node, transA, transB bool) (*G.Node, error) {
 	if a.Dims() != 2 || b.Dims() != 2 {
-		return nil, fmt.Errorf("models: MatMulT needs two matrices, got shapes %v and %v", a.Shape(), b.Shape())
+		return nil, fmt.Errorf("models: MatMulT needs two matrices, got shapes %v and %v: %w", a.Shape(), b.Shape(), errs.InvalidArgument)
 	}
 	if a.Dtype() != b.Dtype() {
-		return nil, fmt.Errorf("models: MatMulT dtype mismatch: %v and %v", a.Dtype(), b.Dtype())
+		return nil, fmt.Errorf("models: MatMulT dtype mismatch: %v and %v: %w", a.Dtype(), b.Dtype(), errs.InvalidArgument)
 	}
 	op := matMulOp{transA: transA, transB: transB, need: newInputGrads(bl, a, b)}
 	if _, err := op.InferShape(a.Shape(), b.Shape()); err != nil {
@@ -55,7 +56,7 @@ func (op matMulOp) Type() hm.Type {
 
 func (op matMulOp) dims(a, b tensor.Shape) (m, k, n int, err error) {
 	if len(a) != 2 || len(b) != 2 {
-		return 0, 0, 0, fmt.Errorf("models: %v needs two matrices, got shapes %v and %v", op, a, b)
+		return 0, 0, 0, fmt.Errorf("models: %v needs two matrices, got shapes %v and %v: %w", op, a, b, errs.InvalidArgument)
 	}
 	m, k = a[0], a[1]
 	if op.transA {
@@ -66,7 +67,7 @@ func (op matMulOp) dims(a, b tensor.Shape) (m, k, n int, err error) {
 		kb, n = n, kb
 	}
 	if k != kb {
-		return 0, 0, 0, fmt.Errorf("models: %v inner dimensions differ: shapes %v and %v", op, a, b)
+		return 0, 0, 0, fmt.Errorf("models: %v inner dimensions differ: shapes %v and %v: %w", op, a, b, errs.InvalidArgument)
 	}
 	return m, k, n, nil
 }
@@ -93,7 +94,7 @@ func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 		return nil, err
 	}
 	if a.Dtype() != b.Dtype() {
-		return nil, fmt.Errorf("models: %v dtype mismatch: %v and %v", op, a.Dtype(), b.Dtype())
+		return nil, fmt.Errorf("models: %v dtype mismatch: %v and %v: %w", op, a.Dtype(), b.Dtype(), errs.InvalidArgument)
 	}
 	m, k, n, err := op.dims(a.Shape(), b.Shape())
 	if err != nil {
@@ -141,7 +142,7 @@ func (op matMulOp) DiffWRT(int) []bool { return []bool{op.need.need(0), op.need.
 // gradScope) gets none.
 func (op matMulOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	if len(in) != 2 {
-		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d", op, len(in))
+		return nil, fmt.Errorf("models: %v takes 2 inputs, got %d: %w", op, len(in), errs.InvalidArgument)
 	}
 	a, b := in[0], in[1]
 	var da, db *G.Node

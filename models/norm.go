@@ -1,6 +1,7 @@
 package models
 
 import (
+	"errors"
 	"fmt"
 	"hash"
 	"math"
@@ -36,7 +37,7 @@ func NewLayerNorm(shape []int, opts ...Option) (*LayerNorm, error) {
 	}
 	c := newConfig(opts)
 	if err := checkFloat(c.dtype); err != nil {
-		return nil, fmt.Errorf("%w: %w", err, errs.InvalidArgument)
+		return nil, fmt.Errorf("%w: %w", errs.InvalidArgument, err)
 	}
 	l := &LayerNorm{Shape: append([]int(nil), shape...), Eps: c.eps(1e-5)}
 	if c.affine() {
@@ -125,7 +126,7 @@ func NewBatchNorm2d(c int, opts ...Option) (*BatchNorm2d, error) {
 	}
 	cfg := newConfig(opts)
 	if err := checkFloat(cfg.dtype); err != nil {
-		return nil, fmt.Errorf("%w: %w", err, errs.InvalidArgument)
+		return nil, fmt.Errorf("%w: %w", errs.InvalidArgument, err)
 	}
 	bn := &BatchNorm2d{C: c, Eps: cfg.eps(1e-5), Momentum: 0.1}
 	if cfg.momentum != nil {
@@ -208,7 +209,7 @@ func (op *normOp) Type() hm.Type {
 }
 func (op *normOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	if len(in) < 1 {
-		return nil, fmt.Errorf("models: %v takes an input", op)
+		return nil, fmt.Errorf("models: %v takes an input: %w", op, errs.InvalidArgument)
 	}
 	s, err := shapeOf(in[0])
 	return s.Clone(), err
@@ -270,7 +271,7 @@ func stats[T float](op *normOp, s tensor.Shape, x []T) (mean, rstd, variance []f
 	if op.kind == normBatchEval {
 		rm, rv := toFloat64s(op.bn.RunningMean.Value), toFloat64s(op.bn.RunningVar.Value)
 		if len(rm) != c || len(rv) != c {
-			return nil, nil, nil, 0, fmt.Errorf("models: BatchNorm2d running statistics have %d and %d entries for %d channels", len(rm), len(rv), c)
+			return nil, nil, nil, 0, fmt.Errorf("models: BatchNorm2d running statistics have %d and %d entries for %d channels: %w", len(rm), len(rv), c, errs.InvalidArgument)
 		}
 		for ch := range mean {
 			mean[ch], rstd[ch] = rm[ch], 1/math.Sqrt(rv[ch]+op.eps)
@@ -393,7 +394,7 @@ func (op normGradOp) Do(in ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	if !dy.Shape().Eq(x.Shape()) || dy.Dtype() != x.Dtype() {
-		return nil, fmt.Errorf("models: %v: gradient %v %v for input %v %v", op, dy.Dtype(), dy.Shape(), x.Dtype(), x.Shape())
+		return nil, fmt.Errorf("models: %v: gradient %v %v for input %v %v: %w", op, dy.Dtype(), dy.Shape(), x.Dtype(), x.Shape(), errs.InvalidArgument)
 	}
 	out := newDense(x.Dtype(), x.Shape()...)
 	switch x.Dtype() {
@@ -466,5 +467,5 @@ func (op normGradOp) Hashcode() uint32      { return hashOf(op) }
 func (op normGradOp) String() string        { return "Grad" + op.normOp.String() }
 func (op normGradOp) DiffWRT(int) []bool    { return []bool{false, false} }
 func (op normGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, fmt.Errorf("models: second derivatives of normalisation are not implemented")
+	return nil, fmt.Errorf("models: second derivatives of normalisation are not implemented: %w", errors.ErrUnsupported)
 }

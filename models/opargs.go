@@ -5,6 +5,8 @@ import (
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // This file holds what the package's gorgonia ops share: the arity test at
@@ -19,9 +21,9 @@ func checkArity[O fmt.Stringer](op O, got, want int) error {
 	case got == want:
 		return nil
 	case want == 1:
-		return fmt.Errorf("models: %v takes 1 input, got %d", op, got)
+		return fmt.Errorf("models: %v takes 1 input, got %d: %w", op, got, errs.InvalidArgument)
 	default:
-		return fmt.Errorf("models: %v takes %d inputs, got %d", op, want, got)
+		return fmt.Errorf("models: %v takes %d inputs, got %d: %w", op, want, got, errs.InvalidArgument)
 	}
 }
 

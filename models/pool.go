@@ -1,6 +1,7 @@
 package models
 
 import (
+	"errors"
 	"fmt"
 	"hash"
 	"math"
@@ -97,7 +98,7 @@ func (op poolOp) Type() hm.Type {
 }
 func (op poolOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	if len(in) < 1 {
-		return nil, fmt.Errorf("models: %v takes an input", op)
+		return nil, fmt.Errorf("models: %v takes an input: %w", op, errs.InvalidArgument)
 	}
 	s, err := shapeOf(in[0])
 	if err != nil {
@@ -337,7 +338,7 @@ func (op poolGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, er
 		return nil, err
 	}
 	if !dy.Shape().Eq(os) || dy.Dtype() != x.Dtype() {
-		return nil, fmt.Errorf("models: %v: gradient %v %v for output %v", op, dy.Dtype(), dy.Shape(), os)
+		return nil, fmt.Errorf("models: %v: gradient %v %v for output %v: %w", op, dy.Dtype(), dy.Shape(), os, errs.InvalidArgument)
 	}
 	dx := outDense(prealloc, x.Dtype(), x.Shape(), x, dy)
 	switch x.Dtype() {
@@ -361,7 +362,7 @@ func (op poolGradOp) String() string {
 
 func (op poolGradOp) DiffWRT(int) []bool { return []bool{false, false} }
 func (op poolGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, fmt.Errorf("models: second derivatives of MaxPool2d are not implemented")
+	return nil, fmt.Errorf("models: second derivatives of MaxPool2d are not implemented: %w", errors.ErrUnsupported)
 }
 
 // isReLUOutput reports whether n is computed by a ReLU (alone or fused

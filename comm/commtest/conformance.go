@@ -33,6 +33,7 @@ func RunConformance(t *testing.T, newGroups NewGroups) {
 	t.Run("InvalidArguments", s.testInvalidArguments)
 	t.Run("Mismatch", s.testMismatch)
 	t.Run("Deadline", s.testDeadline)
+	t.Run("ContextRule", s.testContextRule)
 	t.Run("Abort", s.testAbort)
 	t.Run("Closed", s.testClosed)
 	t.Run("PointToPoint", s.testPointToPoint)

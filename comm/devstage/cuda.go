@@ -20,6 +20,7 @@ import (
 	"unsafe"
 
 	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/internal/errs"
 	"gorgonia.org/cu"
 	"gorgonia.org/tensor"
 )
@@ -327,7 +328,7 @@ func (f *cudaFence) Wait(ctx context.Context) error {
 			case <-time.After(pause):
 				pause = min(2*pause, time.Millisecond)
 			case <-ctx.Done():
-				return fmt.Errorf("devstage: cuda: wait for a copy: %w: %w", comm.ErrTimeout, context.Cause(ctx))
+				return errs.FromContext(ctx, "devstage: cuda: wait for a copy")
 			}
 		default:
 			return fmt.Errorf("devstage: cuda: wait for a copy: %w", err)

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/internal/errs"
 	"gorgonia.org/tensor"
 )
 
@@ -168,7 +169,7 @@ func (f *hostFence) Wait(ctx context.Context) error {
 	case <-f.done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("devstage: wait for a copy: %w: %w", comm.ErrTimeout, context.Cause(ctx))
+		return errs.FromContext(ctx, "devstage: wait for a copy")
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/internal/errs"
 	"gorgonia.org/tensor"
 )
 
@@ -229,7 +230,7 @@ func (s *Stager) run(ctx context.Context, name string, buf Buffer, toHost, toDev
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("devstage: %s: wait for the stager's previous collective: %w: %w", name, comm.ErrTimeout, context.Cause(ctx))
+		return errs.FromContext(ctx, "devstage: "+name+": wait for the stager's previous collective")
 	}
 	defer func() { <-s.sem }()
 	if s.closed {

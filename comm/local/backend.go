@@ -9,6 +9,7 @@ import (
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 func init() { comm.Register("local", Backend{}) }
@@ -36,11 +37,14 @@ type joining struct {
 // Connect returns rank cfg.Rank's transport once the world exists (every
 // rank's Connect can then proceed without waiting for the others).
 func (Backend) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
+	if err := errs.CheckContext(ctx, "local: connect"); err != nil {
+		return nil, err
+	}
 	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
-		return nil, fmt.Errorf("%w: local backend: rank %d of world size %d", transport.ErrInvalidArgument, cfg.Rank, cfg.Size)
+		return nil, fmt.Errorf("local backend: rank %d of world size %d: %w", cfg.Rank, cfg.Size, transport.ErrInvalidArgument)
 	}
 	if cfg.Store == nil {
-		return nil, fmt.Errorf("%w: local backend: Config.Store is nil; ranks meet through a store", transport.ErrInvalidArgument)
+		return nil, fmt.Errorf("local backend: Config.Store is nil; ranks meet through a store: %w", transport.ErrInvalidArgument)
 	}
 	if _, ok := ctx.Deadline(); !ok && cfg.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -72,10 +76,10 @@ func (Backend) Connect(ctx context.Context, cfg transport.Config) (transport.Tra
 	defer worlds.Unlock()
 	j := worlds.m[id]
 	if j == nil {
-		return nil, fmt.Errorf("%w: local backend: world %q is not in this process (all ranks of a local world must be goroutines of one process, and each world needs a fresh store)", transport.ErrInvalidArgument, id)
+		return nil, fmt.Errorf("local backend: world %q is not in this process (all ranks of a local world must be goroutines of one process, and each world needs a fresh store): %w", id, transport.ErrInvalidArgument)
 	}
 	if len(j.h.eps) != cfg.Size {
-		return nil, fmt.Errorf("%w: local backend: rank %d says the world has %d ranks, rank 0 said %d", transport.ErrMismatch, cfg.Rank, cfg.Size, len(j.h.eps))
+		return nil, fmt.Errorf("local backend: rank %d says the world has %d ranks, rank 0 said %d: %w", cfg.Rank, cfg.Size, len(j.h.eps), transport.ErrMismatch)
 	}
 	j.joined++
 	if j.joined == cfg.Size {

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // hub joins the endpoints of one in-process world.
@@ -17,7 +18,7 @@ type hub struct {
 // goroutines of this process: transports[r] is rank r's.
 func NewTransports(n int) ([]transport.Transport, error) {
 	if n < 1 {
-		return nil, fmt.Errorf("%w: world size %d; need at least 1", transport.ErrInvalidArgument, n)
+		return nil, fmt.Errorf("local: world size %d; need at least 1: %w", n, transport.ErrInvalidArgument)
 	}
 	h := newHub(n)
 	ts := make([]transport.Transport, n)
@@ -69,23 +70,32 @@ func (e *endpoint) Size() int { return len(e.hub.eps) }
 
 func (e *endpoint) checkPeer(peer int) error {
 	if peer < 0 || peer >= len(e.hub.eps) {
-		return fmt.Errorf("%w: rank %d: peer %d is outside the world of %d ranks", transport.ErrInvalidArgument, e.rank, peer, len(e.hub.eps))
+		return fmt.Errorf("local: rank %d: peer %d is outside the world of %d ranks: %w", e.rank, peer, len(e.hub.eps), transport.ErrInvalidArgument)
 	}
 	return nil
 }
 
-func ctxError(ctx context.Context, what string) error {
-	return fmt.Errorf("%w: %s: %w", transport.ErrTimeout, what, ctx.Err())
+// opName names a Send or Recv in errors: "local: recv: rank 1 from rank 0
+// (tag 0x5)".
+func (e *endpoint) opName(op string, peer int, tag transport.Tag) string {
+	dir := "to"
+	if op == "recv" {
+		dir = "from"
+	}
+	return fmt.Sprintf("local: %s: rank %d %s rank %d (tag %#x)", op, e.rank, dir, peer, uint64(tag))
 }
 
 // Send copies buf into peer's mailbox (straight into a waiting receive's
 // buffer when one is posted), so it never waits for the receiver.
 func (e *endpoint) Send(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
+	if err := errs.CheckContext(ctx, "local: send"); err != nil {
+		return err
+	}
 	if err := e.checkPeer(peer); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return ctxError(ctx, fmt.Sprintf("rank %d sending to rank %d", e.rank, peer))
+	if ctx.Err() != nil {
+		return errs.FromContext(ctx, e.opName("send", peer, tag))
 	}
 	e.mu.Lock()
 	dead := e.dead
@@ -101,7 +111,7 @@ func (e *endpoint) deliver(src int, tag transport.Tag, buf []byte) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.dead != nil {
-		return fmt.Errorf("%w: rank %d sending to rank %d: %w", transport.ErrPeerLost, src, e.rank, e.dead)
+		return fmt.Errorf("local: rank %d sending to rank %d: %w: %w", src, e.rank, e.dead, transport.ErrPeerLost)
 	}
 	k := key{src, tag}
 	q := e.queues[k]
@@ -143,14 +153,17 @@ func copyMessage(b []byte) *[]byte {
 // fill copies a message into a receive buffer of the same length.
 func fill(dst, msg []byte, src, dstRank int, tag transport.Tag) error {
 	if len(dst) != len(msg) {
-		return fmt.Errorf("%w: rank %d received %d bytes from rank %d under tag %#x but its receive buffer holds %d bytes",
-			transport.ErrMismatch, dstRank, len(msg), src, uint64(tag), len(dst))
+		return fmt.Errorf("local: rank %d received %d bytes from rank %d under tag %#x but its receive buffer holds %d bytes: %w",
+			dstRank, len(msg), src, uint64(tag), len(dst), transport.ErrMismatch)
 	}
 	copy(dst, msg)
 	return nil
 }
 
 func (e *endpoint) Recv(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
+	if err := errs.CheckContext(ctx, "local: recv"); err != nil {
+		return err
+	}
 	if err := e.checkPeer(peer); err != nil {
 		return err
 	}
@@ -177,11 +190,11 @@ func (e *endpoint) Recv(ctx context.Context, peer int, tag transport.Tag, buf []
 	if e.lost[peer] != nil {
 		err := e.lost[peer]
 		e.mu.Unlock()
-		return fmt.Errorf("%w: rank %d receiving from rank %d: %w", transport.ErrPeerLost, e.rank, peer, err)
+		return fmt.Errorf("local: rank %d receiving from rank %d: %w: %w", e.rank, peer, err, transport.ErrPeerLost)
 	}
-	if err := ctx.Err(); err != nil {
+	if ctx.Err() != nil {
 		e.mu.Unlock()
-		return ctxError(ctx, fmt.Sprintf("rank %d receiving from rank %d", e.rank, peer))
+		return errs.FromContext(ctx, e.opName("recv", peer, tag))
 	}
 	w := &waiter{buf: buf, done: make(chan error, 1)}
 	if q == nil {
@@ -207,7 +220,7 @@ func (e *endpoint) Recv(ctx context.Context, peer int, tag transport.Tag, buf []
 					delete(e.queues, k)
 				}
 				e.mu.Unlock()
-				return ctxError(ctx, fmt.Sprintf("rank %d receiving from rank %d under tag %#x", e.rank, peer, uint64(tag)))
+				return errs.FromContext(ctx, e.opName("recv", peer, tag))
 			}
 		}
 	}
@@ -219,17 +232,17 @@ func (e *endpoint) Recv(ctx context.Context, peer int, tag transport.Tag, buf []
 // tells every peer that this rank is lost.
 func (e *endpoint) Abort(cause error) {
 	if cause == nil {
-		cause = fmt.Errorf("%w: rank %d aborted", transport.ErrClosed, e.rank)
+		cause = fmt.Errorf("local: rank %d aborted: %w", e.rank, transport.ErrClosed)
 	}
-	e.shutdown(fmt.Errorf("rank %d aborted: %w", e.rank, cause),
-		fmt.Errorf("rank %d aborted: %w", e.rank, cause))
+	e.shutdown(fmt.Errorf("local: rank %d aborted: %w", e.rank, cause),
+		fmt.Errorf("local: rank %d aborted: %w", e.rank, cause))
 }
 
 // Close fails pending operations with ErrClosed; peers see this rank as lost
 // once they have drained the messages it sent.
 func (e *endpoint) Close() error {
-	e.shutdown(fmt.Errorf("%w: rank %d's transport was closed", transport.ErrClosed, e.rank),
-		fmt.Errorf("rank %d closed its transport", e.rank))
+	e.shutdown(fmt.Errorf("local: rank %d's transport was closed: %w", e.rank, transport.ErrClosed),
+		fmt.Errorf("local: rank %d closed its transport", e.rank))
 	return nil
 }
 
@@ -267,7 +280,7 @@ func (e *endpoint) peerLost(src int, why error) {
 			continue
 		}
 		for _, w := range q.waiters {
-			w.done <- fmt.Errorf("%w: rank %d receiving from rank %d: %w", transport.ErrPeerLost, e.rank, src, why)
+			w.done <- fmt.Errorf("local: rank %d receiving from rank %d: %w: %w", e.rank, src, why, transport.ErrPeerLost)
 		}
 		delete(e.queues, k)
 	}

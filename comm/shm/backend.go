@@ -4,7 +4,6 @@ package shm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/internal/liveness"
 )
 
@@ -115,11 +115,7 @@ func (b Backend) directory() string {
 // returns when every rank has mapped it, or fails when the context ends or
 // cfg.Timeout (5 minutes when zero) passes.
 func (b Backend) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
-	t, err := b.connect(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return t, nil
+	return transport.Upcast(b.connect(ctx, cfg))
 }
 
 // ConnectSHM is Connect returning the concrete type.
@@ -128,22 +124,12 @@ func (b Backend) ConnectSHM(ctx context.Context, cfg transport.Config) (*Transpo
 }
 
 func (b Backend) connect(ctx context.Context, cfg transport.Config) (*Transport, error) {
-	if cfg.Size < 1 {
-		return nil, fmt.Errorf("shm: world size %d: must be at least 1: %w", cfg.Size, transport.ErrInvalidArgument)
+	if err := errs.CheckContext(ctx, "shm: connect"); err != nil {
+		return nil, err
 	}
-	if cfg.Rank < 0 || cfg.Rank >= cfg.Size {
-		return nil, fmt.Errorf("shm: rank %d out of range for world size %d (ranks are 0..%d): %w",
-			cfg.Rank, cfg.Size, cfg.Size-1, transport.ErrInvalidArgument)
-	}
-	if cfg.Size > 1 && cfg.Store == nil {
-		return nil, fmt.Errorf("shm: a world of %d ranks needs a rendezvous store in transport.Config.Store: %w",
-			cfg.Size, transport.ErrInvalidArgument)
-	}
-	if cfg.MaxMessage < 0 {
-		return nil, fmt.Errorf("shm: MaxMessage %d is negative: %w", cfg.MaxMessage, transport.ErrInvalidArgument)
-	}
-	if cfg.Size > 1024 {
-		return nil, fmt.Errorf("shm: world size %d exceeds the 1024 ranks one host can share a segment among: %w", cfg.Size, transport.ErrInvalidArgument)
+	// 1024 ranks: as many as one host can share a segment among.
+	if err := cfg.Validate("shm", 1024); err != nil {
+		return nil, err
 	}
 	maxMsg := cfg.MaxMessage
 	if maxMsg == 0 {
@@ -202,9 +188,6 @@ func (b Backend) connect(ctx context.Context, cfg transport.Config) (*Transport,
 		}
 		t.Abort(err)
 		t.Close()
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return nil, fmt.Errorf("%w: shm: connect: rank %d: %w", transport.ErrTimeout, cfg.Rank, err)
-		}
 		return nil, err
 	}
 	t.start()
@@ -233,7 +216,7 @@ func (t *Transport) waitAttached(ctx context.Context) error {
 				}
 				s += strconv.Itoa(r)
 			}
-			return fmt.Errorf("shm: connect: rank %d: ranks %s never mapped the shared segment (are they on this host?): %w", t.rank, s, ctx.Err())
+			return errs.FromContext(ctx, fmt.Sprintf("shm: connect: rank %d: ranks %s never mapped the shared segment (are they on this host?)", t.rank, s))
 		case <-time.After(d):
 		}
 		d = min(2*d, 20*time.Millisecond)

@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/internal/liveness"
 )
 
@@ -191,7 +192,10 @@ func (t *Transport) downErr() error {
 	return nil
 }
 
-func (t *Transport) check(op string, peer int, buf []byte) error {
+func (t *Transport) check(ctx context.Context, op string, peer int, buf []byte) error {
+	if err := errs.CheckContext(ctx, "shm: "+op); err != nil {
+		return err
+	}
 	if peer < 0 || peer >= t.size {
 		return fmt.Errorf("shm: %s: peer rank %d out of range for world size %d: %w", op, peer, t.size, transport.ErrInvalidArgument)
 	}
@@ -202,8 +206,14 @@ func (t *Transport) check(op string, peer int, buf []byte) error {
 	return t.downErr()
 }
 
-func (t *Transport) timeoutErr(op string, peer int, tag transport.Tag, ctx context.Context) error {
-	return fmt.Errorf("%w: shm: rank %d: %s rank %d (tag %#x): %w", transport.ErrTimeout, t.rank, op, peer, uint64(tag), ctx.Err())
+// ctxErr is the error of a send or receive (op "send" or "recv") with peer
+// that gave up because ctx ended, under the context rule of internal/errs.
+func (t *Transport) ctxErr(ctx context.Context, op string, peer int, tag transport.Tag) error {
+	dir := "to"
+	if op == "recv" {
+		dir = "from"
+	}
+	return errs.FromContext(ctx, fmt.Sprintf("shm: %s: rank %d %s rank %d (tag %#x)", op, t.rank, dir, peer, uint64(tag)))
 }
 
 // peerGone returns an error wrapping ErrPeerLost when rank p has closed,
@@ -214,20 +224,20 @@ func (t *Transport) peerGone(p int, quick bool) error {
 	switch t.seg.u64(b + rkState).Load() {
 	case stateAborted:
 		n := min(int(t.seg.u64(b+rkCauseLen).Load()), maxCause)
-		return fmt.Errorf("%w: shm: rank %d aborted: %s", transport.ErrPeerLost, p, t.seg.mem[b+rkCause:b+rkCause+n])
+		return fmt.Errorf("shm: rank %d aborted: %s: %w", p, t.seg.mem[b+rkCause:b+rkCause+n], transport.ErrPeerLost)
 	case stateClosed:
-		return fmt.Errorf("%w: shm: rank %d closed its transport", transport.ErrPeerLost, p)
+		return fmt.Errorf("shm: rank %d closed its transport: %w", p, transport.ErrPeerLost)
 	}
 	if quick {
 		return nil
 	}
 	if pid := int(t.seg.u64(b + rkPid).Load()); pid != t.pid && processGone(pid) {
-		return fmt.Errorf("%w: shm: rank %d (process %d) exited without closing its transport", transport.ErrPeerLost, p, pid)
+		return fmt.Errorf("shm: rank %d (process %d) exited without closing its transport: %w", p, pid, transport.ErrPeerLost)
 	}
 	if t.live.Timeout > 0 {
 		last := time.Unix(0, int64(t.seg.u64(b+rkHeartbeat).Load()))
 		if time.Since(last) > t.live.Timeout {
-			return fmt.Errorf("%w: shm: rank %d: %s", transport.ErrPeerLost, p, liveness.Unresponsive(last))
+			return fmt.Errorf("shm: rank %d: %s: %w", p, liveness.Unresponsive(last), transport.ErrPeerLost)
 		}
 	}
 	return nil
@@ -294,11 +304,11 @@ func signal(seq, flag *atomic.Uint32) {
 // in pieces published one by one so that the receiver copies each out while
 // the next goes in, and returns when the last piece is in the ring.
 func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
-	if err := t.check("sending", peer, buf); err != nil {
+	if err := t.check(ctx, "sending", peer, buf); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
-		return t.timeoutErr("sending to", peer, tag, ctx)
+		return t.ctxErr(ctx, "send", peer, tag)
 	}
 	if peer == t.rank {
 		return t.inbox[peer].deliver(tag, buf)
@@ -340,7 +350,7 @@ func (t *Transport) put(ctx context.Context, o *outbox, peer int, tag transport.
 			return err
 		}
 		if ctx.Err() != nil {
-			return t.timeoutErr("sending to", peer, tag, ctx)
+			return t.ctxErr(ctx, "send", peer, tag)
 		}
 		if err := t.peerGone(peer, !full); err != nil {
 			return fmt.Errorf("shm: rank %d: sending to rank %d: %w", t.rank, peer, err)
@@ -359,7 +369,7 @@ func (t *Transport) put(ctx context.Context, o *outbox, peer int, tag transport.
 				if published {
 					// The receiver holds part of this message: the ring
 					// cannot carry another one.
-					o.err = fmt.Errorf("%w: shm: rank %d: an earlier send to rank %d stopped half-way: %w", transport.ErrPeerLost, t.rank, peer, err)
+					o.err = fmt.Errorf("shm: rank %d: an earlier send to rank %d stopped half-way: %w: %w", t.rank, peer, err, transport.ErrPeerLost)
 					s.u32(o.ch + chBroken).Store(1)
 					signal(dataSeq, dataWait)
 				}
@@ -441,11 +451,11 @@ func (t *Transport) RecvReduce(ctx context.Context, peer int, tag transport.Tag,
 }
 
 func (t *Transport) recv(ctx context.Context, peer int, tag transport.Tag, buf []byte, reduce func(dst, src []byte)) error {
-	if err := t.check("receiving", peer, buf); err != nil {
+	if err := t.check(ctx, "receiving", peer, buf); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
-		return t.timeoutErr("receiving from", peer, tag, ctx)
+		return t.ctxErr(ctx, "recv", peer, tag)
 	}
 	in := t.inbox[peer]
 	in.mu.Lock()
@@ -494,7 +504,7 @@ func (t *Transport) recv(ctx context.Context, peer int, tag transport.Tag, buf [
 				in.waiters[tag] = q
 			}
 			in.mu.Unlock()
-			return t.timeoutErr("receiving from", peer, tag, ctx)
+			return t.ctxErr(ctx, "recv", peer, tag)
 		}
 	}
 	in.mu.Unlock()
@@ -505,7 +515,7 @@ func (t *Transport) recv(ctx context.Context, peer int, tag transport.Tag, buf [
 	case err := <-w.done:
 		return err
 	default:
-		return t.timeoutErr("receiving from", peer, tag, ctx)
+		return t.ctxErr(ctx, "recv", peer, tag)
 	}
 }
 
@@ -524,8 +534,8 @@ func (t *Transport) fill(dst []byte, reduce func(dst, src []byte), msg []byte, p
 }
 
 func mismatch(rank, peer int, tag transport.Tag, got, want int) error {
-	return fmt.Errorf("%w: shm: rank %d received %d bytes from rank %d under tag %#x but its receive buffer holds %d bytes",
-		transport.ErrMismatch, rank, got, peer, uint64(tag), want)
+	return fmt.Errorf("shm: rank %d received %d bytes from rank %d under tag %#x but its receive buffer holds %d bytes: %w",
+		rank, got, peer, uint64(tag), want, transport.ErrMismatch)
 }
 
 // deliver hands a message to this rank's own inbox (a send to itself).
@@ -600,8 +610,8 @@ func (in *inbox) read() {
 			return err
 		}
 		if s.u32(ch+chBroken).Load() != 0 {
-			return fmt.Errorf("%w: shm: rank %d: rank %d gave up on a message half-way (its send failed); no more messages can follow on this link",
-				transport.ErrPeerLost, t.rank, in.src)
+			return fmt.Errorf("shm: rank %d: rank %d gave up on a message half-way (its send failed); no more messages can follow on this link: %w",
+				t.rank, in.src, transport.ErrPeerLost)
 		}
 		if err := t.peerGone(in.src, !full); err != nil {
 			return fmt.Errorf("shm: rank %d: receiving from rank %d: %w", t.rank, in.src, err)
@@ -620,8 +630,8 @@ func (in *inbox) read() {
 		tag := transport.Tag(binary.LittleEndian.Uint64(h[0:]))
 		size := binary.LittleEndian.Uint64(h[8:])
 		if binary.LittleEndian.Uint64(h[16:]) != frameMagic || size > uint64(t.maxMsg) {
-			in.fail(fmt.Errorf("%w: shm: rank %d: the ring from rank %d holds a malformed frame (length %d, limit %d); both ranks must run the same Tandem with the same MaxMessage",
-				transport.ErrPeerLost, t.rank, in.src, size, t.maxMsg))
+			in.fail(fmt.Errorf("shm: rank %d: the ring from rank %d holds a malformed frame (length %d, limit %d); both ranks must run the same Tandem with the same MaxMessage: %w",
+				t.rank, in.src, size, t.maxMsg, transport.ErrPeerLost))
 			return
 		}
 		tail += frameHeader

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/internal/liveness"
 	"github.com/tandemml/tandem/internal/tokenauth"
 )
@@ -280,16 +281,16 @@ func (cc *clientConn) readLoop(s *TCPStore) {
 	for {
 		p, err := readFrame(br, s.cfg.maxFrame)
 		if err != nil {
-			cc.fail(fmt.Errorf("%w: store connection to %s: %w", ErrPeerLost, s.addr, err))
+			cc.fail(fmt.Errorf("store connection to %s: %w: %w", s.addr, err, ErrPeerLost))
 			return
 		}
 		m, err := decodeMessage(p)
 		if err == nil && m.op != opReply {
-			err = fmt.Errorf("%w: server sent operation %d", errMalformed, m.op)
+			err = fmt.Errorf("server sent operation %d: %w", m.op, errMalformed)
 		}
 		if err != nil {
 			s.cfg.logger.Warn("store client: dropping connection: malformed reply", "addr", s.addr, "err", err)
-			cc.fail(fmt.Errorf("%w: store connection to %s: %w", ErrPeerLost, s.addr, err))
+			cc.fail(fmt.Errorf("store connection to %s: %w: %w", s.addr, err, ErrPeerLost))
 			return
 		}
 		cc.mu.Lock()
@@ -357,14 +358,11 @@ func (s *TCPStore) dialError(ctx context.Context, last error) error {
 	s.mu.Lock()
 	lost := s.connected
 	s.mu.Unlock()
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		if lost {
-			return fmt.Errorf("%w: %w: store: lost the connection to server %s and cannot reach it again (last error: %v); "+
-				"check that the server still runs", ErrTimeout, ErrPeerLost, s.addr, last)
-		}
-		return fmt.Errorf("%w: store: cannot reach server %s (last error: %w); check the address and that the server runs", ErrTimeout, s.addr, last)
+	if lost {
+		return errs.Wrap(ctx, fmt.Sprintf("store: connect: lost the connection to server %s and cannot reach it again; check that the server still runs", s.addr),
+			fmt.Errorf("%w: %w", last, ErrPeerLost))
 	}
-	return fmt.Errorf("store: connecting to %s: %w", s.addr, last)
+	return errs.Wrap(ctx, fmt.Sprintf("store: connect: cannot reach server %s; check the address and that the server runs", s.addr), last)
 }
 
 // redial connects and says hello, retrying with backoff until ctx ends; it
@@ -423,8 +421,8 @@ func (s *TCPStore) noteRefused(err error) error {
 	if now.Sub(s.refusedSince) < s.goneAfter {
 		return nil
 	}
-	return fmt.Errorf("%w: store: the server at %s is gone: connections refused since %s (%v); the process that served the store exited or closed it",
-		ErrPeerLost, s.addr, s.refusedSince.Format("15:04:05.000"), now.Sub(s.refusedSince).Round(100*time.Millisecond))
+	return fmt.Errorf("store: the server at %s is gone: connections refused since %s (%v); the process that served the store exited or closed it: %w",
+		s.addr, s.refusedSince.Format("15:04:05.000"), now.Sub(s.refusedSince).Round(100*time.Millisecond), ErrPeerLost)
 }
 
 // hello runs the client's side of the handshake (see wire.go): it proves
@@ -457,16 +455,16 @@ func (s *TCPStore) hello(ctx context.Context, c net.Conn) (*clientConn, error) {
 		return nil, fmt.Errorf("store: server %s refused the connection: %w", s.addr, replyError(&r))
 	}
 	if len(r.vals) != 1 || len(r.vals[0]) != tokenauth.NonceSize || r.num < 0 || r.num > 1 {
-		return nil, fmt.Errorf("%w: store server %s answered hello with a malformed challenge; "+
-			"is it a Tandem store of store protocol version %d?", ErrInvalidArgument, s.addr, protoVersion)
+		return nil, fmt.Errorf("store server %s answered hello with a malformed challenge; "+
+			"is it a Tandem store of store protocol version %d?: %w", s.addr, protoVersion, ErrInvalidArgument)
 	}
 	theirs := tokenauth.Nonce(r.vals[0])
 	serverHasToken := r.num == 1
 	key := tokenauth.NewKey([]byte(s.cfg.token), protoMagic)
 	if !key.Empty() && !serverHasToken {
-		return nil, fmt.Errorf("%w: store: server %s has no token but this client has one, so the server cannot prove "+
-			"that it is the job's store; give the server the same token (WithToken or %s), or this client none",
-			ErrUnauthorized, s.addr, TokenEnv)
+		return nil, fmt.Errorf("store: server %s has no token but this client has one, so the server cannot prove "+
+			"that it is the job's store; give the server the same token (WithToken or %s), or this client none: %w",
+			s.addr, TokenEnv, ErrUnauthorized)
 	}
 	bind := helloBind(s.session, serverHasToken)
 	proof := message{op: opHello, id: s.session, num: protoVersion}
@@ -486,8 +484,8 @@ func (s *TCPStore) hello(ctx context.Context, c net.Conn) (*clientConn, error) {
 	}
 	if len(r.vals) != 1 || len(r.vals[0]) != tokenauth.MACSize ||
 		!key.Verify(tokenauth.Acceptor, mine, theirs, tokenauth.MAC(r.vals[0]), bind) {
-		return nil, fmt.Errorf("%w: store: server %s could not prove that it holds this client's token; "+
-			"give the client and the server the same token (WithToken or %s)", ErrUnauthorized, s.addr, TokenEnv)
+		return nil, fmt.Errorf("store: server %s could not prove that it holds this client's token; "+
+			"give the client and the server the same token (WithToken or %s): %w", s.addr, TokenEnv, ErrUnauthorized)
 	}
 	c.SetDeadline(time.Time{})
 	return &clientConn{c: c, pending: map[uint64]chan message{}, dead: make(chan struct{})}, nil
@@ -503,8 +501,11 @@ func (s *TCPStore) readHelloReply(c net.Conn) (message, error) {
 		return message{}, err
 	}
 	r, err := decodeMessage(p)
-	if err != nil || r.op != opReply {
-		return message{}, fmt.Errorf("%w: store server %s answered hello with a malformed frame (%v)", ErrInvalidArgument, s.addr, err)
+	switch {
+	case err != nil:
+		return message{}, fmt.Errorf("store: connect: server %s answered hello with a malformed frame: %w: %w", s.addr, err, ErrInvalidArgument)
+	case r.op != opReply:
+		return message{}, fmt.Errorf("store: connect: server %s answered hello with operation %d, not a reply: %w", s.addr, r.op, ErrInvalidArgument)
 	}
 	return r, nil
 }
@@ -571,8 +572,8 @@ func (s *TCPStore) do(ctx context.Context, rq *request) (message, error) {
 // sending it again (same id, so the server can recognise a repeat) when the
 // connection breaks.
 func (s *TCPStore) send(ctx context.Context, rq *request) (message, error) {
-	if err := ctx.Err(); err != nil {
-		return message{}, ctxError(ctx, rq.op)
+	if err := enter(ctx, rq.op); err != nil {
+		return message{}, err
 	}
 	dl, ctxBound := deadline(ctx, rq.wait, s.cfg.timeout)
 	timeout := rq.wait
@@ -593,13 +594,13 @@ func (s *TCPStore) send(ctx context.Context, rq *request) (message, error) {
 		rq.m.num = max(time.Until(dl).Milliseconds(), 1)
 	}
 	if len(rq.m.keys) > maxList {
-		return message{}, fmt.Errorf("%w: store %s names %d keys; at most %d fit in one request", ErrTooLarge, rq.op, len(rq.m.keys), maxList)
+		return message{}, fmt.Errorf("store %s names %d keys; at most %d fit in one request: %w", rq.op, len(rq.m.keys), maxList, ErrTooLarge)
 	}
 	frame := appendFrame(nil, &rq.m)
 	// Room for a larger timeout when a blocking request is encoded again.
 	if size := len(frame) - frameHeader + binary.MaxVarintLen64; size > s.cfg.maxFrame {
-		return message{}, fmt.Errorf("%w: store %s request of %d bytes exceeds the frame limit of %d bytes (WithMaxFrame)",
-			ErrTooLarge, rq.op, size, s.cfg.maxFrame)
+		return message{}, fmt.Errorf("store %s request of %d bytes exceeds the frame limit of %d bytes (WithMaxFrame): %w",
+			rq.op, size, s.cfg.maxFrame, ErrTooLarge)
 	}
 	// Waiting for an answer goes on a little past the deadline, since the
 	// server answers a blocked request at the deadline; reconnecting stops at it.
@@ -645,7 +646,7 @@ func (s *TCPStore) send(ctx context.Context, rq *request) (message, error) {
 			continue
 		}
 		if err := cc.write(frame, dl.Add(replyGrace)); err != nil {
-			cc.fail(fmt.Errorf("%w: store connection to %s: %w", ErrPeerLost, s.addr, err))
+			cc.fail(fmt.Errorf("store connection to %s: %w: %w", s.addr, err, ErrPeerLost))
 			s.cfg.logger.Info("store client: connection lost; reconnecting", "addr", s.addr, "op", rq.op, "err", err)
 			continue
 		}
@@ -681,7 +682,7 @@ func ctxErrorOr(ctx context.Context, op string, timeout time.Duration) error {
 	if ctx.Err() != nil {
 		return ctxError(ctx, op)
 	}
-	return fmt.Errorf("%w: store %s got no answer within %v", ErrTimeout, op, timeout)
+	return fmt.Errorf("store: %s: got no answer within %v: %w", op, timeout, ErrTimeout)
 }
 
 // Set implements Store.
@@ -801,11 +802,11 @@ func (s *TCPStore) Append(ctx context.Context, key string, value []byte) error {
 
 func (s *TCPStore) checkValue(op string, n int) error {
 	if n > s.cfg.maxValue {
-		return fmt.Errorf("%w: store %s of %d bytes exceeds the value limit of %d bytes (WithMaxValue)", ErrTooLarge, op, n, s.cfg.maxValue)
+		return fmt.Errorf("store %s of %d bytes exceeds the value limit of %d bytes (WithMaxValue): %w", op, n, s.cfg.maxValue, ErrTooLarge)
 	}
 	return nil
 }
 
 func (s *TCPStore) badReply(op string, r *message) error {
-	return fmt.Errorf("%w: store %s: server %s answered with %d values", ErrInvalidArgument, op, s.addr, len(r.vals))
+	return fmt.Errorf("store %s: server %s answered with %d values: %w", op, s.addr, len(r.vals), ErrInvalidArgument)
 }

@@ -36,7 +36,8 @@
 // DefaultTimeout; Wait may name its own), whichever comes first, with an
 // error wrapping ErrTimeout (and context.DeadlineExceeded when the context's
 // deadline was the bound). A cancelled context yields an error wrapping
-// context.Canceled. Calls after Close, and calls blocked when Close ran,
+// context.Canceled, and not ErrTimeout; a nil context is refused with
+// ErrInvalidArgument. Calls after Close, and calls blocked when Close ran,
 // return ErrClosed. Test errors with errors.Is.
 //
 // # TCP store protocol

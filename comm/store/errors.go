@@ -2,9 +2,10 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
+
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // deadline returns when a blocking call that starts now must give up. The
@@ -34,37 +35,39 @@ func deadline(ctx context.Context, timeout, def time.Duration) (d time.Time, ctx
 // the context's deadline was the bound, even if the context has not noticed
 // yet).
 func waitError(ctx context.Context, op string, keys []string, timeout time.Duration, ctxBound bool) error {
-	err := ctx.Err()
-	if err == nil && ctxBound {
-		err = context.DeadlineExceeded
+	what := fmt.Sprintf("store: %s: waiting for keys %q", op, keys)
+	switch {
+	case ctx.Err() != nil:
+		return errs.FromContext(ctx, what)
+	case ctxBound:
+		return errs.Expired(what)
 	}
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("%w: store %s waiting for keys %q: %w", ErrTimeout, op, keys, err)
-		}
-		return fmt.Errorf("store %s waiting for keys %q: %w", op, keys, err)
-	}
-	return fmt.Errorf("%w: store %s waiting for keys %q gave up after %v; "+
-		"check that the rank that sets them is alive, or raise the timeout", ErrTimeout, op, keys, timeout.Round(time.Millisecond))
+	return fmt.Errorf("%s: gave up after %v; check that the rank that sets them is alive, or raise the timeout: %w",
+		what, timeout.Round(time.Millisecond), ErrTimeout)
 }
 
-// ctxError reports a context that ended before a non-blocking call could run.
+// ctxError reports a context that ended before or during a non-blocking call.
 func ctxError(ctx context.Context, op string) error {
-	err := ctx.Err()
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: store %s: %w", ErrTimeout, op, err)
+	return errs.FromContext(ctx, "store: "+op)
+}
+
+// enter refuses a call whose context is nil (ErrInvalidArgument) or has
+// already ended.
+func enter(ctx context.Context, op string) error {
+	if err := errs.CheckContext(ctx, "store: "+op); err != nil {
+		return err
 	}
-	return fmt.Errorf("store %s: %w", op, err)
+	return ctxError(ctx, op)
 }
 
 func closedError(op string) error {
-	return fmt.Errorf("store %s: %w", op, ErrClosed)
+	return fmt.Errorf("store: %s: %w", op, ErrClosed)
 }
 
 func checkMulti(op string, keys []string, values [][]byte) error {
 	if len(keys) != len(values) {
-		return fmt.Errorf("%w: store %s got %d keys and %d values; pass one value per key",
-			ErrInvalidArgument, op, len(keys), len(values))
+		return fmt.Errorf("store %s got %d keys and %d values; pass one value per key: %w",
+			op, len(keys), len(values), ErrInvalidArgument)
 	}
 	return nil
 }

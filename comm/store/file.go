@@ -87,8 +87,8 @@ func (s *File) Path() string { return s.path }
 // locked runs fn with the file locked (exclusively if excl) and the state
 // brought up to date with the file.
 func (s *File) locked(ctx context.Context, op string, excl bool, fn func() error) error {
-	if ctx.Err() != nil {
-		return ctxError(ctx, op)
+	if err := enter(ctx, op); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -132,7 +132,7 @@ func (s *File) flock(ctx context.Context, op string, how int) error {
 		case <-ctx.Done():
 			return ctxError(ctx, op)
 		case <-timer.C:
-			return fmt.Errorf("%w: store %s: file %s stayed locked by another process for %v", ErrTimeout, op, s.path, s.cfg.timeout)
+			return fmt.Errorf("store: %s: file %s stayed locked by another process for %v: %w", op, s.path, s.cfg.timeout, ErrTimeout)
 		}
 		pause = min(pause*2, 5*time.Millisecond)
 	}
@@ -164,7 +164,7 @@ func (s *File) catchUp(excl bool) error {
 		}
 		hdr := make([]byte, len(fileMagic))
 		if _, err := s.f.ReadAt(hdr, 0); err != nil || string(hdr) != fileMagic {
-			return fmt.Errorf("%w: %s is not a tandem file store (bad header); pick another path", ErrInvalidArgument, s.path)
+			return fmt.Errorf("%s is not a tandem file store (bad header); pick another path: %w", s.path, ErrInvalidArgument)
 		}
 		s.off = int64(len(fileMagic))
 	}
@@ -278,13 +278,13 @@ func (s *File) Add(ctx context.Context, key string, delta int64) (int64, error) 
 		if v, ok := s.data[key]; ok {
 			n, err := strconv.ParseInt(string(v), 10, 64)
 			if err != nil {
-				return fmt.Errorf("%w: store add: key %q holds %q, not a decimal integer counter",
-					ErrInvalidArgument, key, truncate(v))
+				return fmt.Errorf("store add: key %q holds %q, not a decimal integer counter: %w",
+					key, truncate(v), ErrInvalidArgument)
 			}
 			cur = n
 		}
 		if (delta > 0 && cur > math.MaxInt64-delta) || (delta < 0 && cur < math.MinInt64-delta) {
-			return fmt.Errorf("%w: store add: counter %q = %d plus %d overflows int64", ErrInvalidArgument, key, cur, delta)
+			return fmt.Errorf("store add: counter %q = %d plus %d overflows int64: %w", key, cur, delta, ErrInvalidArgument)
 		}
 		out = cur + delta
 		return s.write(appendRecord(nil, recSet, key, []byte(strconv.FormatInt(out, 10))))
@@ -395,6 +395,9 @@ func (s *File) Close() error {
 
 // poll looks for keys until they all exist, backing off between looks.
 func (s *File) poll(ctx context.Context, op string, keys []string, timeout time.Duration) ([][]byte, error) {
+	if err := enter(ctx, op); err != nil {
+		return nil, err
+	}
 	dl, ctxBound := deadline(ctx, timeout, s.cfg.timeout)
 	if timeout <= 0 {
 		timeout = s.cfg.timeout

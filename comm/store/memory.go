@@ -28,10 +28,7 @@ func clone(b []byte) []byte {
 }
 
 func (m *Memory) enter(ctx context.Context, op string) error {
-	if ctx.Err() != nil {
-		return ctxError(ctx, op)
-	}
-	return nil
+	return enter(ctx, op)
 }
 
 // Set implements Store.

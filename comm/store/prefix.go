@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // Prefix namespaces another store, c10d's PrefixStore: every key k becomes
@@ -36,6 +38,9 @@ func NewPrefix(prefix string, s Store) Store {
 // also ends when this view is closed, and reports ErrClosed in that case.
 func (p *Prefix) blocking(ctx context.Context, op string, call func(ctx context.Context) error) error {
 	if err := p.check(op); err != nil {
+		return err
+	}
+	if err := errs.CheckContext(ctx, "store: "+op); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/internal/tokenauth"
 )
 
@@ -65,8 +66,9 @@ type Server struct {
 	gate *admit.Gate
 	warn warnings
 
+	conns admit.Conns[*serverConn]
+
 	mu       sync.Mutex
-	conns    map[*serverConn]struct{}
 	sessions map[uint64]*session
 	closed   bool
 	serving  bool
@@ -96,7 +98,6 @@ func NewServer(addr string, opts ...Option) (*Server, error) {
 		t:        newTable(),
 		gate:     admit.NewGate(cfg.maxPending, cfg.maxPendingPerHost),
 		warn:     newWarnings(cfg.logger),
-		conns:    map[*serverConn]struct{}{},
 		sessions: map[uint64]*session{},
 		done:     make(chan struct{}),
 	}, nil
@@ -110,6 +111,9 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // an error wrapping ErrClosed if the server was already closed or is already
 // serving.
 func (s *Server) Serve(ctx context.Context) error {
+	if err := errs.CheckContext(ctx, "store server: serve"); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	if s.closed || s.serving {
 		s.mu.Unlock()
@@ -119,36 +123,18 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
-	backoff := time.Millisecond
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			select {
-			case <-s.done:
-				return s.Close() // waits until every connection is gone
-			default:
-			}
-			// Out of file descriptors or a similar passing trouble: wait and retry.
-			s.warn.accept.Warn("store server: accept failed; retrying", "addr", s.Addr(), "err", err, "retry_in", backoff)
-			select {
-			case <-s.done:
-				return s.Close()
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, time.Second)
-			continue
-		}
-		backoff = time.Millisecond
+	admit.Accept(s.ln, s.done, s.warn.accept, "store server", func(c net.Conn) {
 		admitted, ok := s.gate.Admit(c.RemoteAddr())
 		if !ok {
 			refuseBusy(c)
 			s.warn.busy.Warn("store server: refusing connection: too many connections are saying hello; "+
 				"the client will dial again (raise WithMaxPending if legitimate clients are turned away)",
 				"remote", c.RemoteAddr())
-			continue
+			return
 		}
 		s.startConn(c, admitted)
-	}
+	})
+	return s.Close() // waits until every connection is gone
 }
 
 // refuseBusy closes a connection over the handshake cap at once, with a reset
@@ -183,25 +169,14 @@ func (s *Server) startConn(c net.Conn, admitted func()) {
 		readerDone: make(chan struct{}),
 	}
 	sc.cond = sync.NewCond(&sc.mu)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.conns.Serve(sc, func() { sc.readLoop(admitted) }) {
 		admitted()
 		c.Close()
-		return
 	}
-	s.conns[sc] = struct{}{}
-	s.wg.Add(1)
-	s.mu.Unlock()
-	go func() {
-		defer s.wg.Done()
-		sc.readLoop(admitted)
-	}()
 }
 
 func (s *Server) forget(sc *serverConn) {
 	s.mu.Lock()
-	delete(s.conns, sc)
 	if ses := sc.ses; ses != nil && ses.conn == sc {
 		ses.conn = nil
 		ses.idle = time.Now()
@@ -299,21 +274,19 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		s.conns.Wait()
 		s.wg.Wait()
 		return nil
 	}
 	s.closed = true
 	close(s.done)
-	conns := make([]*serverConn, 0, len(s.conns))
-	for sc := range s.conns {
-		conns = append(conns, sc)
-	}
 	s.mu.Unlock()
 	err := s.ln.Close()
-	for _, sc := range conns {
+	for _, sc := range s.conns.Close() {
 		sc.close()
 	}
 	s.t.close()
+	s.conns.Wait()
 	s.wg.Wait()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("store server: close listener: %w", err)
@@ -324,13 +297,7 @@ func (s *Server) Close() error {
 // dropConnections closes every client connection but keeps serving; tests
 // use it to check that clients reconnect.
 func (s *Server) dropConnections() {
-	s.mu.Lock()
-	conns := make([]*serverConn, 0, len(s.conns))
-	for sc := range s.conns {
-		conns = append(conns, sc)
-	}
-	s.mu.Unlock()
-	for _, sc := range conns {
+	for _, sc := range s.conns.All() {
 		sc.close()
 	}
 }
@@ -432,8 +399,11 @@ func (sc *serverConn) handshake(br *bufio.Reader) bool {
 			return message{}, noHello(err)
 		}
 		m, err := decodeMessage(p)
-		if err != nil || m.op != opHello {
-			return message{}, noHello(fmt.Errorf("%w: not a store hello (%v)", errMalformed, err))
+		switch {
+		case err != nil:
+			return message{}, noHello(fmt.Errorf("not a store hello: %w: %w", err, errMalformed))
+		case m.op != opHello:
+			return message{}, noHello(fmt.Errorf("not a store hello (operation %d): %w", m.op, errMalformed))
 		}
 		return m, true
 	}
@@ -442,7 +412,7 @@ func (sc *serverConn) handshake(br *bufio.Reader) bool {
 		return false
 	}
 	if len(m.keys) != 2 || m.keys[0] != protoMagic {
-		return noHello(fmt.Errorf("%w: first frame is not a store hello", errMalformed))
+		return noHello(fmt.Errorf("first frame is not a store hello: %w", errMalformed))
 	}
 	session := m.id
 	refuse := func(w *admit.Warner, code byte, reason string) bool {
@@ -460,7 +430,7 @@ func (sc *serverConn) handshake(br *bufio.Reader) bool {
 			"client speaks store protocol version %d, server version %d; run the same Tandem version on both", m.num, protoVersion))
 	}
 	if m.keys[1] != authScheme || len(m.vals) != 1 || len(m.vals[0]) != tokenauth.NonceSize {
-		return noHello(fmt.Errorf("%w: store hello without a challenge", errMalformed))
+		return noHello(fmt.Errorf("store hello without a challenge: %w", errMalformed))
 	}
 	theirs := tokenauth.Nonce(m.vals[0])
 	mine, err := tokenauth.NewNonce()
@@ -489,7 +459,7 @@ func (sc *serverConn) handshake(br *bufio.Reader) bool {
 		return false
 	}
 	if m.id != session || m.num != protoVersion || len(m.keys) != 0 || len(m.vals) > 1 {
-		return noHello(fmt.Errorf("%w: the client's proof is not a store proof", errMalformed))
+		return noHello(fmt.Errorf("the client's proof is not a store proof: %w", errMalformed))
 	}
 	bind := helloBind(session, !key.Empty())
 	if !key.Empty() {
@@ -557,8 +527,8 @@ func (sc *serverConn) isClosed() bool {
 func (sc *serverConn) encode(m *message) []byte {
 	f := appendFrame(nil, m)
 	if len(f)-frameHeader > sc.s.cfg.maxFrame {
-		tl := errReply(m.id, fmt.Errorf("%w: the reply takes %d bytes, over the frame limit of %d; fetch fewer or smaller values",
-			ErrTooLarge, len(f)-frameHeader, sc.s.cfg.maxFrame))
+		tl := errReply(m.id, fmt.Errorf("the reply takes %d bytes, over the frame limit of %d; fetch fewer or smaller values: %w",
+			len(f)-frameHeader, sc.s.cfg.maxFrame, ErrTooLarge))
 		f = appendFrame(nil, &tl)
 	}
 	return f
@@ -641,7 +611,7 @@ func (sc *serverConn) tooLarge(op string, n int) error {
 	if n <= sc.s.cfg.maxValue {
 		return nil
 	}
-	return fmt.Errorf("%w: store %s of %d bytes exceeds the value limit of %d bytes (WithMaxValue)", ErrTooLarge, op, n, sc.s.cfg.maxValue)
+	return fmt.Errorf("store %s of %d bytes exceeds the value limit of %d bytes (WithMaxValue): %w", op, n, sc.s.cfg.maxValue, ErrTooLarge)
 }
 
 // handle runs one request; it reports false when the connection must end.
@@ -754,7 +724,7 @@ func (sc *serverConn) startWait(m *message) bool {
 	}
 	if sc.pending[m.id] != nil {
 		sc.mu.Unlock()
-		sc.drop("malformed request", fmt.Errorf("%w: request id %d reused while still pending", errMalformed, m.id))
+		sc.drop("malformed request", fmt.Errorf("request id %d reused while still pending: %w", m.id, errMalformed))
 		return false
 	}
 	sc.pending[m.id] = pw
@@ -814,7 +784,7 @@ func (pw *pendingWait) expire() {
 	}
 	pw.done()
 	pw.mu.Unlock()
-	err := fmt.Errorf("%w: store server: keys %q did not appear within %v", ErrTimeout, pw.keys, pw.timeout)
+	err := fmt.Errorf("store server: keys %q did not appear within %v: %w", pw.keys, pw.timeout, ErrTimeout)
 	pw.sc.reply(&message{id: pw.id}, err)
 }
 

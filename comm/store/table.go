@@ -106,14 +106,14 @@ func (t *table) add(key string, delta int64) (int64, error) {
 		n, err := strconv.ParseInt(string(v), 10, 64)
 		if err != nil {
 			t.mu.Unlock()
-			return 0, fmt.Errorf("%w: store add: key %q holds %q, not a decimal integer counter",
-				ErrInvalidArgument, key, truncate(v))
+			return 0, fmt.Errorf("store add: key %q holds %q, not a decimal integer counter: %w",
+				key, truncate(v), ErrInvalidArgument)
 		}
 		cur = n
 	}
 	if (delta > 0 && cur > math.MaxInt64-delta) || (delta < 0 && cur < math.MinInt64-delta) {
 		t.mu.Unlock()
-		return 0, fmt.Errorf("%w: store add: counter %q = %d plus %d overflows int64", ErrInvalidArgument, key, cur, delta)
+		return 0, fmt.Errorf("store add: counter %q = %d plus %d overflows int64: %w", key, cur, delta, ErrInvalidArgument)
 	}
 	cur += delta
 	fired := t.put(key, []byte(strconv.FormatInt(cur, 10)), nil)
@@ -164,7 +164,7 @@ func (t *table) appendTo(key string, value []byte, limit int) error {
 	cur := t.data[key]
 	if n := len(cur) + len(value); limit > 0 && n > limit {
 		t.mu.Unlock()
-		return fmt.Errorf("%w: store append would grow key %q to %d bytes, over the value limit of %d bytes", ErrTooLarge, key, n, limit)
+		return fmt.Errorf("store append would grow key %q to %d bytes, over the value limit of %d bytes: %w", key, n, limit, ErrTooLarge)
 	}
 	nv := append(cur, value...)
 	if cur == nil && nv == nil {

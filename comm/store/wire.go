@@ -133,10 +133,10 @@ func readFrameChunked(r io.Reader, maxFrame, chunk int) ([]byte, error) {
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n == 0 {
-		return nil, fmt.Errorf("%w: empty frame", errMalformed)
+		return nil, fmt.Errorf("empty frame: %w", errMalformed)
 	}
 	if uint64(n) > uint64(maxFrame) {
-		return nil, fmt.Errorf("%w: frame of %d bytes exceeds the limit of %d", ErrTooLarge, n, maxFrame)
+		return nil, fmt.Errorf("frame of %d bytes exceeds the limit of %d: %w", n, maxFrame, ErrTooLarge)
 	}
 	// Grow the buffer as bytes arrive, so that a peer announcing a large frame
 	// holds only as much memory as it actually sent.
@@ -185,13 +185,13 @@ func decodeMessage(p []byte) (message, error) {
 		return message{}, d.err
 	}
 	if len(d.p) != 0 {
-		return message{}, fmt.Errorf("%w: %d trailing bytes", errMalformed, len(d.p))
+		return message{}, fmt.Errorf("%d trailing bytes: %w", len(d.p), errMalformed)
 	}
 	if !validOp(m.op) {
-		return message{}, fmt.Errorf("%w: unknown operation %d", errMalformed, m.op)
+		return message{}, fmt.Errorf("unknown operation %d: %w", m.op, errMalformed)
 	}
 	if m.op == opReply && m.code >= numCodes {
-		return message{}, fmt.Errorf("%w: unknown reply status %d", errMalformed, m.code)
+		return message{}, fmt.Errorf("unknown reply status %d: %w", m.code, errMalformed)
 	}
 	return m, nil
 }
@@ -207,7 +207,7 @@ type decoder struct {
 
 func (d *decoder) fail(what string) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: truncated or invalid %s", errMalformed, what)
+		d.err = fmt.Errorf("truncated or invalid %s: %w", what, errMalformed)
 	}
 	d.p = nil
 }
@@ -300,7 +300,7 @@ func appendFrame(dst []byte, m *message) []byte {
 func checkRequest(m *message) error {
 	want := func(nk, nv int) error {
 		if (nk >= 0 && len(m.keys) != nk) || (nv >= 0 && len(m.vals) != nv) {
-			return fmt.Errorf("%w: operation %d with %d keys and %d values", errMalformed, m.op, len(m.keys), len(m.vals))
+			return fmt.Errorf("operation %d with %d keys and %d values: %w", m.op, len(m.keys), len(m.vals), errMalformed)
 		}
 		return nil
 	}
@@ -318,6 +318,6 @@ func checkRequest(m *message) error {
 	case opMultiSet:
 		return want(-1, len(m.keys))
 	default:
-		return fmt.Errorf("%w: operation %d is not a request", errMalformed, m.op)
+		return fmt.Errorf("operation %d is not a request: %w", m.op, errMalformed)
 	}
 }

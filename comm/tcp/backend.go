@@ -2,10 +2,10 @@ package tcp
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/internal/liveness"
 )
 
@@ -94,11 +94,7 @@ func (b Backend) socketBuffer() int {
 // context ends or cfg.Timeout passes (5 minutes when zero), and then fails
 // with an error that names the ranks that never connected.
 func (b Backend) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
-	t, err := b.connect(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return t, nil
+	return transport.Upcast(b.connect(ctx, cfg))
 }
 
 // ConnectTCP is Connect returning the concrete type.
@@ -107,22 +103,11 @@ func (b Backend) ConnectTCP(ctx context.Context, cfg transport.Config) (*Transpo
 }
 
 func (b Backend) connect(ctx context.Context, cfg transport.Config) (*Transport, error) {
-	if cfg.Size < 1 {
-		return nil, fmt.Errorf("tcp: world size %d: must be at least 1: %w", cfg.Size, transport.ErrInvalidArgument)
+	if err := errs.CheckContext(ctx, "tcp: connect"); err != nil {
+		return nil, err
 	}
-	if cfg.Rank < 0 || cfg.Rank >= cfg.Size {
-		return nil, fmt.Errorf("tcp: rank %d out of range for world size %d (ranks are 0..%d): %w",
-			cfg.Rank, cfg.Size, cfg.Size-1, transport.ErrInvalidArgument)
-	}
-	if cfg.Size > 1 && cfg.Store == nil {
-		return nil, fmt.Errorf("tcp: a world of %d ranks needs a rendezvous store in transport.Config.Store: %w",
-			cfg.Size, transport.ErrInvalidArgument)
-	}
-	if cfg.MaxMessage < 0 {
-		return nil, fmt.Errorf("tcp: MaxMessage %d is negative: %w", cfg.MaxMessage, transport.ErrInvalidArgument)
-	}
-	if cfg.Size > maxWorld {
-		return nil, fmt.Errorf("tcp: world size %d exceeds the supported %d: %w", cfg.Size, maxWorld, transport.ErrInvalidArgument)
+	if err := cfg.Validate("tcp", maxWorld); err != nil {
+		return nil, err
 	}
 	maxMsg := cfg.MaxMessage
 	if maxMsg == 0 {

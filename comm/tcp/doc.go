@@ -89,8 +89,10 @@
 // and future operation with that peer fails with an error wrapping
 // ErrPeerLost; messages that had fully arrived before can still be received.
 // Abort sends an abort frame to every peer and fails local operations with
-// the given cause. Every operation honours its context: an expired or
-// cancelled context yields an error wrapping both ErrTimeout and ctx.Err().
+// the given cause. Every operation honours its context: an expired context
+// yields an error wrapping both ErrTimeout and context.DeadlineExceeded, a
+// cancelled one an error wrapping context.Canceled (and not ErrTimeout); a
+// nil context is refused with ErrInvalidArgument.
 // Close ends every goroutine and socket the transport started.
 //
 // # Liveness

@@ -178,13 +178,13 @@ func (p *peer) heartbeat(wait time.Duration) bool {
 			defer p.t.watchers.Done()
 			defer p.unlock()
 			if _, err := p.conn.Write(p.whdr[n:]); err != nil && p.goneErr() == nil && p.t.downErr() == nil {
-				p.fail(p.lostErr("connection failed while sending a heartbeat: %v", err))
+				p.fail(p.lostErr("connection failed while sending a heartbeat: %w", err))
 				p.cutConn()
 			}
 		}()
 		return true
 	default:
-		p.fail(p.lostErr("connection failed while sending a heartbeat: %v", err))
+		p.fail(p.lostErr("connection failed while sending a heartbeat: %w", err))
 		p.cutConn()
 		p.unlock()
 		return false
@@ -203,7 +203,7 @@ func (p *peer) failUnresponsive(last time.Time, cause error) {
 
 func (p *peer) unresponsiveErr(last time.Time, cause error) error {
 	if cause != nil {
-		return p.lostErr("is %s (the kernel gave up on data it never acknowledged: %v); if the link is only slow or lossy, raise the peer timeout (tcp.WithPeerTimeout, comm.WithPeerTimeout)",
+		return p.lostErr("is %s (the kernel gave up on data it never acknowledged: %w); if the link is only slow or lossy, raise the peer timeout (tcp.WithPeerTimeout, comm.WithPeerTimeout)",
 			liveness.Unresponsive(last), cause)
 	}
 	return p.lostErr("is %s; if the link is only slow or lossy, raise the peer timeout (tcp.WithPeerTimeout, comm.WithPeerTimeout)",

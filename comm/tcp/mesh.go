@@ -17,6 +17,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/transport"
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/internal/tokenauth"
 )
 
@@ -214,7 +215,6 @@ func (m *meshState) timeoutError(ctx, parent context.Context, conns []*net.TCPCo
 	if len(unpublished) > 0 {
 		msg += fmt.Sprintf(" (ranks %v never published an address: are they running, with the same store?)", unpublished)
 	}
-	cause := ctx.Err()
 	if parent.Err() == nil {
 		msg += fmt.Sprintf(" within the set-up timeout %v", timeout)
 	}
@@ -234,9 +234,9 @@ func (m *meshState) timeoutError(ctx, parent context.Context, conns []*net.TCPCo
 			n, admit.MaxPending, admit.MaxPendingPerHost)
 	}
 	if unauthorized {
-		return fmt.Errorf("%w: %s: %w (%w)", transport.ErrTimeout, msg, cause, transport.ErrUnauthorized)
+		return errs.Wrap(ctx, msg, transport.ErrUnauthorized)
 	}
-	return fmt.Errorf("%w: %s: %w", transport.ErrTimeout, msg, cause)
+	return errs.FromContext(ctx, msg)
 }
 
 // listen opens the listener and returns the addresses to advertise.

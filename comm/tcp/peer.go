@@ -155,8 +155,12 @@ func (p *peer) failAcks(err error) {
 	}
 }
 
+// lostErr says why the link to p is gone: "tcp: rank 0: rank 1 " followed by
+// format and args (whose %w verbs wrap the network's error), wrapping
+// ErrPeerLost.
 func (p *peer) lostErr(format string, args ...any) error {
-	return fmt.Errorf("%w: tcp: rank %d: rank %d %s", transport.ErrPeerLost, p.t.rank, p.rank, fmt.Sprintf(format, args...))
+	args = append([]any{p.t.rank, p.rank}, args...)
+	return fmt.Errorf("tcp: rank %d: rank %d "+format+": %w", append(args, transport.ErrPeerLost)...)
 }
 
 func (p *peer) mismatchErr(tag transport.Tag, got, want int) error {
@@ -231,7 +235,7 @@ func (p *peer) recv(ctx context.Context, tag transport.Tag, buf []byte) error {
 		p.tidy(tag, q)
 		p.mu.Unlock()
 		p.release(r)
-		return p.t.timeoutErr("receiving from", p.rank, tag, ctx)
+		return p.t.ctxErr(ctx, "recv", p.rank, tag)
 	}
 	p.mu.Unlock()
 	// The reader has taken the request: its message is streaming into buf.
@@ -257,7 +261,7 @@ func (p *peer) recv(ctx context.Context, tag transport.Tag, buf []byte) error {
 	if err == nil {
 		return nil // the message made it after all
 	}
-	return p.t.timeoutErr("receiving from", p.rank, tag, ctx)
+	return p.t.ctxErr(ctx, "recv", p.rank, tag)
 }
 
 func (p *peer) release(r *recvReq) {
@@ -323,13 +327,13 @@ func (p *peer) readErr(err error) error {
 	}
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
-		return p.lostErr("closed the connection without saying goodbye (did its process exit or crash?): %v", err)
+		return p.lostErr("closed the connection without saying goodbye (did its process exit or crash?): %w", err)
 	case errors.Is(err, syscall.ETIMEDOUT):
 		return p.unresponsiveErr(p.lastHeard(), err)
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return p.lostErr("connection was cut: %v", err)
+		return p.lostErr("connection was cut: %w", err)
 	default:
-		return p.lostErr("connection failed: %v", err)
+		return p.lostErr("connection failed: %w", err)
 	}
 }
 
@@ -560,7 +564,7 @@ func (p *peer) writeFrame(ctx context.Context, kind byte, tag transport.Tag, n u
 		if err := p.goneErr(); err != nil {
 			return err
 		}
-		return p.t.timeoutErr("sending to", p.rank, tag, ctx)
+		return p.t.ctxErr(ctx, "send", p.rank, tag)
 	}
 	defer p.unlock()
 	if err := p.goneErr(); err != nil {
@@ -599,12 +603,12 @@ func (p *peer) writeFrame(ctx context.Context, kind byte, tag transport.Tag, n u
 			p.fail(p.lostErr("was cut off: a send timed out halfway through a message"))
 			p.cutConn()
 		}
-		return p.t.timeoutErr("sending to", p.rank, tag, ctx)
+		return p.t.ctxErr(ctx, "send", p.rank, tag)
 	}
 	if derr := p.t.downErr(); derr != nil {
 		return derr
 	}
-	lost := p.lostErr("connection failed while sending: %v", err)
+	lost := p.lostErr("connection failed while sending: %w", err)
 	if errors.Is(err, syscall.ETIMEDOUT) {
 		lost = p.unresponsiveErr(p.lastHeard(), err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/internal/liveness"
 )
 
@@ -121,27 +122,59 @@ func (t *Transport) peer(op string, r int) (*peer, error) {
 	return t.peers[r], nil
 }
 
+// ctxErr is the error of a send or receive (op "send" or "recv") with peer
+// that gave up because ctx ended, under the context rule of internal/errs.
+func (t *Transport) ctxErr(ctx context.Context, op string, peer int, tag transport.Tag) error {
+	dir := "to"
+	if op == "recv" {
+		dir = "from"
+	}
+	return errs.FromContext(ctx, fmt.Sprintf("tcp: %s: rank %d %s rank %d (tag %#x)", op, t.rank, dir, peer, uint64(tag)))
+}
+
+// timeoutErr is ctxErr under the name and argument order of older callers
+// ("sending to" or "receiving from").
 func (t *Transport) timeoutErr(op string, peer int, tag transport.Tag, ctx context.Context) error {
-	return fmt.Errorf("%w: tcp: rank %d: %s rank %d (tag %#x): %w", transport.ErrTimeout, t.rank, op, peer, uint64(tag), ctx.Err())
+	if op == "receiving from" {
+		return t.ctxErr(ctx, "recv", peer, tag)
+	}
+	return t.ctxErr(ctx, "send", peer, tag)
+}
+
+// begin checks what Send and Recv (op "send" or "recv") check before they
+// touch the connection, and returns peer's link.
+func (t *Transport) begin(ctx context.Context, op string, peer int, tag transport.Tag, n int) (*peer, error) {
+	if err := errs.CheckContext(ctx, "tcp: "+op); err != nil {
+		return nil, err
+	}
+	p, err := t.peer(op, peer)
+	if err != nil {
+		return nil, err
+	}
+	if int64(n) > t.maxMsg {
+		verb := "sending %d bytes to"
+		if op == "recv" {
+			verb = "receiving %d bytes from"
+		}
+		return nil, fmt.Errorf("tcp: %s: rank %d: "+verb+" rank %d: above the message limit of %d bytes (transport.Config.MaxMessage): %w",
+			op, t.rank, n, peer, t.maxMsg, transport.ErrTooLarge)
+	}
+	if err := t.downErr(); err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, t.ctxErr(ctx, op, peer, tag)
+	}
+	return p, nil
 }
 
 // Send delivers buf to peer under tag. The payload goes to the kernel with
 // one writev call together with the frame header; buf may be reused as soon
 // as Send returns.
 func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
-	p, err := t.peer("send", peer)
+	p, err := t.begin(ctx, "send", peer, tag, len(buf))
 	if err != nil {
 		return err
-	}
-	if int64(len(buf)) > t.maxMsg {
-		return fmt.Errorf("tcp: rank %d: sending %d bytes to rank %d: above the message limit of %d bytes (transport.Config.MaxMessage): %w",
-			t.rank, len(buf), peer, t.maxMsg, transport.ErrTooLarge)
-	}
-	if err := t.downErr(); err != nil {
-		return err
-	}
-	if ctx.Err() != nil {
-		return t.timeoutErr("sending to", peer, tag, ctx)
 	}
 	if p.conn == nil {
 		return p.deliverLocal(tag, buf)
@@ -153,19 +186,9 @@ func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, buf [
 // exactly the message's length. When the Recv is posted before the message
 // arrives, the payload is read from the socket directly into buf.
 func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
-	p, err := t.peer("recv", peer)
+	p, err := t.begin(ctx, "recv", peer, tag, len(buf))
 	if err != nil {
 		return err
-	}
-	if int64(len(buf)) > t.maxMsg {
-		return fmt.Errorf("tcp: rank %d: receiving %d bytes from rank %d: above the message limit of %d bytes (transport.Config.MaxMessage): %w",
-			t.rank, len(buf), peer, t.maxMsg, transport.ErrTooLarge)
-	}
-	if err := t.downErr(); err != nil {
-		return err
-	}
-	if ctx.Err() != nil {
-		return t.timeoutErr("receiving from", peer, tag, ctx)
 	}
 	return p.recv(ctx, tag, buf)
 }

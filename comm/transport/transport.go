@@ -6,6 +6,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
@@ -42,6 +43,43 @@ type Config struct {
 	PeerTimeout time.Duration
 }
 
+// Validate checks what every backend needs of cfg before it connects: a
+// world of at least one rank and at most maxSize (no bound when maxSize is
+// not positive), a rank inside it, a rendezvous store when there are peers
+// and a MaxMessage that is not negative. Errors wrap ErrInvalidArgument and
+// start with backend ("tcp: ...").
+func (cfg Config) Validate(backend string, maxSize int) error {
+	switch {
+	case cfg.Size < 1:
+		return fmt.Errorf("%s: world size %d: must be at least 1: %w", backend, cfg.Size, ErrInvalidArgument)
+	case maxSize > 0 && cfg.Size > maxSize:
+		return fmt.Errorf("%s: world size %d: exceeds the %d ranks this backend supports: %w", backend, cfg.Size, maxSize, ErrInvalidArgument)
+	case cfg.Rank < 0 || cfg.Rank >= cfg.Size:
+		return fmt.Errorf("%s: rank %d out of range for world size %d (ranks are 0..%d): %w",
+			backend, cfg.Rank, cfg.Size, cfg.Size-1, ErrInvalidArgument)
+	case cfg.Size > 1 && cfg.Store == nil:
+		return fmt.Errorf("%s: a world of %d ranks needs a rendezvous store in transport.Config.Store: %w",
+			backend, cfg.Size, ErrInvalidArgument)
+	case cfg.MaxMessage < 0:
+		return fmt.Errorf("%s: MaxMessage %d is negative: %w", backend, cfg.MaxMessage, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Upcast returns a backend's concrete transport as a Transport, and a nil
+// Transport with err when err is not nil, so that a failed Connect never
+// returns a non-nil interface that holds a nil pointer:
+//
+//	func (b Backend) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
+//		return transport.Upcast(b.connectConcrete(ctx, cfg))
+//	}
+func Upcast[T Transport](t T, err error) (Transport, error) {
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
 // Backend builds a Transport for one rank; backends register themselves with
 // comm.Register under a name ("tcp", "local").
 type Backend interface {
@@ -69,6 +107,11 @@ type Transport interface {
 	Size() int
 	// Send delivers buf to peer under tag. When it returns, buf may be reused.
 	// Sending to oneself is allowed.
+	//
+	// Send and Recv honour ctx under the rule of every package of comm: a
+	// deadline gives an error wrapping ErrTimeout and
+	// context.DeadlineExceeded, a cancellation one wrapping context.Canceled
+	// (not ErrTimeout), and a nil ctx is refused with ErrInvalidArgument.
 	Send(ctx context.Context, peer int, tag Tag, buf []byte) error
 	// Recv receives into buf the next message that peer sent under tag. The
 	// message must be exactly len(buf) bytes long; otherwise Recv returns an

@@ -90,3 +90,28 @@ func TestWarnerRateLimits(t *testing.T) {
 		t.Fatalf("second line does not count the 999 left out:\n%s", out)
 	}
 }
+
+func TestConnsServeCloseWait(t *testing.T) {
+	var s Conns[int]
+	release := make(chan struct{})
+	for i := range 3 {
+		if !s.Serve(i, func() { <-release }) {
+			t.Fatalf("Serve(%d) refused before Close", i)
+		}
+	}
+	if n := s.Len(); n != 3 {
+		t.Fatalf("Len = %d, want 3", n)
+	}
+	live := s.Close()
+	if len(live) != 3 {
+		t.Fatalf("Close returned %v, want the 3 live connections", live)
+	}
+	if s.Serve(9, func() { t.Error("served after Close") }) {
+		t.Fatal("Serve accepted a connection after Close")
+	}
+	close(release)
+	s.Wait()
+	if n := s.Len(); n != 0 {
+		t.Fatalf("Len after the goroutines ended = %d, want 0", n)
+	}
+}

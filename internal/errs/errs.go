@@ -13,8 +13,9 @@ var (
 	PeerLost = errors.New("tandem: peer lost")
 	// Closed: the object (store, group, agent) was closed by its owner.
 	Closed = errors.New("tandem: closed")
-	// Mismatch: ranks disagree about what they are doing together (a collective's
-	// fingerprint, a world size, a message length).
+	// Mismatch: two sides disagree about what they share: ranks about a
+	// collective (its fingerprint, a world size, a message length), a
+	// checkpoint file about the model it is loaded into.
 	Mismatch = errors.New("tandem: mismatch between ranks")
 	// InvalidArgument: the caller passed something that cannot work.
 	InvalidArgument = errors.New("tandem: invalid argument")
@@ -23,3 +24,17 @@ var (
 	// TooLarge: a frame, value or message exceeds the configured size limit.
 	TooLarge = errors.New("tandem: too large")
 )
+
+// Kind returns a new sentinel error with message msg that is also parent:
+// errors.Is(Kind(msg, parent), parent) holds. A package uses it for an error
+// of its own that belongs to a shared kind (checkpoint.ErrMismatch is a
+// Mismatch), so that callers may test for either.
+func Kind(msg string, parent error) error { return &kind{msg: msg, parent: parent} }
+
+type kind struct {
+	msg    string
+	parent error
+}
+
+func (k *kind) Error() string { return k.msg }
+func (k *kind) Unwrap() error { return k.parent }

@@ -101,6 +101,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 		{"GetBlocksUntilSet", testGetBlocks},
 		{"GetTimeout", testGetTimeout},
 		{"GetCancelled", testGetCancelled},
+		{"ContextRule", testContextRule},
 		{"Add", testAdd},
 		{"AddConcurrent", testAddConcurrent},
 		{"CompareSet", testCompareSet},
@@ -300,6 +301,61 @@ func testGetCancelled(t *testing.T, _ config, open func() store.Store) {
 		t.Fatalf("Get with cancelled context: %v, want context.Canceled and not ErrTimeout", err)
 	}
 	noErr(t, s.Set(ctxFor(t, long), "k", nil)) // and the store still works
+}
+
+// testContextRule checks the rule every store keeps, for blocking and
+// non-blocking calls: a deadline gives ErrTimeout and
+// context.DeadlineExceeded, a cancellation context.Canceled and not
+// ErrTimeout, a nil context ErrInvalidArgument.
+func testContextRule(t *testing.T, _ config, open func() store.Store) {
+	s := open()
+	expired := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, store.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			t.Errorf("%s after a deadline: %v, want ErrTimeout and context.DeadlineExceeded", what, err)
+		}
+	}
+	cancelled := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, context.Canceled) || errors.Is(err, store.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s after a cancellation: %v, want context.Canceled and not ErrTimeout", what, err)
+		}
+	}
+	// Blocking calls, ended while they wait.
+	dctx, dcancel := context.WithTimeout(context.Background(), short)
+	defer dcancel()
+	expired("Wait", s.Wait(dctx, []string{"never"}, 0))
+	cctx, ccancel := context.WithCancel(context.Background())
+	timer := time.AfterFunc(short, ccancel)
+	defer timer.Stop()
+	cancelled("Wait", s.Wait(cctx, []string{"never"}, long))
+	// Calls whose context ended before they started.
+	gone, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	expired("Set", s.Set(gone, "k", []byte("v")))
+	_, err := s.Add(gone, "n", 1)
+	expired("Add", err)
+	dead, cancelDead := context.WithCancel(context.Background())
+	cancelDead()
+	cancelled("Set", s.Set(dead, "k", []byte("v")))
+	_, err = s.MultiGet(dead, []string{"never"})
+	cancelled("MultiGet", err)
+	// A nil context is a programming error: refused, not a panic.
+	var none context.Context
+	if err := s.Set(none, "k", []byte("v")); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("Set with a nil context: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := s.Get(none, "k"); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("Get with a nil context: %v, want ErrInvalidArgument", err)
+	}
+	if err := s.Wait(none, []string{"k"}, short); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("Wait with a nil context: %v, want ErrInvalidArgument", err)
+	}
+	// The store still works.
+	noErr(t, s.Set(ctxFor(t, long), "k", []byte("v")))
+	if v := get(t, ctxFor(t, long), s, "k"); string(v) != "v" {
+		t.Fatalf("Get after the context cases = %q, want \"v\"", v)
+	}
 }
 
 func testAdd(t *testing.T, _ config, open func() store.Store) {

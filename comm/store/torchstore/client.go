@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // Client is a store.Store that talks to a TCPStore server over torch 1.13's
@@ -172,8 +173,11 @@ func (cl *Client) run(ctx context.Context, op string, timeout time.Duration, pol
 	if cl.isClosed() {
 		return fmt.Errorf("torchstore %s: %w", op, store.ErrClosed)
 	}
-	if err := ctx.Err(); err != nil {
-		return ctxError(op, err)
+	if err := errs.CheckContext(ctx, "torchstore: "+op); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctxError(ctx, op)
 	}
 	d, ctxBound, bound := cl.deadline(ctx, timeout)
 	for attempt := 0; ; attempt++ {
@@ -200,20 +204,20 @@ func (cl *Client) run(ctx context.Context, op string, timeout time.Duration, pol
 		case cl.isClosed():
 			return fmt.Errorf("torchstore %s: %w", op, store.ErrClosed)
 		case ctx.Err() != nil:
-			return ctxError(op, ctx.Err())
+			return ctxError(ctx, op)
 		case errors.As(err, &pe):
 			return fmt.Errorf("torchstore %s: %w", op, pe.err)
 		case isTimeout(err):
 			if ctxBound {
-				return fmt.Errorf("%w: torchstore %s: %w", store.ErrTimeout, op, context.DeadlineExceeded)
+				return errs.Expired("torchstore: " + op)
 			}
-			return fmt.Errorf("%w: torchstore %s: no answer from %s within %v; if it waits for keys, check that "+
-				"the rank that sets them is alive, or raise the timeout", store.ErrTimeout, op, cl.addr, bound.Round(time.Millisecond))
+			return fmt.Errorf("torchstore: %s: no answer from %s within %v; if it waits for keys, check that "+
+				"the rank that sets them is alive, or raise the timeout: %w", op, cl.addr, bound.Round(time.Millisecond), store.ErrTimeout)
 		case attempt == 0 && (policy == retryAlways || (policy == retryPooled && cc.reused)):
 			cl.cfg.logger.Debug("torchstore: connection broke; trying once more on a new one", "op", op, "addr", cl.addr, "err", err)
 			continue
 		}
-		return fmt.Errorf("%w: torchstore %s: the connection to %s broke: %w", store.ErrPeerLost, op, cl.addr, err)
+		return fmt.Errorf("torchstore %s: the connection to %s broke: %w: %w", op, cl.addr, err, store.ErrPeerLost)
 	}
 }
 
@@ -223,11 +227,9 @@ type protoError struct{ err error }
 
 func (e *protoError) Error() string { return e.err.Error() }
 
-func ctxError(op string, err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: torchstore %s: %w", store.ErrTimeout, op, err)
-	}
-	return fmt.Errorf("torchstore %s: %w", op, err)
+// ctxError reports a call that gave up because ctx ended.
+func ctxError(ctx context.Context, op string) error {
+	return errs.FromContext(ctx, "torchstore: "+op)
 }
 
 // acquire returns an idle connection, or dials a new one, retrying until d
@@ -271,8 +273,8 @@ func (cl *Client) acquire(ctx context.Context, op string, d time.Time, ctxBound,
 			last = err
 		}
 		if !persist {
-			return nil, fmt.Errorf("%w: torchstore %s: could not reach the TCPStore server at %s: %w",
-				store.ErrPeerLost, op, cl.addr, err)
+			return nil, fmt.Errorf("torchstore %s: could not reach the TCPStore server at %s: %w: %w",
+				op, cl.addr, err, store.ErrPeerLost)
 		}
 		select {
 		case <-dctx.Done():
@@ -284,15 +286,14 @@ func (cl *Client) acquire(ctx context.Context, op string, d time.Time, ctxBound,
 			return nil, fmt.Errorf("torchstore %s: %w", op, store.ErrClosed)
 		}
 		if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return nil, ctxError(op, err)
+			return nil, ctxError(ctx, op)
 		}
+		what := fmt.Sprintf("torchstore: %s: could not reach the TCPStore server at %s", op, cl.addr)
 		if ctxBound {
-			return nil, fmt.Errorf("%w: %w: torchstore %s: could not reach the TCPStore server at %s (%v): %w",
-				store.ErrTimeout, store.ErrPeerLost, op, cl.addr, last, context.DeadlineExceeded)
+			return nil, fmt.Errorf("%w: %w: %w", errs.Expired(what), last, store.ErrPeerLost)
 		}
-		return nil, fmt.Errorf("%w: %w: torchstore %s: could not reach the TCPStore server at %s before the timeout (%v); "+
-			"check the address and that the master (rank 0 or torchrun's agent) is up",
-			store.ErrTimeout, store.ErrPeerLost, op, cl.addr, last)
+		return nil, fmt.Errorf("%s before the timeout; check the address and that the master (rank 0 or torchrun's agent) is up: %w: %w: %w",
+			what, last, store.ErrTimeout, store.ErrPeerLost)
 	}
 }
 
@@ -346,7 +347,7 @@ func (cc *clientConn) readUint64() (uint64, error) {
 func (cl *Client) readValue(cc *clientConn) ([]byte, error) {
 	v, err := readBytes(cc.r, cl.lim, "value")
 	if errors.Is(err, errTooLarge) {
-		return nil, &protoError{fmt.Errorf("%w: the server sent %w (raise it with WithMaxValue)", store.ErrTooLarge, err)}
+		return nil, &protoError{fmt.Errorf("the server sent %w (raise it with WithMaxValue): %w", err, store.ErrTooLarge)}
 	}
 	if err == io.EOF {
 		err = io.ErrUnexpectedEOF
@@ -394,8 +395,8 @@ var confirmQuery = encodeQuery(query{typ: qCheck})
 
 func (cl *Client) checkSize(op string, what string, n int) error {
 	if n > cl.cfg.maxValue {
-		return fmt.Errorf("%w: torchstore %s: %s of %d bytes exceeds the limit of %d; raise it with WithMaxValue "+
-			"(on the server too)", store.ErrTooLarge, op, what, n, cl.cfg.maxValue)
+		return fmt.Errorf("torchstore %s: %s of %d bytes exceeds the limit of %d; raise it with WithMaxValue "+
+			"(on the server too): %w", op, what, n, cl.cfg.maxValue, store.ErrTooLarge)
 	}
 	return nil
 }
@@ -483,9 +484,9 @@ func (cl *Client) diagnoseAdd(ctx context.Context, key string, delta int64) erro
 	if ok && !((delta > 0 && cur > maxInt64-delta) || (delta < 0 && cur < minInt64-delta)) {
 		return nil
 	}
-	return fmt.Errorf("%w: torchstore add: key %q holds %q, not a decimal integer counter that can take %d; "+
-		"the server closed the connection, as torch's does (the protocol has no error reply)",
-		store.ErrInvalidArgument, key, abbrev(v), delta)
+	return fmt.Errorf("torchstore add: key %q holds %q, not a decimal integer counter that can take %d; "+
+		"the server closed the connection, as torch's does (the protocol has no error reply): %w",
+		key, abbrev(v), delta, store.ErrInvalidArgument)
 }
 
 // CompareSet implements store.Store.
@@ -575,8 +576,8 @@ func (cl *Client) Wait(ctx context.Context, keys []string, timeout time.Duration
 // keys before the others.
 func (cl *Client) MultiSet(ctx context.Context, keys []string, values [][]byte) error {
 	if len(keys) != len(values) {
-		return fmt.Errorf("%w: torchstore multi-set got %d keys and %d values; pass one value per key",
-			store.ErrInvalidArgument, len(keys), len(values))
+		return fmt.Errorf("torchstore multi-set got %d keys and %d values; pass one value per key: %w",
+			len(keys), len(values), store.ErrInvalidArgument)
 	}
 	var b []byte
 	for i, k := range keys {
@@ -641,7 +642,7 @@ func (cl *Client) Append(ctx context.Context, key string, value []byte) error {
 	if cl.isClosed() {
 		return fmt.Errorf("torchstore append: %w", store.ErrClosed)
 	}
-	return fmt.Errorf("%w: %w: torchstore append (key %q): torch 1.13's TCPStore protocol has no APPEND query "+
+	return fmt.Errorf("torchstore append (key %q): torch 1.13's TCPStore protocol has no APPEND query "+
 		"(it came with torch 2.x) and COMPARE_SET cannot emulate it safely; store each piece under its own key, "+
-		"or use a Tandem store (store.Dial)", errors.ErrUnsupported, store.ErrInvalidArgument, key)
+		"or use a Tandem store (store.Dial): %w: %w", key, errors.ErrUnsupported, store.ErrInvalidArgument)
 }

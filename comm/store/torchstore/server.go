@@ -14,6 +14,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/internal/admit"
+	"github.com/tandemml/tandem/internal/errs"
 )
 
 // Bounds on what one connection may leave pending at the server.
@@ -49,11 +50,12 @@ type Server struct {
 	ln   net.Listener
 	lim  limits
 
-	mu       sync.Mutex // guards data, waiting, watching, conns and closed
+	conns admit.Conns[*serverConn]
+
+	mu       sync.Mutex // guards data, waiting, watching and closed
 	data     map[string][]byte
 	waiting  map[string][]*waiter
 	watching map[string][]*serverConn
-	conns    map[*serverConn]struct{}
 	closed   bool
 	serving  bool
 	done     chan struct{}
@@ -79,17 +81,17 @@ type waiter struct {
 func NewServer(addr string, opts ...Option) (*Server, error) {
 	cfg := newConfig(opts)
 	if !cfg.unauthenticate {
-		return nil, fmt.Errorf("%w: torchstore server: PyTorch's TCPStore protocol has no authentication "+
+		return nil, fmt.Errorf("torchstore server: PyTorch's TCPStore protocol has no authentication "+
 			"(anyone who reaches %q can read and change every key); pass torchstore.Unauthenticated() "+
-			"to serve it anyway, or use store.NewServer, which checks a token", store.ErrInvalidArgument, addr)
+			"to serve it anyway, or use store.NewServer, which checks a token: %w", addr, store.ErrInvalidArgument)
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if addr == "" {
 		host, port, err = "", "0", nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: torchstore server: address %q: %v; give host:port, or :port for loopback",
-			store.ErrInvalidArgument, addr, err)
+		return nil, fmt.Errorf("torchstore server: address %q: %v; give host:port, or :port for loopback: %w",
+			addr, err, store.ErrInvalidArgument)
 	}
 	if host == "" {
 		host = "127.0.0.1"
@@ -109,7 +111,6 @@ func NewServer(addr string, opts ...Option) (*Server, error) {
 		data:     map[string][]byte{},
 		waiting:  map[string][]*waiter{},
 		watching: map[string][]*serverConn{},
-		conns:    map[*serverConn]struct{}{},
 		done:     make(chan struct{}),
 	}, nil
 }
@@ -125,6 +126,9 @@ func (s *Server) Port() int { return s.ln.Addr().(*net.TCPAddr).Port }
 // returns an error wrapping store.ErrClosed when the server was closed
 // before, or is serving already.
 func (s *Server) Serve(ctx context.Context) error {
+	if err := errs.CheckContext(ctx, "torchstore server: serve"); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	if s.closed || s.serving {
 		s.mu.Unlock()
@@ -134,27 +138,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
-	backoff := time.Millisecond
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			select {
-			case <-s.done:
-				return s.Close()
-			default:
-			}
-			s.warn.Warn("torchstore server: accept failed; retrying", "addr", s.Addr(), "err", err, "retry_in", backoff)
-			select {
-			case <-s.done:
-				return s.Close()
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, time.Second)
-			continue
-		}
-		backoff = time.Millisecond
-		s.start(c)
-	}
+	admit.Accept(s.ln, s.done, s.warn, "torchstore server", s.start)
+	return s.Close()
 }
 
 // Close stops the server: the listener and every connection are closed and
@@ -162,24 +147,26 @@ func (s *Server) Serve(ctx context.Context) error {
 // have ended. Calling it again does nothing.
 func (s *Server) Close() error {
 	s.mu.Lock()
-	if !s.closed {
+	first := !s.closed
+	if first {
 		s.closed = true
 		close(s.done)
 		s.ln.Close()
-		for sc := range s.conns {
+	}
+	s.mu.Unlock()
+	if first {
+		for _, sc := range s.conns.Close() {
 			sc.close()
 		}
 	}
-	s.mu.Unlock()
+	s.conns.Wait()
 	s.wg.Wait()
 	return nil
 }
 
 // NumConns returns the number of connections open now.
 func (s *Server) NumConns() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
+	return s.conns.Len()
 }
 
 func (s *Server) start(c net.Conn) {
@@ -199,29 +186,21 @@ func (s *Server) start(c net.Conn) {
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		release()
-		c.Close()
-		return
-	}
-	s.conns[sc] = struct{}{}
-	s.wg.Add(1)
-	s.mu.Unlock()
-	go func() {
-		defer s.wg.Done()
+	served := s.conns.Serve(sc, func() {
 		defer release()
 		sc.readLoop()
 		s.forget(sc)
-	}()
+	})
+	if !served {
+		release()
+		c.Close()
+	}
 }
 
 // forget drops what the server holds for a connection that ended.
 func (s *Server) forget(sc *serverConn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.conns, sc)
 	for _, w := range sc.waits {
 		for _, k := range w.keys {
 			s.waiting[k] = removeWaiter(s.waiting[k], w)

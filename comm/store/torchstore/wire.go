@@ -171,7 +171,7 @@ func readBytes(r *bufio.Reader, lim limits, what string) ([]byte, error) {
 		return nil, err
 	}
 	if n > uint64(lim.maxValue) {
-		return nil, fmt.Errorf("%w: %s of %d bytes, limit %d", errTooLarge, what, n, lim.maxValue)
+		return nil, fmt.Errorf("%s of %d bytes, limit %d: %w", what, n, lim.maxValue, errTooLarge)
 	}
 	size := int(n)
 	var buf []byte
@@ -203,7 +203,7 @@ func readKeys(r *bufio.Reader, lim limits) ([]string, error) {
 	}
 	// Every key costs at least its 8-byte length.
 	if n > uint64(lim.maxValue/8) {
-		return nil, fmt.Errorf("%w: %d keys in one query, limit %d", errTooLarge, n, lim.maxValue/8)
+		return nil, fmt.Errorf("%d keys in one query, limit %d: %w", n, lim.maxValue/8, errTooLarge)
 	}
 	keys := make([]string, 0, min(int(n), 1024))
 	total := 0
