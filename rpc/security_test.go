@@ -19,8 +19,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandemml/tandem/comm/store"
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/samehost"
 )
 
 // rawConn dials agent a and, with token non-nil, completes the hello.
@@ -230,7 +232,7 @@ func TestMutualTLS(t *testing.T) {
 	}
 	// Same-host copies work over TLS as well: the proofs are tied to the
 	// TCP connection under it.
-	if c, want := agents[0].peers[1].cur.Load(), cmaSupported && bootID != ([16]byte{}); c.sendByRef != want || c.recvByRef != want {
+	if c, want := agents[0].peers[1].cur.Load(), samehost.Supported && samehost.BootID() != ([16]byte{}); c.sendByRef != want || c.recvByRef != want {
 		t.Fatalf("same-host copies over TLS: send %v recv %v, want %v", c.sendByRef, c.recvByRef, want)
 	}
 	// A client without a certificate is refused at the handshake.
