@@ -22,6 +22,7 @@ import (
 	"github.com/tandemml/tandem/internal/peercred"
 	"github.com/tandemml/tandem/internal/samehost"
 	"github.com/tandemml/tandem/internal/samehost/samehosttest"
+	"github.com/tandemml/tandem/internal/wire"
 )
 
 // The attack of issue 12: a token holder asks a worker for same-host
@@ -114,40 +115,40 @@ func stealSecret(addr string, token []byte, v samehosttest.Victim, prove bool, b
 	if _, err := nc.Write(refEchoRequest(v.Addr+16, len(v.Secret))); err != nil {
 		return nil, err
 	}
-	var hdr [frameHeaderLen]byte
-	f, err := readFrame(br, hdr[:], 1<<20, func(b []byte) string { return string(b) }, nil, nil)
+	var hdr [wire.HeaderLen]byte
+	f, err := wire.ReadFrame(br, hdr[:], 1<<20, func(b []byte) string { return string(b) }, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("worker's verdict on reading this process: %d; no reply: %w", verdict, err)
 	}
-	if f.kind != kindResponse || len(f.tensors) != 1 {
-		return nil, fmt.Errorf("reply of kind %d with %d tensors", f.kind, len(f.tensors))
+	if f.Kind != wire.KindResponse || len(f.Tensors) != 1 {
+		return nil, fmt.Errorf("reply of kind %d with %d tensors", f.Kind, len(f.Tensors))
 	}
-	return f.tensors[0].Header.Raw, nil
+	return f.Tensors[0].Header.Raw, nil
 }
 
 // refEchoRequest is an echo call whose one uint8 tensor of n bytes is "by
 // reference" at addr.
 func refEchoRequest(addr uint64, n int) []byte {
-	enc := Encoder{}
-	typ, err := enc.encodeTop(dense([]int{n}, make([]uint8, n)))
+	enc := encodeValue(nil, WorkerInfo{}, dense([]int{n}, make([]uint8, n)))
+	typ, err := enc.typ, enc.err
 	if err != nil {
 		panic(err)
 	}
-	head := appendString(nil, "echo")
-	head = appendString(head, typ)
+	head := wire.AppendString(nil, "echo")
+	head = wire.AppendString(head, typ)
 	head = binary.AppendUvarint(head, 0) // no timeout
 	head = binary.AppendUvarint(head, 0) // no metadata
-	head = binary.AppendUvarint(head, uint64(len(enc.buf)))
-	head = append(head, enc.buf...)
-	code, _ := dtypeCode(tensor.Uint8)
+	head = binary.AppendUvarint(head, uint64(len(enc.enc.Payload())))
+	head = append(head, enc.enc.Payload()...)
+	code, _ := wire.DtypeCode(tensor.Uint8)
 	head = binary.AppendUvarint(head, 1)
 	head = append(head, code)
 	head = binary.AppendUvarint(head, 1)
 	head = binary.AppendUvarint(head, uint64(n))
 	head = binary.AppendUvarint(head, addr)
-	frame := make([]byte, frameHeaderLen, frameHeaderLen+len(head))
+	frame := make([]byte, wire.HeaderLen, wire.HeaderLen+len(head))
 	binary.LittleEndian.PutUint32(frame[0:4], uint32(len(head)))
-	frame[12], frame[14], frame[15] = kindRequest, frameVersion, flagByRef|flagNoAck
+	frame[12], frame[14], frame[15] = wire.KindRequest, wire.Version, wire.FlagByRef|wire.FlagNoAck
 	binary.LittleEndian.PutUint64(frame[16:24], 1)
 	return append(frame, head...)
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/internal/samehost"
+	"github.com/tandemml/tandem/internal/wire"
 )
 
 // rawConn dials agent a and, with token non-nil, completes the hello.
@@ -102,10 +103,10 @@ func TestBadInputClosesOnlyThatConnection(t *testing.T) {
 
 	// An oversized frame: the header announces more than the limit.
 	nc, br, _ = rawConn(t, a1, a1.token)
-	hdr := make([]byte, frameHeaderLen)
+	hdr := make([]byte, wire.HeaderLen)
 	binary.LittleEndian.PutUint32(hdr[0:4], 10)
 	binary.LittleEndian.PutUint64(hdr[4:12], 1<<40)
-	hdr[12], hdr[14] = kindRequest, frameVersion
+	hdr[12], hdr[14] = wire.KindRequest, wire.Version
 	nc.Write(hdr)
 	if !closedByPeer(br) {
 		t.Fatal("oversized frame: connection not closed")
