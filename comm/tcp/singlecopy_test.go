@@ -20,6 +20,7 @@ import (
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
 	"github.com/tandemml/tandem/internal/liveness"
+	"github.com/tandemml/tandem/internal/nettest"
 	"github.com/tandemml/tandem/internal/peercred"
 	"github.com/tandemml/tandem/internal/samehost"
 	"github.com/tandemml/tandem/internal/samehost/samehosttest"
@@ -358,31 +359,6 @@ func TestHelperSingleCopyVictim(t *testing.T) {
 	t.Skip("victim process for TestSingleCopyTrustsOnlyTheKernel")
 }
 
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (a, b *net.TCPConn) {
-	t.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	done := make(chan *net.TCPConn, 1)
-	go func() {
-		c, _ := ln.AcceptTCP()
-		done <- c
-	}()
-	a, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b = <-done
-	if b == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
-
 // hostileProbe is the probe of a rank that offers single copies with the
 // victim's token address and bytes as if they were its own. With prove it
 // proves itself to the honest rank's challenge (as the process it is: it
@@ -434,7 +410,7 @@ func TestSingleCopyTrustsOnlyTheKernel(t *testing.T) {
 	}
 	for _, prove := range []bool{true, false} {
 		t.Run(map[bool]string{true: "proving as itself", false: "claiming a proof it never made"}[prove], func(t *testing.T) {
-			honest, hostile := tcpPair(t)
+			honest, hostile := nettest.TCPPair(t)
 			ctx := ctxTimeout(t, 20*time.Second)
 			errc := make(chan error, 1)
 			go func() { errc <- hostileProbe(hostile, v, prove) }()

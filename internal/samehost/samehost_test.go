@@ -2,12 +2,13 @@ package samehost
 
 import (
 	"context"
-	"net"
 	"os"
 	"runtime"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/tandemml/tandem/internal/nettest"
 )
 
 // readable skips the test where this process may not read its own memory
@@ -46,29 +47,6 @@ func TestReadInPieces(t *testing.T) {
 	}
 }
 
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (a, b net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	done := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		done <- c
-	}()
-	if a, err = net.Dial("tcp", ln.Addr().String()); err != nil {
-		t.Fatal(err)
-	}
-	if b = <-done; b == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
-
 // TestOfferBothWays runs the probe between the two ends of one connection
 // in this process: each proves itself to the other and reads the other's
 // token, at the pid the kernel gives, which is this process's. A token
@@ -78,7 +56,7 @@ func TestOfferBothWays(t *testing.T) {
 	readable(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	a, b := tcpPair(t)
+	a, b := nettest.TCPPair(t)
 	oa, ob := NewOffer(true), NewOffer(true)
 	defer oa.Close()
 	defer ob.Close()
