@@ -48,6 +48,8 @@ type Codec struct {
 	// Unmarshal decodes into p, a pointer whose type implements
 	// Unmarshaler.
 	Unmarshal func(d *Decoder, p any) error
+
+	sizes sync.Map // reflect.Type -> uint64: minSize
 }
 
 // Peer is the other end of a value: where it goes (encoding) or whence it
@@ -557,16 +559,19 @@ func (d *Decoder) enter(t reflect.Type) error {
 
 func (d *Decoder) leave() { d.depth-- }
 
-// count reads a nil-or-length prefix; ok is false for nil.
-func (d *Decoder) count(et reflect.Type) (n int, ok bool, err error) {
+// count reads a nil-or-length prefix of elements that each take at least
+// min bytes; ok is false for nil. A count that the bytes left cannot hold
+// is refused before anything is allocated for it; elements that may take
+// no bytes at all are allowed 65536 beyond the bytes left.
+func (d *Decoder) count(min uint64) (n int, ok bool, err error) {
 	c, err := d.Uvarint()
 	if err != nil || c == 0 {
 		return 0, false, err
 	}
 	c--
-	limit := uint64(len(d.b))
-	if d.codec.mayBeEmpty(et) {
-		limit += 1 << 16
+	limit := uint64(len(d.b)) + 1<<16
+	if min > 0 {
+		limit = uint64(len(d.b)) / min
 	}
 	if c > limit {
 		return 0, false, fmt.Errorf("%w: %d elements announced, %d bytes left", ErrMalformed, c, len(d.b))
@@ -574,23 +579,59 @@ func (d *Decoder) count(et reflect.Type) (n int, ok bool, err error) {
 	return int(c), true, nil
 }
 
-// mayBeEmpty reports whether a value of type t may encode to zero bytes.
-func (c *Codec) mayBeEmpty(t reflect.Type) bool {
-	switch t.Kind() {
-	case reflect.Array:
-		return t.Len() == 0 || c.mayBeEmpty(t.Elem())
-	case reflect.Struct:
-		if c.unmarshals(t) {
-			return true
-		}
-		for _, i := range StructFields(t) {
-			if !c.mayBeEmpty(t.Field(i).Type) {
-				return false
-			}
-		}
-		return true
+// minSize returns the fewest bytes a value of type t encodes to (capped
+// at 1<<40), which bounds how many of them a count may announce.
+func (c *Codec) minSize(t reflect.Type) uint64 {
+	if c == nil {
+		return minSize(nil, t, 0)
 	}
-	return false
+	if n, ok := c.sizes.Load(t); ok {
+		return n.(uint64)
+	}
+	n := minSize(c, t, 0)
+	c.sizes.Store(t, n)
+	return n
+}
+
+func minSize(c *Codec, t reflect.Type, depth int) uint64 {
+	const most = 1 << 40
+	if depth > maxDepth {
+		return 0
+	}
+	if t.Kind() != reflect.Pointer && t.Kind() != reflect.Interface && c.unmarshals(t) {
+		return 0 // it reads what it likes
+	}
+	switch t.Kind() {
+	case reflect.Float32:
+		return 4
+	case reflect.Float64, reflect.Complex64:
+		return 8
+	case reflect.Complex128:
+		return 16
+	case reflect.Array:
+		if t.Len() == 0 {
+			return 0
+		}
+		if c.rawElem(t.Elem()) {
+			return min(uint64(t.Len())*uint64(t.Elem().Size()), most)
+		}
+		e := minSize(c, t.Elem(), depth+1)
+		if e > most/uint64(t.Len()) {
+			return most
+		}
+		return uint64(t.Len()) * e
+	case reflect.Struct:
+		var n uint64
+		for _, i := range StructFields(t) {
+			n = min(n+minSize(c, t.Field(i).Type, depth+1), most)
+		}
+		return n
+	case reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		return 0 // refused when met
+	}
+	// Integers and bools, strings, slices, maps, pointers, interfaces and
+	// tensors: a byte at least.
+	return 1
 }
 
 func (d *Decoder) value(v reflect.Value) error {
@@ -665,7 +706,7 @@ func (d *Decoder) value(v reflect.Value) error {
 		}
 		v.SetString(s)
 	case reflect.Slice:
-		n, ok, err := d.count(t.Elem())
+		n, ok, err := d.count(d.codec.minSize(t.Elem()))
 		if err != nil || !ok {
 			return err
 		}
@@ -677,7 +718,7 @@ func (d *Decoder) value(v reflect.Value) error {
 	case reflect.Array:
 		return d.elements(v, v.Len())
 	case reflect.Map:
-		n, ok, err := d.count(t.Elem())
+		n, ok, err := d.count(d.codec.minSize(t.Key()) + d.codec.minSize(t.Elem()))
 		if err != nil || !ok {
 			return err
 		}

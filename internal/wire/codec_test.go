@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"runtime"
 	"testing"
 
 	"gorgonia.org/tensor"
@@ -139,6 +140,8 @@ func samples() []any {
 		[]*inner{{A: 1, T: x}, nil},
 		[2][]int64{{1, 2}, nil},
 		x,
+		[][64]float64{{1}, {2, 3}},
+		map[[2]int32][]selfCoded{{1, 2}: {{N: 3}}},
 	}
 }
 
@@ -189,6 +192,37 @@ func TestValueRoundTrip(t *testing.T) {
 	}
 	if _, err := testCodec.DecodeDeferred(reflect.TypeFor[string](), out.Later.d); !errors.Is(err, ErrWrongType) {
 		t.Fatalf("deferred value as the wrong type: %v (%v)", err, ints)
+	}
+}
+
+// TestDecodeRefusesCountsBeforeAllocating: a count that the bytes left
+// cannot hold is refused before the decoder allocates for it, however
+// large the elements (a few bytes must not make the decoder allocate
+// gigabytes).
+func TestDecodeRefusesCountsBeforeAllocating(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, c := range []struct {
+		want    reflect.Type
+		payload []byte
+	}{
+		{reflect.TypeFor[[][1 << 20]byte](), append([]byte{201, 1}, make([]byte, 200)...)}, // 200 elements of a MiB in 202 bytes
+		{reflect.TypeFor[[][4]float64](), append([]byte{11}, make([]byte, 32*9)...)},       // 10 elements, 9 elements' bytes
+		{reflect.TypeFor[map[[64]int8]float64](), []byte{3, 1, 2}},
+		{reflect.TypeFor[[]struct{}](), []byte{0xff, 0xff, 0xff, 0xff, 0x0f}},
+	} {
+		if _, err := testCodec.DecodeTop(c.want, c.want.String(), c.payload, nil, Peer{}); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", c.want, err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Fatalf("refusing the counts allocated %d bytes", n)
+	}
+	// Elements that take no bytes may still come by the thousand.
+	v, err := testCodec.DecodeTop(reflect.TypeFor[[]struct{}](), "[]struct {}", []byte{0xe9, 0x07}, nil, Peer{})
+	if err != nil || v.Len() != 1000 {
+		t.Fatalf("1000 empty structs: %v", err)
 	}
 }
 
