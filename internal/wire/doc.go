@@ -6,7 +6,7 @@
 // Everything here reads bytes from the network, so every decoder checks
 // every length and count against what is left before it allocates, and
 // fails with an error wrapping ErrMalformed (a *ProtocolError for a frame)
-// rather than panicking; FuzzDecodeValue and FuzzReadFrame hold it to that.
+// rather than panicking; FuzzDecodeValue and FuzzDecodeFrame hold it to that.
 package wire
 
 import "errors"

@@ -119,7 +119,10 @@ func DtypeCode(dt tensor.Dtype) (code byte, ok bool) {
 // closed, the agent keeps serving others.
 type ProtocolError struct{ err error }
 
+// Error returns the cause's text.
 func (e *ProtocolError) Error() string { return e.err.Error() }
+
+// Unwrap returns the cause (wrapping ErrMalformed or errs.TooLarge).
 func (e *ProtocolError) Unwrap() error { return e.err }
 
 // Malformed returns a *ProtocolError wrapping ErrMalformed.
