@@ -109,8 +109,9 @@
 // # Limits
 //
 // The graph is recorded per context and is not freed until the context
-// ends. Tensors inside values that encode themselves (rref.RRef, rpc.Any)
-// are not tracked. Backward runs on the owner only. A worker's part of a
+// ends. Tensors inside values that encode themselves by hand (an
+// rpc.Marshaler that writes tensors with Encoder.Tensor) are tracked like
+// any other: both ends list a message's tensors in the order of its frame. Backward runs on the owner only. A worker's part of a
 // context whose owner died before ending it stays until the worker shuts
 // down. Functions must be deterministic (their backward recomputes the
 // forward).

@@ -10,12 +10,19 @@ import (
 // clientInterceptor records, for a call made with a ctx that carries a
 // context of this agent, the send function of the tensors it carries and,
 // when the reply comes, the receive function of the tensors it returns.
+// Both ends take the tensors from the frame's own table (ClientCall.Tensors,
+// ServerCall.Tensors, ServerCall.ResultTensors, Response.Tensors), so they
+// agree on the order, map entries and rpc.Any values included.
 func (m *manager) clientInterceptor(ctx context.Context, call *rpc.ClientCall, next rpc.Invoker) *rpc.Future[*rpc.Response] {
 	c := FromContext(ctx)
 	if c == nil || c.m != m {
 		return next(ctx, call)
 	}
-	mask, id, err := c.recordSend(call.To.ID, tensorsOf(call.Arg))
+	sent, err := call.Tensors()
+	if err != nil {
+		return next(ctx, call) // the call fails with the encoding's error
+	}
+	mask, id, err := c.recordSend(call.To.ID, sent)
 	if err != nil {
 		return rpc.Ready[*rpc.Response](nil, fmt.Errorf("autograd: call %q to worker %s: %w", call.Function, call.To, err))
 	}
@@ -42,7 +49,7 @@ func (m *manager) clientInterceptor(ctx context.Context, call *rpc.ClientCall, n
 		if s := r.Meta[metaSend]; s != "" {
 			sid, perr := parseUint(s)
 			if perr == nil {
-				perr = c.recordRecv(to.ID, sid, r.Meta[metaMask], tensorsOf(r.Value))
+				perr = c.recordRecv(to.ID, sid, r.Meta[metaMask], r.Tensors)
 			}
 			if perr != nil {
 				perr = fmt.Errorf("autograd: recording the reply of %q from worker %s: %w", fn, to, perr)
@@ -74,7 +81,7 @@ func (m *manager) serverInterceptor(ctx context.Context, sc *rpc.ServerCall, nex
 	if send := sc.Meta[metaSend]; send != "" {
 		sid, err := parseUint(send)
 		if err == nil {
-			err = c.recordRecv(sc.From.ID, sid, sc.Meta[metaMask], tensorsOf(sc.Arg))
+			err = c.recordRecv(sc.From.ID, sid, sc.Meta[metaMask], sc.Tensors())
 		}
 		if err != nil {
 			return rpc.Ready[any](nil, fmt.Errorf("autograd: recording the argument of %q from worker %s: %w", sc.Function, sc.From, err))
@@ -89,7 +96,9 @@ func (m *manager) serverInterceptor(ctx context.Context, sc *rpc.ServerCall, nex
 			reply[k] = x
 		}
 		if err == nil {
-			mask, id, rerr := c.recordSend(from.ID, tensorsOf(v))
+			// An error here is the one the reply fails with.
+			sent, _ := sc.ResultTensors(v)
+			mask, id, rerr := c.recordSend(from.ID, sent)
 			if rerr != nil {
 				err = rerr
 			} else if mask != "" {

@@ -3,9 +3,8 @@ package rpc
 import (
 	"fmt"
 	"reflect"
-	"strings"
 
-	"gorgonia.org/tensor"
+	"github.com/tandemml/tandem/internal/wire"
 )
 
 // Any carries a value whose type the receiver chooses when it decodes it:
@@ -13,13 +12,9 @@ import (
 // a result received as `any`. Make one with AnyOf; a received one is decoded
 // with Decode. A received Any can be sent on unchanged.
 type Any struct {
-	val     any
-	set     bool
-	typ     string
-	data    []byte
-	tensors []*tensor.Dense
-	agent   *Agent
-	from    WorkerInfo
+	val any
+	set bool
+	d   wire.Deferred // a received value
 }
 
 // AnyOf wraps v for sending.
@@ -34,10 +29,10 @@ func (a Any) TypeName() string {
 		}
 		return reflect.TypeOf(a.val).String()
 	}
-	if a.typ == "" {
+	if a.d.Type == "" {
 		return nilTypeName
 	}
-	return a.typ
+	return a.d.Type
 }
 
 // Decode stores the value in *ptr, whose type must be the value's type.
@@ -59,7 +54,7 @@ func (a Any) Decode(ptr any) error {
 func (a Any) DecodeType(t reflect.Type) (reflect.Value, error) {
 	if a.set {
 		if a.val == nil {
-			return decodeTop(t, nilTypeName, nil, nil, nil, WorkerInfo{})
+			return codec.DecodeTop(t, nilTypeName, nil, nil, wire.Peer{})
 		}
 		rv := reflect.ValueOf(a.val)
 		if rv.Type() == t || (t.Kind() == reflect.Interface && rv.Type().AssignableTo(t)) {
@@ -69,72 +64,33 @@ func (a Any) DecodeType(t reflect.Type) (reflect.Value, error) {
 		}
 		return reflect.Value{}, fmt.Errorf("%w: expected %s, got %s", ErrWrongType, t, rv.Type())
 	}
-	typ := a.typ
-	if typ == "" {
-		typ = nilTypeName
+	d := a.d
+	if d.Type == "" {
+		d.Type = nilTypeName
 	}
-	return decodeTop(t, typ, a.data, a.tensors, a.agent, a.from)
+	return decodeTop(t, d.Type, d.Data, d.Tensors, d.Peer)
 }
 
 // MarshalRPC writes the type name, the value's bytes and its own table of
 // tensors, so that the value can be decoded (or forwarded) later.
 func (a *Any) MarshalRPC(e *Encoder) error {
-	typ, data, tensors := a.typ, a.data, a.tensors
-	if a.set || typ == "" {
-		sub := Encoder{agent: e.agent, to: e.to, depth: e.depth}
+	d := a.d
+	if a.set || d.Type == "" {
 		var err error
-		typ, err = sub.encodeTop(a.val)
-		e.unsent = append(e.unsent, sub.unsent...)
-		if err != nil {
+		if d, err = e.w.EncodeDeferred(a.val); err != nil {
 			return err
 		}
-		data, tensors = sub.buf, sub.tensors
 	}
-	e.String(typ)
-	e.Uvarint(uint64(len(tensors)))
-	for _, t := range tensors {
-		i, err := e.addTensor(t)
-		if err != nil {
-			return err
-		}
-		e.Uvarint(uint64(i))
-	}
-	e.Bytes(data)
-	return nil
+	return e.w.WriteDeferred(d)
 }
 
 // UnmarshalRPC reads what MarshalRPC wrote; decoding the value itself waits
 // for Decode.
 func (a *Any) UnmarshalRPC(d *Decoder) error {
-	typ, err := d.String()
+	v, err := d.w.ReadDeferred()
 	if err != nil {
 		return err
 	}
-	if len(typ) > maxNameLen || strings.TrimSpace(typ) == "" {
-		return fmt.Errorf("%w: bad type name in an Any", ErrMalformed)
-	}
-	n, err := d.Uvarint()
-	if err != nil {
-		return err
-	}
-	if n > uint64(len(d.b)) {
-		return fmt.Errorf("%w: Any with %d tensors", ErrMalformed, n)
-	}
-	tensors := make([]*tensor.Dense, n)
-	for i := range tensors {
-		j, err := d.Uvarint()
-		if err != nil {
-			return err
-		}
-		if j >= uint64(len(d.tensors)) {
-			return fmt.Errorf("%w: tensor %d of %d", ErrMalformed, j, len(d.tensors))
-		}
-		tensors[i] = d.tensors[j]
-	}
-	data, err := d.Bytes()
-	if err != nil {
-		return err
-	}
-	*a = Any{typ: typ, data: data, tensors: tensors, agent: d.agent, from: d.from}
+	*a = Any{d: v}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/internal/liveness"
+	"github.com/tandemml/tandem/internal/wire"
 	"github.com/tandemml/tandem/launch"
 )
 
@@ -83,12 +84,16 @@ func (a *Agent) call(ctx context.Context, to, fn string, arg any, resType reflec
 	if co.timeout <= 0 {
 		co.timeout = a.opts.timeout
 	}
-	call := &ClientCall{To: w, Function: fn, Arg: arg, ResultType: resType, Meta: co.meta, Timeout: co.timeout, waits: waits, into: co.into}
+	call := &ClientCall{To: w, Function: fn, Arg: arg, ResultType: resType, Meta: co.meta, Timeout: co.timeout, waits: waits, into: co.into, agent: a}
 	ics := *a.clientIC.Load()
 	if len(ics) == 0 {
 		return a.invoke(ctx, call)
 	}
-	return chainClient(ics, a.invoke)(ctx, call)
+	fut := chainClient(ics, a.invoke)(ctx, call)
+	// An encoding that an interceptor asked for (Tensors) and that no
+	// invoker took: the call did not go (or goes later, encoded then).
+	call.pre.drop()
+	return fut
 }
 
 // pendingCall is a call awaiting its reply.
@@ -103,7 +108,7 @@ type pendingCall struct {
 	timer   *time.Timer
 	stopCtx func() bool
 	// keep holds tensors the callee copies out of this process without
-	// acknowledging (flagNoAck) until the call ends.
+	// acknowledging (wire.FlagNoAck) until the call ends.
 	keep []*tensor.Dense
 	// into: tensors lent for the result (WithResultInto); filling is open
 	// while the read loop copies a reply into them, and the call does not
@@ -196,17 +201,16 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 	if timeout <= 0 {
 		timeout = a.opts.timeout
 	}
-	buf := getBuf()
-	defer putBuf(buf)
-	enc := Encoder{buf: (*buf)[:0], agent: a, to: call.To}
+	enc := call.pre.take(a, call.To, call.Arg)
 	sent := false
 	defer func() {
-		if !sent {
+		if sent {
+			enc.free()
+		} else {
 			enc.abandon()
 		}
 	}()
-	typ, err := enc.encodeTop(call.Arg)
-	*buf = enc.buf
+	typ, err := enc.typ, enc.err
 	if err != nil {
 		fut.Complete(nil, fmt.Errorf("cannot send the argument (%T): %w", call.Arg, err))
 		return fut
@@ -231,27 +235,27 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 		}
 	}
 	id := p.id
-	f := frame{kind: kindRequest, id: id, fn: call.Function, typ: typ, aux: uint64(timeout), meta: call.Meta, payload: enc.buf, tensors: enc.tensors}
-	byRef := c.byRefOK(enc.tensors)
+	f := wire.Frame{Kind: wire.KindRequest, ID: id, Fn: call.Function, Type: typ, Aux: uint64(timeout), Meta: call.Meta, Payload: enc.enc.Payload(), Tensors: enc.enc.Sent()}
+	byRef := c.byRefOK(f.Tensors)
 	if byRef {
-		f.flags = flagByRef
+		f.Flags = wire.FlagByRef
 		if call.waits {
 			// The caller waits for the reply, which comes after the callee
 			// has copied the tensors: no read-done frame, and the tensors
 			// stay reachable through p until the call ends.
-			f.flags |= flagNoAck
+			f.Flags |= wire.FlagNoAck
 			p.mu.Lock()
-			p.keep = enc.tensors
+			p.keep = f.Tensors
 			p.mu.Unlock()
 			byRef = false
 		}
 	}
 	hb := getBuf()
 	defer putBuf(hb)
-	head, data, err := appendHead((*hb)[:0], &f)
+	head, data, err := wire.AppendHead((*hb)[:0], &f)
 	*hb = head
-	if err == nil && int64(len(head)-frameHeaderLen)+int64(data) > a.opts.maxMessage {
-		err = fmt.Errorf("the argument makes a message of %d bytes, over the limit of %d (WithMaxMessageSize): %w", len(head)-frameHeaderLen+int(data), a.opts.maxMessage, ErrTooLarge)
+	if err == nil && int64(len(head)-wire.HeaderLen)+int64(data) > a.opts.maxMessage {
+		err = fmt.Errorf("the argument makes a message of %d bytes, over the limit of %d (WithMaxMessageSize): %w", len(head)-wire.HeaderLen+int(data), a.opts.maxMessage, ErrTooLarge)
 	}
 	if err != nil {
 		if q := c.take(id); q != nil {
@@ -281,7 +285,7 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 	if byRef {
 		ack = c.expectAck(id)
 	}
-	if err := c.write(frameBuffers(head, &f)); err != nil {
+	if err := c.write(wire.Buffers(head, &f)); err != nil {
 		if byRef {
 			c.dropAck(id)
 		}
@@ -300,7 +304,7 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 				q.finish(nil, err)
 			}
 		}
-		runtime.KeepAlive(enc.tensors)
+		runtime.KeepAlive(f.Tensors)
 	}
 	return fut
 }
@@ -328,28 +332,28 @@ func (a *Agent) connect(ctx context.Context, w WorkerInfo, timeout time.Duration
 
 // cancelRemote tells the callee to cancel the handler of call id.
 func (c *conn) cancelRemote(id uint64) {
-	head, _, _ := appendHead(make([]byte, 0, frameHeaderLen+8), &frame{kind: kindCancel, id: id})
+	head, _, _ := wire.AppendHead(make([]byte, 0, wire.HeaderLen+8), &wire.Frame{Kind: wire.KindCancel, ID: id})
 	c.post(head)
 }
 
 // onReply completes the call a reply frame answers.
-func (a *Agent) onReply(c *conn, f *frame) {
-	if f.kind != kindResponse && f.kind != kindError {
-		c.close(malformed("worker %s sent a frame of kind %d on a client connection", c.peer, f.kind))
+func (a *Agent) onReply(c *conn, f *wire.Frame) {
+	if f.Kind != wire.KindResponse && f.Kind != wire.KindError {
+		c.close(wire.Malformed("worker %s sent a frame of kind %d on a client connection", c.peer, f.Kind))
 		return
 	}
-	p := c.take(f.id)
+	p := c.take(f.ID)
 	if p == nil {
 		return // the call timed out or was cancelled; drop the late reply
 	}
-	if f.kind == kindError {
-		p.finish(nil, newRemoteError(c.peer.Name, p.fn, errCode(f.code), f.aux, string(f.payload)))
+	if f.Kind == wire.KindError {
+		p.finish(nil, newRemoteError(c.peer.Name, p.fn, errCode(f.Code), f.Aux, string(f.Payload)))
 		return
 	}
-	v, err := decodeTop(p.resType, f.typ, f.payload, f.tensors, a, c.peer)
+	v, err := decodeTop(p.resType, f.Type, f.Payload, f.Tensors, peerOf(a, c.peer))
 	if err != nil {
 		if errors.Is(err, ErrWrongType) {
-			err = fmt.Errorf("the function returned %s but the caller asked for %s: %w", f.typ, p.resType, err)
+			err = fmt.Errorf("the function returned %s but the caller asked for %s: %w", f.Type, p.resType, err)
 		} else {
 			err = fmt.Errorf("decoding the reply: %w", err)
 		}
@@ -360,7 +364,7 @@ func (a *Agent) onReply(c *conn, f *frame) {
 	if v.IsValid() {
 		val = v.Interface()
 	}
-	p.finish(&Response{Value: val, Meta: f.meta}, nil)
+	p.finish(&Response{Value: val, Meta: f.Meta, Tensors: f.Tensors}, nil)
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}

@@ -1,21 +1,13 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"runtime"
-	"strings"
-	"time"
-	"unsafe"
 
-	"github.com/tandemml/tandem/internal/peercred"
+	"github.com/tandemml/tandem/internal/samehost"
 )
 
 // Same-host copies. When two workers run on the same machine (the same
@@ -40,15 +32,16 @@ import (
 // process id, which shows that the kernel lets it (ptrace rules, seccomp).
 // Where any step fails (another machine, another user or PID namespace,
 // Yama) the connection sends everything inline. WithSameHostCopy(false)
-// turns it off.
+// turns it off. The steps both ends share with comm/tcp are in
+// internal/samehost; the layout of the offer below is this protocol's own.
 
 // cmaThreshold is the tensor bytes from which a frame is sent by reference.
 const cmaThreshold = 256 << 10
 
 // cmaHelloLen is the size of a same-host offer on the wire:
 //
-//	flags (1) | boot id (16) | probe address (u64) | probe bytes (16) | challenge (peercred.OfferSize)
-const cmaHelloLen = 1 + 16 + 8 + 16 + peercred.OfferSize
+//	flags (1) | boot id (16) | probe address (u64) | probe bytes (16) | challenge (samehost.ChallengeSize)
+const cmaHelloLen = 1 + 16 + 8 + samehost.TokenSize + samehost.ChallengeSize
 
 // Offer flags.
 const (
@@ -62,68 +55,36 @@ const (
 	cmaReadsYou  = 2 // the sender reads the other's tensors from its memory
 )
 
-// cmaProofWait bounds the wait for a proof the peer says it has made (the
-// kernel has queued it by then, so the wait is normally none).
-const cmaProofWait = 2 * time.Second
-
 // cmaHello is one side's offer of same-host copies.
 type cmaHello struct {
 	flags     byte
 	boot      [16]byte
 	addr      uint64
-	probe     [16]byte
-	challenge [peercred.OfferSize]byte
+	probe     [samehost.TokenSize]byte
+	challenge [samehost.ChallengeSize]byte
 }
 
 func (h cmaHello) enabled() bool { return h.flags&cmaEnabled != 0 }
 
-// bootID identifies this kernel boot (zero when unknown).
-var bootID = func() (id [16]byte) {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return id
-	}
-	h, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(string(b)), "-", ""))
-	if err != nil || len(h) != 16 {
-		return id
-	}
-	copy(id[:], h)
-	return id
-}()
-
 // cmaSide is this side of one connection's same-host negotiation.
 type cmaSide struct {
 	hello cmaHello
-	probe *[16]byte // read by the peer: must stay alive until the handshake ends
-	ch    *peercred.Challenge
+	offer *samehost.Offer
 }
 
 // newCMASide makes this side's offer. Call close when the handshake ends.
 func (a *Agent) newCMASide() *cmaSide {
-	s := &cmaSide{probe: new([16]byte)}
-	if !a.opts.sameHostCopy || !cmaSupported || bootID == ([16]byte{}) {
-		return s
+	boot := samehost.BootID()
+	s := &cmaSide{offer: samehost.NewOffer(a.opts.sameHostCopy && boot != [16]byte{})}
+	if s.offer.Enabled() {
+		s.hello = cmaHello{flags: cmaEnabled, boot: boot, addr: s.offer.Addr(), probe: s.offer.Token()}
+		copy(s.hello.challenge[:], s.offer.Challenge())
 	}
-	if _, err := rand.Read(s.probe[:]); err != nil {
-		return s
-	}
-	ch, err := peercred.NewChallenge()
-	if err != nil {
-		return s
-	}
-	s.ch = ch
-	s.hello = cmaHello{flags: cmaEnabled, boot: bootID, addr: uint64(uintptr(unsafe.Pointer(&s.probe[0]))), probe: *s.probe}
-	copy(s.hello.challenge[:], ch.Offer())
 	return s
 }
 
 // close ends the negotiation: the peer has read the probe, if it could.
-func (s *cmaSide) close() {
-	if s.ch != nil {
-		s.ch.Close()
-	}
-	runtime.KeepAlive(s.probe)
-}
+func (s *cmaSide) close() { s.offer.Close() }
 
 // compatible reports whether both sides offer same-host copies on the same
 // kernel.
@@ -134,10 +95,7 @@ func (s *cmaSide) compatible(peer cmaHello) bool {
 // prove answers the peer's challenge, so that it may read this process's
 // memory; it reports whether the proof went out.
 func (s *cmaSide) prove(ctx context.Context, peer cmaHello, nc net.Conn) bool {
-	if !s.compatible(peer) {
-		return false
-	}
-	return peercred.Prove(ctx, peer.challenge[:], nc) == nil
+	return s.compatible(peer) && s.offer.Prove(ctx, peer.challenge[:], nc)
 }
 
 // verify takes the peer's proof and reads its probe bytes at the process
@@ -147,17 +105,7 @@ func (s *cmaSide) verify(ctx context.Context, peer cmaHello, nc net.Conn) int {
 	if !s.compatible(peer) {
 		return 0
 	}
-	ctx, cancel := context.WithTimeout(ctx, cmaProofWait)
-	defer cancel()
-	cred, err := s.ch.Accept(ctx, nc)
-	if err != nil {
-		return 0
-	}
-	var got [16]byte
-	if err := cmaRead(cred.PID, got[:], peer.addr); err != nil || !bytes.Equal(got[:], peer.probe[:]) {
-		return 0
-	}
-	return cred.PID
+	return s.offer.Verify(ctx, nc, peer.addr, peer.probe)
 }
 
 func (h cmaHello) append(b []byte) []byte {
@@ -190,7 +138,7 @@ func (c *conn) fetcher() func(dst []byte, addr uint64) error {
 	}
 	pid := c.peerPID
 	return func(dst []byte, addr uint64) error {
-		if err := cmaRead(pid, dst, addr); err != nil {
+		if err := samehost.Read(pid, dst, addr); err != nil {
 			return fmt.Errorf("copying %d bytes from worker %s (pid %d): %w", len(dst), c.peer, pid, err)
 		}
 		return nil

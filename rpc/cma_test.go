@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/samehost"
 )
 
 func registerSum(rank int, reg *Registry) {
@@ -38,7 +40,7 @@ func TestSameHostCopy(t *testing.T) {
 				t.Fatal("echo changed the tensor")
 			}
 			c := agents[0].peers[1].cur.Load()
-			if want := on && cmaSupported && bootID != ([16]byte{}); c.sendByRef != want || c.recvByRef != want {
+			if want := on && samehost.Supported && samehost.BootID() != ([16]byte{}); c.sendByRef != want || c.recvByRef != want {
 				t.Fatalf("same-host copies on the connection: send %v recv %v, want %v", c.sendByRef, c.recvByRef, want)
 			}
 			copies := func() int64 { return agents[0].Metrics().SameHostCopies + agents[1].Metrics().SameHostCopies }
@@ -112,7 +114,7 @@ func TestSameHostCopyFromReadLoop(t *testing.T) {
 // without a read-done frame (its reply says the callee has copied them),
 // while an Async call waits for one before it returns.
 func TestSameHostCopySyncNeedsNoAck(t *testing.T) {
-	if !cmaSupported || bootID == ([16]byte{}) {
+	if !samehost.Supported || samehost.BootID() == ([16]byte{}) {
 		t.Skip("same-host copies are not available here")
 	}
 	agents := startGroup(t, 2, registerSum)

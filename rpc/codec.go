@@ -1,23 +1,25 @@
 package rpc
 
 import (
-	"encoding/binary"
-	"fmt"
-	"math"
 	"reflect"
-	"sync"
-	"unsafe"
 
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/wire"
 )
 
-// The value codec. Arguments and results travel as a compact, schema-less
-// byte encoding of their Go value plus raw tensor sections:
+// The value codec (internal/wire). Arguments and results travel as a
+// compact, schema-less byte encoding of their Go value plus raw tensor
+// sections:
 //
 //   - *tensor.Dense anywhere in a value (field, slice element, map value)
 //     becomes a reference to a raw section of the frame: dtype, shape and the
 //     bytes as they lie in memory, never re-encoded. A tensor passed as the
-//     whole argument or result has no encoded part at all.
+//     whole argument or result has no encoded part at all. Each tensor goes
+//     once, however often the value refers to it; the order of the
+//     sections is the order in which the encoder first meets the tensors,
+//     and ClientCall.Tensors, ServerCall.Tensors and Response.Tensors list
+//     them in that order on both sides.
 //   - bool, integers (zig-zag varints), floats and complex numbers (IEEE bits),
 //     strings, slices and arrays (numeric ones as one raw block), maps,
 //     structs (exported fields in declaration order; a field tagged
@@ -42,704 +44,111 @@ type Unmarshaler interface {
 	UnmarshalRPC(d *Decoder) error
 }
 
+// codec is the wire codec with this package's Marshaler and Unmarshaler.
+var codec = &wire.Codec{
+	Marshaler:   reflect.TypeFor[Marshaler](),
+	Unmarshaler: reflect.TypeFor[Unmarshaler](),
+	Marshal:     func(e *wire.Encoder, p any) error { return p.(Marshaler).MarshalRPC(&Encoder{e}) },
+	Unmarshal:   func(d *wire.Decoder, p any) error { return p.(Unmarshaler).UnmarshalRPC(&Decoder{d}) },
+}
+
 var (
-	denseType       = reflect.TypeFor[*tensor.Dense]()
-	marshalerType   = reflect.TypeFor[Marshaler]()
-	unmarshalerType = reflect.TypeFor[Unmarshaler]()
-	anyType         = reflect.TypeFor[Any]()
-	emptyIfaceType  = reflect.TypeFor[any]()
-	littleEndian    = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+	denseType = reflect.TypeFor[*tensor.Dense]()
+	anyType   = reflect.TypeFor[Any]()
 )
 
-const maxDepth = 100
-
 // nilTypeName is the type name sent for a nil argument or result.
-const nilTypeName = "nil"
+const nilTypeName = wire.NilTypeName
+
+// peerOf describes worker w, seen from agent a (nil outside one), to the
+// codec.
+func peerOf(a *Agent, w WorkerInfo) wire.Peer {
+	p := wire.Peer{Name: w.Name, ID: w.ID}
+	if a != nil {
+		p.Env = a
+	}
+	return p
+}
+
+func agentOf(p wire.Peer) *Agent {
+	a, _ := p.Env.(*Agent)
+	return a
+}
+
+func workerOf(p wire.Peer) WorkerInfo { return WorkerInfo{Name: p.Name, ID: p.ID} }
 
 // Encoder writes one value's wire form. Marshaler implementations use its
 // methods; they must read back exactly what they wrote, in order.
-type Encoder struct {
-	buf     []byte
-	tensors []*tensor.Dense       // contiguous, as sent
-	origs   []*tensor.Dense       // as given, to send a tensor used twice once
-	seen    map[*tensor.Dense]int // index of origs, once there are many
-	unsent  []func()
-	agent   *Agent
-	to      WorkerInfo
-	depth   int
-}
+type Encoder struct{ w *wire.Encoder }
 
 // Agent returns the agent sending the value (nil when encoding outside one).
-func (e *Encoder) Agent() *Agent { return e.agent }
+func (e *Encoder) Agent() *Agent { return agentOf(e.w.Peer()) }
 
 // To returns the worker the value is sent to.
-func (e *Encoder) To() WorkerInfo { return e.to }
+func (e *Encoder) To() WorkerInfo { return workerOf(e.w.Peer()) }
 
 // OnUnsent registers fn to run if the value never leaves: the call or reply
 // failed before its frame was written (a Marshaler that registered state
 // for the receiver, as an RRef's fork, undoes it there).
-func (e *Encoder) OnUnsent(fn func()) { e.unsent = append(e.unsent, fn) }
-
-// abandon runs the OnUnsent functions.
-func (e *Encoder) abandon() {
-	for _, fn := range e.unsent {
-		fn()
-	}
-	e.unsent = nil
-}
+func (e *Encoder) OnUnsent(fn func()) { e.w.OnUnsent(fn) }
 
 // Uvarint writes an unsigned integer.
-func (e *Encoder) Uvarint(v uint64) { e.buf = binary.AppendUvarint(e.buf, v) }
+func (e *Encoder) Uvarint(v uint64) { e.w.Uvarint(v) }
 
 // Bytes writes a byte string.
-func (e *Encoder) Bytes(b []byte) {
-	e.Uvarint(uint64(len(b)))
-	e.buf = append(e.buf, b...)
-}
+func (e *Encoder) Bytes(b []byte) { e.w.Bytes(b) }
 
 // String writes a string.
-func (e *Encoder) String(s string) {
-	e.Uvarint(uint64(len(s)))
-	e.buf = append(e.buf, s...)
-}
+func (e *Encoder) String(s string) { e.w.String(s) }
 
 // Tensor writes a tensor (nil allowed) as a raw section of the frame.
-func (e *Encoder) Tensor(t *tensor.Dense) error {
-	if t == nil {
-		e.buf = append(e.buf, 0)
-		return nil
-	}
-	i, err := e.addTensor(t)
-	if err != nil {
-		return err
-	}
-	e.buf = append(e.buf, 1)
-	e.Uvarint(uint64(i))
-	return nil
-}
+func (e *Encoder) Tensor(t *tensor.Dense) error { return e.w.Tensor(t) }
 
 // Encode writes a nested value of any supported type.
-func (e *Encoder) Encode(v any) error {
-	if v == nil {
-		e.buf = append(e.buf, 0)
-		return nil
-	}
-	e.buf = append(e.buf, 1)
-	return e.value(reflect.ValueOf(v))
-}
-
-func (e *Encoder) addTensor(t *tensor.Dense) (int, error) {
-	if e.seen != nil {
-		if i, ok := e.seen[t]; ok {
-			return i, nil
-		}
-	} else {
-		for i, o := range e.origs {
-			if o == t {
-				return i, nil
-			}
-		}
-	}
-	if !littleEndian {
-		return 0, fmt.Errorf("%w: rpc: tensors travel in little-endian order; this host is big-endian", ErrInvalidArgument)
-	}
-	c, err := contiguous(t)
-	if err != nil {
-		return 0, err
-	}
-	e.origs = append(e.origs, t)
-	e.tensors = append(e.tensors, c)
-	if e.seen != nil {
-		e.seen[t] = len(e.origs) - 1
-	} else if len(e.origs) > 32 {
-		e.seen = make(map[*tensor.Dense]int, 2*len(e.origs))
-		for i, o := range e.origs {
-			e.seen[o] = i
-		}
-	}
-	return len(e.tensors) - 1, nil
-}
-
-// encodeTop encodes a whole argument or result and returns its type name.
-func (e *Encoder) encodeTop(v any) (string, error) {
-	if v == nil {
-		return nilTypeName, nil
-	}
-	if t, ok := v.(*tensor.Dense); ok && t != nil {
-		_, err := e.addTensor(t)
-		return denseType.String(), err
-	}
-	rv := reflect.ValueOf(v)
-	return rv.Type().String(), e.value(rv)
-}
-
-func (e *Encoder) value(v reflect.Value) error {
-	t := v.Type()
-	if t == denseType {
-		return e.Tensor(v.Interface().(*tensor.Dense))
-	}
-	if t.Kind() != reflect.Pointer && t.Kind() != reflect.Interface && reflect.PointerTo(t).Implements(marshalerType) {
-		if !v.CanAddr() {
-			p := reflect.New(t)
-			p.Elem().Set(v)
-			v = p.Elem()
-		}
-		return v.Addr().Interface().(Marshaler).MarshalRPC(e)
-	}
-	switch t.Kind() {
-	case reflect.Bool:
-		b := byte(0)
-		if v.Bool() {
-			b = 1
-		}
-		e.buf = append(e.buf, b)
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		e.buf = binary.AppendVarint(e.buf, v.Int())
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		e.buf = binary.AppendUvarint(e.buf, v.Uint())
-	case reflect.Float32:
-		e.buf = binary.LittleEndian.AppendUint32(e.buf, math.Float32bits(float32(v.Float())))
-	case reflect.Float64:
-		e.buf = binary.LittleEndian.AppendUint64(e.buf, math.Float64bits(v.Float()))
-	case reflect.Complex64:
-		c := v.Complex()
-		e.buf = binary.LittleEndian.AppendUint32(e.buf, math.Float32bits(float32(real(c))))
-		e.buf = binary.LittleEndian.AppendUint32(e.buf, math.Float32bits(float32(imag(c))))
-	case reflect.Complex128:
-		c := v.Complex()
-		e.buf = binary.LittleEndian.AppendUint64(e.buf, math.Float64bits(real(c)))
-		e.buf = binary.LittleEndian.AppendUint64(e.buf, math.Float64bits(imag(c)))
-	case reflect.String:
-		e.String(v.String())
-	case reflect.Slice:
-		if v.IsNil() {
-			e.Uvarint(0)
-			return nil
-		}
-		e.Uvarint(uint64(v.Len()) + 1)
-		return e.elements(v)
-	case reflect.Array:
-		return e.elements(v)
-	case reflect.Map:
-		if v.IsNil() {
-			e.Uvarint(0)
-			return nil
-		}
-		e.Uvarint(uint64(v.Len()) + 1)
-		if err := e.enter(t); err != nil {
-			return err
-		}
-		defer e.leave()
-		it := v.MapRange()
-		for it.Next() {
-			if err := e.value(it.Key()); err != nil {
-				return err
-			}
-			if err := e.value(it.Value()); err != nil {
-				return err
-			}
-		}
-	case reflect.Struct:
-		if err := e.enter(t); err != nil {
-			return err
-		}
-		defer e.leave()
-		for _, i := range structFields(t) {
-			if err := e.value(v.Field(i)); err != nil {
-				return err
-			}
-		}
-	case reflect.Pointer:
-		if v.IsNil() {
-			e.buf = append(e.buf, 0)
-			return nil
-		}
-		if err := e.enter(t); err != nil {
-			return err
-		}
-		defer e.leave()
-		e.buf = append(e.buf, 1)
-		return e.value(v.Elem())
-	case reflect.Interface:
-		if v.IsNil() {
-			e.buf = append(e.buf, 0)
-			return nil
-		}
-		if d, ok := v.Elem().Interface().(*tensor.Dense); ok && d != nil {
-			i, err := e.addTensor(d)
-			if err != nil {
-				return err
-			}
-			e.buf = append(e.buf, 1)
-			e.Uvarint(uint64(i))
-			return nil
-		}
-		return fmt.Errorf("%w: rpc: cannot send a %s held in an interface of type %s: the receiver could not know its type; use a concrete type or rpc.Any", ErrInvalidArgument, v.Elem().Type(), t)
-	default:
-		return fmt.Errorf("%w: rpc: values of type %s cannot be sent", ErrInvalidArgument, t)
-	}
-	return nil
-}
-
-func (e *Encoder) enter(t reflect.Type) error {
-	e.depth++
-	if e.depth > maxDepth {
-		return fmt.Errorf("%w: rpc: value nested more than %d levels deep (a cycle through %s?)", ErrInvalidArgument, maxDepth, t)
-	}
-	return nil
-}
-
-func (e *Encoder) leave() { e.depth-- }
-
-func (e *Encoder) elements(v reflect.Value) error {
-	n := v.Len()
-	et := v.Type().Elem()
-	if rawElem(et) {
-		size := n * int(et.Size())
-		if size == 0 {
-			return nil
-		}
-		var p unsafe.Pointer
-		if v.Kind() == reflect.Slice {
-			p = v.UnsafePointer()
-		} else if v.CanAddr() {
-			p = v.Addr().UnsafePointer()
-		} else {
-			c := reflect.New(v.Type()).Elem()
-			c.Set(v)
-			p = c.Addr().UnsafePointer()
-		}
-		e.buf = append(e.buf, unsafe.Slice((*byte)(p), size)...)
-		return nil
-	}
-	if err := e.enter(v.Type()); err != nil {
-		return err
-	}
-	defer e.leave()
-	for i := 0; i < n; i++ {
-		if err := e.value(v.Index(i)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// rawElem reports whether elements of type t travel as their memory bytes.
-func rawElem(t reflect.Type) bool {
-	if !littleEndian {
-		return t.Kind() == reflect.Uint8 || t.Kind() == reflect.Int8
-	}
-	switch t.Kind() {
-	case reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Int,
-		reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uint,
-		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
-		return !reflect.PointerTo(t).Implements(marshalerType)
-	}
-	return false
-}
-
-var fieldCache sync.Map // reflect.Type -> []int
-
-// structFields returns the indexes of the exported fields of t that travel.
-func structFields(t reflect.Type) []int {
-	if f, ok := fieldCache.Load(t); ok {
-		return f.([]int)
-	}
-	var idx []int
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if !f.IsExported() || f.Tag.Get("rpc") == "-" {
-			continue
-		}
-		idx = append(idx, i)
-	}
-	fieldCache.Store(t, idx)
-	return idx
-}
+func (e *Encoder) Encode(v any) error { return e.w.Encode(v) }
 
 // Decoder reads one value's wire form; Unmarshaler implementations use its
 // methods.
-type Decoder struct {
-	b       []byte
-	tensors []*tensor.Dense
-	agent   *Agent
-	from    WorkerInfo
-	depth   int
-}
+type Decoder struct{ w *wire.Decoder }
 
 // Agent returns the agent receiving the value (nil outside one).
-func (d *Decoder) Agent() *Agent { return d.agent }
+func (d *Decoder) Agent() *Agent { return agentOf(d.w.Peer()) }
 
 // From returns the worker that sent the value.
-func (d *Decoder) From() WorkerInfo { return d.from }
-
-func (d *Decoder) short(what string) error {
-	return fmt.Errorf("%w: value ends inside %s", ErrMalformed, what)
-}
+func (d *Decoder) From() WorkerInfo { return workerOf(d.w.Peer()) }
 
 // Uvarint reads an unsigned integer.
-func (d *Decoder) Uvarint() (uint64, error) {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		return 0, d.short("an integer")
-	}
-	d.b = d.b[n:]
-	return v, nil
-}
-
-func (d *Decoder) varint() (int64, error) {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		return 0, d.short("an integer")
-	}
-	d.b = d.b[n:]
-	return v, nil
-}
-
-func (d *Decoder) byte() (byte, error) {
-	if len(d.b) == 0 {
-		return 0, d.short("a value")
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c, nil
-}
-
-func (d *Decoder) fixed(n int) ([]byte, error) {
-	if len(d.b) < n {
-		return nil, d.short("a number")
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v, nil
-}
+func (d *Decoder) Uvarint() (uint64, error) { return d.w.Uvarint() }
 
 // Bytes reads a byte string (aliasing the message; copy it to keep it).
-func (d *Decoder) Bytes() ([]byte, error) {
-	n, err := d.Uvarint()
-	if err != nil {
-		return nil, err
-	}
-	if n > uint64(len(d.b)) {
-		return nil, d.short("a byte string")
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v, nil
-}
+func (d *Decoder) Bytes() ([]byte, error) { return d.w.Bytes() }
 
 // String reads a string.
-func (d *Decoder) String() (string, error) {
-	b, err := d.Bytes()
-	return string(b), err
-}
+func (d *Decoder) String() (string, error) { return d.w.String() }
 
 // Tensor reads a tensor written by Encoder.Tensor.
-func (d *Decoder) Tensor() (*tensor.Dense, error) {
-	flag, err := d.byte()
-	if err != nil || flag == 0 {
-		return nil, err
-	}
-	if flag != 1 {
-		return nil, fmt.Errorf("%w: tensor flag %d", ErrMalformed, flag)
-	}
-	i, err := d.Uvarint()
-	if err != nil {
-		return nil, err
-	}
-	if i >= uint64(len(d.tensors)) {
-		return nil, fmt.Errorf("%w: tensor %d of %d", ErrMalformed, i, len(d.tensors))
-	}
-	return d.tensors[i], nil
-}
+func (d *Decoder) Tensor() (*tensor.Dense, error) { return d.w.Tensor() }
 
 // Decode reads a nested value written by Encoder.Encode into *ptr.
-func (d *Decoder) Decode(ptr any) error {
-	pv := reflect.ValueOf(ptr)
-	if pv.Kind() != reflect.Pointer || pv.IsNil() {
-		return fmt.Errorf("%w: rpc: Decode needs a non-nil pointer, got %T", ErrInvalidArgument, ptr)
+func (d *Decoder) Decode(ptr any) error { return d.w.Decode(ptr) }
+
+// decodeTop decodes a whole argument or result of type want, sent as typ;
+// an interface type that Any satisfies receives anything but a lone
+// tensor as an Any.
+func decodeTop(want reflect.Type, typ string, payload []byte, tensors []*tensor.Dense, peer wire.Peer) (reflect.Value, error) {
+	if want.Kind() == reflect.Interface && typ != nilTypeName && anyType.AssignableTo(want) &&
+		!(wire.IsLoneTensor(typ, payload, tensors) && denseType.AssignableTo(want)) {
+		v := reflect.New(want).Elem()
+		v.Set(reflect.ValueOf(Any{d: wire.Deferred{Type: typ, Data: payload, Tensors: tensors, Peer: peer}}))
+		return v, nil
 	}
-	flag, err := d.byte()
-	if err != nil {
-		return err
-	}
-	if flag == 0 {
-		pv.Elem().SetZero()
-		return nil
-	}
-	return d.value(pv.Elem())
+	return codec.DecodeTop(want, typ, payload, tensors, peer)
 }
 
-// decodeTop decodes a whole argument or result of type want, sent as typ.
-func decodeTop(want reflect.Type, typ string, payload []byte, tensors []*tensor.Dense, agent *Agent, from WorkerInfo) (reflect.Value, error) {
-	if typ == nilTypeName {
-		switch want.Kind() {
-		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
-			return reflect.Zero(want), nil
-		}
-		return reflect.Value{}, fmt.Errorf("%w: expected %s, got nil", ErrWrongType, want)
-	}
-	if want.Kind() == reflect.Interface {
-		if typ == denseType.String() && denseType.AssignableTo(want) && len(payload) == 0 && len(tensors) == 1 {
-			v := reflect.New(want).Elem()
-			v.Set(reflect.ValueOf(tensors[0]))
-			return v, nil
-		}
-		if anyType.AssignableTo(want) {
-			a := Any{typ: typ, data: payload, tensors: tensors, agent: agent, from: from}
-			v := reflect.New(want).Elem()
-			v.Set(reflect.ValueOf(a))
-			return v, nil
-		}
-		return reflect.Value{}, fmt.Errorf("%w: cannot receive %s as interface type %s; use a concrete type", ErrWrongType, typ, want)
-	}
-	if typ != want.String() {
-		return reflect.Value{}, fmt.Errorf("%w: expected %s, got %s", ErrWrongType, want, typ)
-	}
-	if want == denseType && len(payload) == 0 && len(tensors) == 1 {
-		return reflect.ValueOf(tensors[0]), nil
-	}
-	d := Decoder{b: payload, tensors: tensors, agent: agent, from: from}
-	v := reflect.New(want).Elem()
-	if err := d.value(v); err != nil {
-		return reflect.Value{}, err
-	}
-	if len(d.b) != 0 {
-		return reflect.Value{}, fmt.Errorf("%w: %d stray bytes after a %s", ErrMalformed, len(d.b), want)
-	}
-	return v, nil
-}
+// maxNameLen bounds a function name (registry.go).
+const maxNameLen = wire.MaxNameLen
 
-func (d *Decoder) enter(t reflect.Type) error {
-	d.depth++
-	if d.depth > maxDepth {
-		return fmt.Errorf("%w: value nested more than %d levels deep (%s)", ErrMalformed, maxDepth, t)
-	}
-	return nil
-}
+// For the registry's check of a function's types (registry.go).
+var marshalerType = codec.Marshaler
 
-func (d *Decoder) leave() { d.depth-- }
-
-// count reads a nil-or-length prefix; ok is false for nil.
-func (d *Decoder) count(et reflect.Type) (n int, ok bool, err error) {
-	c, err := d.Uvarint()
-	if err != nil || c == 0 {
-		return 0, false, err
-	}
-	c--
-	limit := uint64(len(d.b))
-	if mayBeEmpty(et) {
-		limit += 1 << 16
-	}
-	if c > limit {
-		return 0, false, fmt.Errorf("%w: %d elements announced, %d bytes left", ErrMalformed, c, len(d.b))
-	}
-	return int(c), true, nil
-}
-
-// mayBeEmpty reports whether a value of type t may encode to zero bytes.
-func mayBeEmpty(t reflect.Type) bool {
-	switch t.Kind() {
-	case reflect.Array:
-		return t.Len() == 0 || mayBeEmpty(t.Elem())
-	case reflect.Struct:
-		if reflect.PointerTo(t).Implements(unmarshalerType) {
-			return true
-		}
-		for _, i := range structFields(t) {
-			if !mayBeEmpty(t.Field(i).Type) {
-				return false
-			}
-		}
-		return true
-	}
-	return false
-}
-
-func (d *Decoder) value(v reflect.Value) error {
-	t := v.Type()
-	if t == denseType {
-		x, err := d.Tensor()
-		if err != nil {
-			return err
-		}
-		v.Set(reflect.ValueOf(x))
-		return nil
-	}
-	if t.Kind() != reflect.Pointer && t.Kind() != reflect.Interface && reflect.PointerTo(t).Implements(unmarshalerType) {
-		return v.Addr().Interface().(Unmarshaler).UnmarshalRPC(d)
-	}
-	switch t.Kind() {
-	case reflect.Bool:
-		b, err := d.byte()
-		if err != nil {
-			return err
-		}
-		if b > 1 {
-			return fmt.Errorf("%w: bool byte %d", ErrMalformed, b)
-		}
-		v.SetBool(b == 1)
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		x, err := d.varint()
-		if err != nil {
-			return err
-		}
-		if v.OverflowInt(x) {
-			return fmt.Errorf("%w: %d overflows %s", ErrMalformed, x, t)
-		}
-		v.SetInt(x)
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		x, err := d.Uvarint()
-		if err != nil {
-			return err
-		}
-		if v.OverflowUint(x) {
-			return fmt.Errorf("%w: %d overflows %s", ErrMalformed, x, t)
-		}
-		v.SetUint(x)
-	case reflect.Float32:
-		b, err := d.fixed(4)
-		if err != nil {
-			return err
-		}
-		v.SetFloat(float64(math.Float32frombits(binary.LittleEndian.Uint32(b))))
-	case reflect.Float64:
-		b, err := d.fixed(8)
-		if err != nil {
-			return err
-		}
-		v.SetFloat(math.Float64frombits(binary.LittleEndian.Uint64(b)))
-	case reflect.Complex64:
-		b, err := d.fixed(8)
-		if err != nil {
-			return err
-		}
-		v.SetComplex(complex(float64(math.Float32frombits(binary.LittleEndian.Uint32(b))), float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4:])))))
-	case reflect.Complex128:
-		b, err := d.fixed(16)
-		if err != nil {
-			return err
-		}
-		v.SetComplex(complex(math.Float64frombits(binary.LittleEndian.Uint64(b)), math.Float64frombits(binary.LittleEndian.Uint64(b[8:]))))
-	case reflect.String:
-		s, err := d.String()
-		if err != nil {
-			return err
-		}
-		v.SetString(s)
-	case reflect.Slice:
-		n, ok, err := d.count(t.Elem())
-		if err != nil || !ok {
-			return err
-		}
-		s := reflect.MakeSlice(t, n, n)
-		if err := d.elements(s, n); err != nil {
-			return err
-		}
-		v.Set(s)
-	case reflect.Array:
-		return d.elements(v, v.Len())
-	case reflect.Map:
-		n, ok, err := d.count(t.Elem())
-		if err != nil || !ok {
-			return err
-		}
-		if err := d.enter(t); err != nil {
-			return err
-		}
-		defer d.leave()
-		m := reflect.MakeMapWithSize(t, min(n, 1024))
-		for i := 0; i < n; i++ {
-			k := reflect.New(t.Key()).Elem()
-			if err := d.value(k); err != nil {
-				return err
-			}
-			x := reflect.New(t.Elem()).Elem()
-			if err := d.value(x); err != nil {
-				return err
-			}
-			m.SetMapIndex(k, x)
-		}
-		v.Set(m)
-	case reflect.Struct:
-		if err := d.enter(t); err != nil {
-			return err
-		}
-		defer d.leave()
-		for _, i := range structFields(t) {
-			if err := d.value(v.Field(i)); err != nil {
-				return err
-			}
-		}
-	case reflect.Pointer:
-		flag, err := d.byte()
-		if err != nil {
-			return err
-		}
-		switch flag {
-		case 0:
-			v.SetZero()
-			return nil
-		case 1:
-		default:
-			return fmt.Errorf("%w: pointer flag %d", ErrMalformed, flag)
-		}
-		if err := d.enter(t); err != nil {
-			return err
-		}
-		defer d.leave()
-		p := reflect.New(t.Elem())
-		if err := d.value(p.Elem()); err != nil {
-			return err
-		}
-		v.Set(p)
-	case reflect.Interface:
-		x, err := d.Tensor()
-		if err != nil {
-			return err
-		}
-		if x == nil {
-			v.SetZero()
-			return nil
-		}
-		if !denseType.AssignableTo(t) {
-			return fmt.Errorf("%w: a tensor cannot go in a field of type %s", ErrWrongType, t)
-		}
-		v.Set(reflect.ValueOf(x))
-	default:
-		return fmt.Errorf("%w: values of type %s cannot be received", ErrWrongType, t)
-	}
-	return nil
-}
-
-func (d *Decoder) elements(v reflect.Value, n int) error {
-	et := v.Type().Elem()
-	if rawElem(et) {
-		size := n * int(et.Size())
-		if size == 0 {
-			return nil
-		}
-		b, err := d.fixed(size)
-		if err != nil {
-			return err
-		}
-		var p unsafe.Pointer
-		if v.Kind() == reflect.Slice {
-			p = v.UnsafePointer()
-		} else {
-			p = v.Addr().UnsafePointer()
-		}
-		copy(unsafe.Slice((*byte)(p), size), b)
-		return nil
-	}
-	if err := d.enter(v.Type()); err != nil {
-		return err
-	}
-	defer d.leave()
-	for i := 0; i < n; i++ {
-		if err := d.value(v.Index(i)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func structFields(t reflect.Type) []int { return wire.StructFields(t) }

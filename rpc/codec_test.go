@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/wire"
 )
 
 type inner struct {
@@ -41,24 +43,23 @@ type outer struct {
 // the value as type T.
 func roundTrip[T any](t *testing.T, v any) T {
 	t.Helper()
-	enc := Encoder{}
-	typ, err := enc.encodeTop(v)
-	if err != nil {
-		t.Fatalf("encode %T: %v", v, err)
+	enc := encodeValue(nil, WorkerInfo{}, v)
+	if enc.err != nil {
+		t.Fatalf("encode %T: %v", v, enc.err)
 	}
-	f := frame{kind: kindRequest, id: 9, fn: "f", typ: typ, payload: enc.buf, tensors: enc.tensors}
-	head, _, err := appendHead(nil, &f)
+	f := wire.Frame{Kind: wire.KindRequest, ID: 9, Fn: "f", Type: enc.typ, Payload: enc.enc.Payload(), Tensors: enc.enc.Sent()}
+	head, _, err := wire.AppendHead(nil, &f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wire bytes.Buffer
-	bufs := frameBuffers(head, &f)
-	bufs.WriteTo(&wire)
-	g, err := decodeFrame(wire.Bytes(), 1<<30, nil)
+	var b bytes.Buffer
+	bufs := wire.Buffers(head, &f)
+	bufs.WriteTo(&b)
+	g, err := wire.DecodeFrame(b.Bytes(), 1<<30, nil)
 	if err != nil {
 		t.Fatalf("decode frame: %v", err)
 	}
-	rv, err := decodeTop(reflect.TypeFor[T](), g.typ, g.payload, g.tensors, nil, WorkerInfo{})
+	rv, err := decodeTop(reflect.TypeFor[T](), g.Type, g.Payload, g.Tensors, wire.Peer{})
 	if err != nil {
 		t.Fatalf("decode %T: %v", v, err)
 	}
@@ -170,38 +171,40 @@ func TestCodecTensors(t *testing.T) {
 }
 
 func TestCodecRefusals(t *testing.T) {
-	enc := Encoder{}
-	if _, err := enc.encodeTop(struct{ C chan int }{}); !errors.Is(err, ErrInvalidArgument) {
+	encodeTop := func(v any) (string, error) {
+		e := encodeValue(nil, WorkerInfo{}, v)
+		return e.typ, e.err
+	}
+	if _, err := encodeTop(struct{ C chan int }{}); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("channel: %v", err)
 	}
-	if _, err := enc.encodeTop(struct{ X any }{X: 3}); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := encodeTop(struct{ X any }{X: 3}); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("int in an interface: %v", err)
 	}
 	type node struct{ Next *node }
 	n := &node{}
 	n.Next = n
-	if _, err := enc.encodeTop(n); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := encodeTop(n); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("cycle: %v", err)
 	}
-	if _, err := decodeTop(reflect.TypeFor[int](), "string", nil, nil, nil, WorkerInfo{}); !errors.Is(err, ErrWrongType) {
+	if _, err := decodeTop(reflect.TypeFor[int](), "string", nil, nil, wire.Peer{}); !errors.Is(err, ErrWrongType) {
 		t.Fatalf("wrong type: %v", err)
 	}
 	// Truncated and inflated payloads fail cleanly.
-	enc = Encoder{}
-	typ, _ := enc.encodeTop([]string{"a", "b"})
-	for i := 0; i < len(enc.buf); i++ {
-		if _, err := decodeTop(reflect.TypeFor[[]string](), typ, enc.buf[:i], nil, nil, WorkerInfo{}); err == nil {
+	enc := encodeValue(nil, WorkerInfo{}, []string{"a", "b"})
+	for i := 0; i < len(enc.enc.Payload()); i++ {
+		if _, err := decodeTop(reflect.TypeFor[[]string](), enc.typ, enc.enc.Payload()[:i], nil, wire.Peer{}); err == nil {
 			t.Fatalf("truncated at %d decoded", i)
 		}
 	}
-	if _, err := decodeTop(reflect.TypeFor[[]struct{}](), "[]struct {}", []byte{0xff, 0xff, 0xff, 0xff, 0x0f}, nil, nil, WorkerInfo{}); err == nil {
+	if _, err := decodeTop(reflect.TypeFor[[]struct{}](), "[]struct {}", []byte{0xff, 0xff, 0xff, 0xff, 0x0f}, nil, wire.Peer{}); err == nil {
 		t.Fatal("a huge slice of empty structs decoded")
 	}
 }
 
 func TestLargeReceivedTensors(t *testing.T) {
 	for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32, tensor.Int8, tensor.Bool, tensor.Complex128, tensor.Int} {
-		n := 2*uninitFrom/int(dt.Size()) + 3
+		n := 2*(64<<10)/int(dt.Size()) + 3 // past recvbuf's size for memory it does not zero
 		x := tensor.New(tensor.Of(dt), tensor.WithShape(n))
 		raw := x.Header.Raw
 		for i := range raw {
@@ -217,11 +220,15 @@ func TestLargeReceivedTensors(t *testing.T) {
 	}
 }
 
-func TestTensors(t *testing.T) {
+// TestEncoderTensors: the encoder's list is the tensors a value carries,
+// each once, in the order the encoder meets them (Any's included, a field
+// that does not travel excluded), and the receiver's table holds them in
+// that order.
+func TestEncoderTensors(t *testing.T) {
 	a := dense([]int{1}, []float32{1})
 	b := dense([]int{2}, []float64{1, 2})
 	c := dense([]int{1}, []int64{3})
-	v := struct {
+	type value struct {
 		X    *tensor.Dense
 		List []*tensor.Dense
 		M    map[string]*inner
@@ -229,12 +236,42 @@ func TestTensors(t *testing.T) {
 		I    any
 		hide *tensor.Dense
 		N    []float32
-	}{X: a, List: []*tensor.Dense{b, a, nil}, M: map[string]*inner{"k": {T: c}}, Any: AnyOf(&inner{T: b}), I: c, hide: dense([]int{1}, []float32{9})}
-	got := Tensors(v)
-	if len(got) != 3 || got[0] != a || got[1] != b || got[2] != c {
-		t.Fatalf("Tensors: %v", got)
 	}
-	if Tensors(nil) != nil || len(Tensors(a)) != 1 {
-		t.Fatal("Tensors of nil or of a tensor")
+	v := value{X: a, List: []*tensor.Dense{b, a, nil}, M: map[string]*inner{"k": {T: c}}, Any: AnyOf(&inner{T: b}), I: c, hide: dense([]int{1}, []float32{9})}
+	enc := encodeValue(nil, WorkerInfo{}, v)
+	if got := enc.enc.Tensors(); enc.err != nil || len(got) != 3 || got[0] != a || got[1] != b || got[2] != c {
+		t.Fatalf("tensors of a value: %v (%v)", got, enc.err)
+	}
+	if e := encodeValue(nil, WorkerInfo{}, nil); len(e.enc.Tensors()) != 0 {
+		t.Fatal("nil carries tensors")
+	}
+	if e := encodeValue(nil, WorkerInfo{}, a); len(e.enc.Tensors()) != 1 {
+		t.Fatal("a tensor does not carry itself")
+	}
+	// Tensors in a map travel in the map's order of that encoding, which
+	// the receiver's table keeps.
+	m := map[int]*tensor.Dense{}
+	for i := range 20 {
+		m[i] = dense([]int{1}, []int64{int64(i)})
+	}
+	enc = encodeValue(nil, WorkerInfo{}, m)
+	sent := enc.enc.Tensors()
+	got := roundTrip[map[int]*tensor.Dense](t, m)
+	f := wire.Frame{Kind: wire.KindRequest, ID: 1, Fn: "f", Type: enc.typ, Payload: enc.enc.Payload(), Tensors: enc.enc.Sent()}
+	head, _, err := wire.AppendHead(nil, &f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	bufs := wire.Buffers(head, &f)
+	bufs.WriteTo(&buf)
+	g, err := wire.DecodeFrame(buf.Bytes(), 1<<20, nil)
+	if err != nil || len(g.Tensors) != len(sent) || len(got) != len(m) {
+		t.Fatalf("frame: %v", err)
+	}
+	for i := range sent {
+		if !sameTensor(sent[i], g.Tensors[i]) {
+			t.Fatalf("tensor %d of the table differs: sent %v, received %v", i, sent[i].Data(), g.Tensors[i].Data())
+		}
 	}
 }

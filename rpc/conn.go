@@ -15,6 +15,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/internal/liveness"
+	"github.com/tandemml/tandem/internal/wire"
 )
 
 // conn is one TCP (or TLS) connection. A client conn carries this agent's
@@ -260,11 +261,11 @@ func (c *conn) readLoop(context.Context) (handler func()) {
 }
 
 func (c *conn) readFrames() (handler func()) {
-	hdr := make([]byte, frameHeaderLen)
+	hdr := make([]byte, wire.HeaderLen)
 	for {
-		f, err := readFrame(c.rd, hdr, c.a.opts.maxMessage, c.intern, c.fetch, c.into)
+		f, err := wire.ReadFrame(c.rd, hdr, c.a.opts.maxMessage, c.intern, c.fetch, c.into)
 		if err != nil {
-			var pe *protocolError
+			var pe *wire.ProtocolError
 			if errors.As(err, &pe) {
 				c.a.m.malformed.Add(1)
 				c.a.opts.logger.Warn("rpc: closing a connection that sent a bad frame", "worker", c.a.self.Name, "peer", c.peer.String(), "err", err)
@@ -272,16 +273,16 @@ func (c *conn) readFrames() (handler func()) {
 			c.close(peerGone(err))
 			return nil
 		}
-		if f.flags&(flagByRef|flagNoAck) == flagByRef {
+		if f.Flags&(wire.FlagByRef|wire.FlagNoAck) == wire.FlagByRef {
 			// The tensors are copied: the sender may go on.
-			head, _, _ := appendHead(make([]byte, 0, frameHeaderLen+8), &frame{kind: kindReadDone, id: f.id})
+			head, _, _ := wire.AppendHead(make([]byte, 0, wire.HeaderLen+8), &wire.Frame{Kind: wire.KindReadDone, ID: f.ID})
 			c.post(head)
 		}
-		switch f.kind {
-		case kindReadDone:
-			c.ackArrived(f.id)
+		switch f.Kind {
+		case wire.KindReadDone:
+			c.ackArrived(f.ID)
 			continue
-		case kindHeartbeat:
+		case wire.KindHeartbeat:
 			continue // its bytes were the point
 		}
 		if c.client {
@@ -378,7 +379,7 @@ func (c *conn) heartbeat() {
 	if busy {
 		return
 	}
-	head, _, _ := appendHead(make([]byte, 0, frameHeaderLen+8), &frame{kind: kindHeartbeat})
+	head, _, _ := wire.AppendHead(make([]byte, 0, wire.HeaderLen+8), &wire.Frame{Kind: wire.KindHeartbeat})
 	c.post(head)
 }
 

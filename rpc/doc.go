@@ -60,7 +60,7 @@
 //
 // Each ordered pair of workers shares one TCP connection (TLS with WithTLS)
 // that carries many calls at once: frames are length-prefixed and tagged
-// with a call id (the layout is in frame.go), one goroutine reads each
+// with a call id (the layout: internal/wire), one goroutine reads each
 // connection, a sync handler starts on the goroutine that read its call
 // (reading passes to a new goroutine), async handlers run without a
 // goroutine of their own, and concurrent writers coalesce their frames into
@@ -69,7 +69,7 @@
 //
 // Between workers on the same machine, frames whose tensors hold 256 KiB or
 // more go by reference: the receiver copies the tensors straight out of the
-// sender's memory (Linux process_vm_readv, one call per tensor: one copy
+// sender's memory (Linux process_vm_readv, internal/samehost: one copy
 // instead of the socket's two) and acknowledges; the call, or the reply,
 // goes on once the copy is made, so the sender may change its tensors
 // afterwards exactly as over TCP. A Sync call skips the acknowledgement:
@@ -171,9 +171,10 @@
 //
 // Client and server interceptors (WithClientInterceptor,
 // WithServerInterceptor, UseClient, UseServer) see every call with its
-// decoded argument and result, and per-call Metadata both ways; Tensors
-// finds the tensors a value carries. Distributed autograd builds on these to
-// record sends and receives. Packages such as rref and distributed autograd
+// decoded argument and result, and per-call Metadata both ways; the
+// Tensors of ClientCall, ServerCall and Response (and ServerCall.ResultTensors)
+// list a message's tensors in its frame's order, the same on both sides.
+// Distributed autograd builds on these to record sends and receives. Packages such as rref and distributed autograd
 // are extensions (Extension) that an agent installs only when asked:
 //
 //	agent, err := rpc.InitFromEnv(ctx, "trainer", rpc.WithRegistry(reg),

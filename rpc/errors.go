@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/wire"
 )
 
 // Sentinel errors; test with errors.Is. The first group is shared with every
@@ -33,9 +34,9 @@ var (
 	ErrUnknownFunction = errors.New("rpc: unknown function")
 	// ErrWrongType: an argument or a result does not have the type the other
 	// side expects (also matches ErrInvalidArgument).
-	ErrWrongType = errors.New("rpc: wrong type")
+	ErrWrongType = wire.ErrWrongType
 	// ErrMalformed: bytes on the wire do not form a valid message.
-	ErrMalformed = errors.New("rpc: malformed message")
+	ErrMalformed = wire.ErrMalformed
 )
 
 // errCode says which kind of failure an error frame reports.

@@ -8,6 +8,10 @@ import (
 	"gorgonia.org/tensor"
 )
 
+// Metadata carries small key/value pairs with a call (and with its reply),
+// for interceptors such as distributed autograd's context propagation.
+type Metadata map[string]string
+
 // ClientCall describes an outgoing call to client interceptors. An
 // interceptor may change Arg and add Meta before passing the call on.
 type ClientCall struct {
@@ -24,6 +28,22 @@ type ClientCall struct {
 	waits bool
 	// into: tensors lent for the result (WithResultInto).
 	into []*tensor.Dense
+	// agent makes the call; pre holds the argument's encoding once
+	// Tensors has made it, for the frame to take.
+	agent *Agent
+	pre   pending
+}
+
+// Tensors returns the tensors the call's argument carries, each once, in
+// the order they travel: the frame's own table, which the callee's
+// ServerCall.Tensors lists in the same order. Distributed autograd records
+// a send function over them. It encodes Arg as it stands (an error is the
+// one the call would fail with), and the call sends that encoding: an
+// interceptor that changes Arg afterwards must assign it anew, and the
+// call then encodes it again.
+func (c *ClientCall) Tensors() ([]*tensor.Dense, error) {
+	e := c.pre.get(c.agent, c.To, c.Arg)
+	return e.enc.Tensors(), e.err
 }
 
 // Response is a call's outcome as client interceptors see it: the decoded
@@ -31,6 +51,9 @@ type ClientCall struct {
 type Response struct {
 	Value any
 	Meta  Metadata
+	// Tensors: the tensors the reply carried, each once, in the order they
+	// travelled (the callee's ServerCall.ResultTensors, in the same order).
+	Tensors []*tensor.Dense
 }
 
 // Invoker sends a call; the innermost one writes it to the wire.
@@ -52,6 +75,25 @@ type ServerCall struct {
 	ResultType reflect.Type // the registered function's result type
 	Meta       Metadata     // received with the request
 	ReplyMeta  Metadata     // sent back with the reply; interceptors may set keys
+
+	tensors []*tensor.Dense // the argument's, as they travelled
+	agent   *Agent
+	result  pending // the result's encoding once ResultTensors made it
+}
+
+// Tensors returns the tensors the argument arrived with, each once, in the
+// order they travelled (the caller's ClientCall.Tensors, in the same
+// order).
+func (c *ServerCall) Tensors() []*tensor.Dense { return c.tensors }
+
+// ResultTensors returns the tensors that the result v carries back, each
+// once, in the order they will travel (the caller's Response.Tensors, in
+// the same order). It encodes v as it stands, and the reply sends that
+// encoding when the handler chain returns that very v (an error is the one
+// the reply would fail with).
+func (c *ServerCall) ResultTensors(v any) ([]*tensor.Dense, error) {
+	e := c.result.get(c.agent, c.From, v)
+	return e.enc.Tensors(), e.err
 }
 
 // Handler serves an incoming call; the innermost one runs the registered

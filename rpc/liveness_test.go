@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/wire"
 )
 
 // TestConnectToFrozenWorkerFails: a worker whose address accepts the
@@ -91,20 +93,20 @@ func TestIdleConnectionStaysAlive(t *testing.T) {
 // TestHeartbeatFrame: a heartbeat is a bodiless frame of its own kind, and
 // one that carries a body is malformed.
 func TestHeartbeatFrame(t *testing.T) {
-	b, _, err := appendHead(nil, &frame{kind: kindHeartbeat})
+	b, _, err := wire.AppendHead(nil, &wire.Frame{Kind: wire.KindHeartbeat})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := decodeFrame(b, 1<<20, nil)
-	if err != nil || f.kind != kindHeartbeat {
+	f, err := wire.DecodeFrame(b, 1<<20, nil)
+	if err != nil || f.Kind != wire.KindHeartbeat {
 		t.Fatalf("heartbeat decodes to %+v, %v", f, err)
 	}
-	b, _, _ = appendHead(nil, &frame{kind: kindHeartbeat, payload: []byte("x")})
-	if _, err := decodeFrame(b, 1<<20, nil); !errors.Is(err, ErrMalformed) {
+	b, _, _ = wire.AppendHead(nil, &wire.Frame{Kind: wire.KindHeartbeat, Payload: []byte("x")})
+	if _, err := wire.DecodeFrame(b, 1<<20, nil); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("heartbeat with a body: %v, want ErrMalformed", err)
 	}
-	b, _, _ = appendHead(nil, &frame{kind: kindHeartbeat + 1})
-	if _, err := decodeFrame(b, 1<<20, nil); !errors.Is(err, ErrMalformed) {
-		t.Fatalf("frame kind %d: %v, want ErrMalformed", kindHeartbeat+1, err)
+	b, _, _ = wire.AppendHead(nil, &wire.Frame{Kind: wire.KindHeartbeat + 1})
+	if _, err := wire.DecodeFrame(b, 1<<20, nil); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("frame kind %d: %v, want ErrMalformed", wire.KindHeartbeat+1, err)
 	}
 }

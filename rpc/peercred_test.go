@@ -8,22 +8,21 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
-	"github.com/tandemml/tandem/internal/childtest"
-	"github.com/tandemml/tandem/internal/peercred"
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/peercred"
+	"github.com/tandemml/tandem/internal/samehost"
+	"github.com/tandemml/tandem/internal/samehost/samehosttest"
+	"github.com/tandemml/tandem/internal/wire"
 )
 
 // The attack of issue 12: a token holder asks a worker for same-host
@@ -33,9 +32,8 @@ import (
 // from the kernel, and only for a process of the worker's user that is at
 // the other end of the TCP connection.
 
-// victimEnv makes the test binary, re-executed, act as the victim: it holds
-// 16 probe bytes and a 48-byte secret right after them, prints its pid, the
-// address and both as hex, and waits for its stdin to close.
+// victimEnv makes the test binary, re-executed, act as the victim
+// (samehosttest.RunVictim).
 const victimEnv = "TANDEM_RPC_TEST_VICTIM"
 
 // attackerEnv makes the test binary, re-executed, run stealSecret against
@@ -43,17 +41,10 @@ const victimEnv = "TANDEM_RPC_TEST_VICTIM"
 const attackerEnv = "TANDEM_RPC_TEST_ATTACKER"
 
 // TestHelperVictim is the victim process of the same-host copy attack
-// tests; it does nothing in a normal test run.
+// tests (samehosttest.RunVictim); it does nothing in a normal test run.
 func TestHelperVictim(t *testing.T) {
-	if os.Getenv(victimEnv) == "" {
-		t.Skip("runs only as the victim process of TestSameHostCopyTrustsOnlyTheKernel")
-	}
-	buf := make([]byte, 64)
-	rand.Read(buf)
-	fmt.Printf("%d %d %x %x\n", os.Getpid(), uintptr(unsafe.Pointer(&buf[0])), buf[:16], buf[16:])
-	io.Copy(io.Discard, os.Stdin)
-	runtime.KeepAlive(buf)
-	os.Exit(0)
+	samehosttest.RunVictim(victimEnv)
+	t.Skip("runs only as the victim process of TestSameHostCopyTrustsOnlyTheKernel")
 }
 
 // TestHelperAttacker is the attacker process of the same-host copy attack
@@ -64,7 +55,7 @@ func TestHelperAttacker(t *testing.T) {
 		t.Skip("runs only as the attacker process of TestSameHostCopyTrustsOnlyTheKernel")
 	}
 	f := strings.Fields(arg)
-	v, err := parseVictim(strings.Join(f[2:], " "))
+	v, err := samehosttest.ParseVictim(strings.Join(f[2:], " "))
 	if err != nil {
 		fmt.Println("bad victim:", err)
 		os.Exit(2)
@@ -78,52 +69,6 @@ func TestHelperAttacker(t *testing.T) {
 	os.Exit(0)
 }
 
-// victim is what the victim process printed.
-type victim struct {
-	pid    int
-	addr   uint64
-	probe  [16]byte
-	secret []byte
-	line   string
-}
-
-func parseVictim(line string) (victim, error) {
-	f := strings.Fields(line)
-	if len(f) != 4 {
-		return victim{}, fmt.Errorf("victim line %q", line)
-	}
-	v := victim{line: strings.Join(f, " ")}
-	var err error
-	if v.pid, err = strconv.Atoi(f[0]); err != nil {
-		return v, err
-	}
-	if v.addr, err = strconv.ParseUint(f[1], 10, 64); err != nil {
-		return v, err
-	}
-	p, err := hex.DecodeString(f[2])
-	if err != nil || len(p) != 16 {
-		return v, fmt.Errorf("probe %q", f[2])
-	}
-	copy(v.probe[:], p)
-	if v.secret, err = hex.DecodeString(f[3]); err != nil {
-		return v, err
-	}
-	return v, nil
-}
-
-func startVictim(t *testing.T) victim {
-	t.Helper()
-	c := childtest.Start(t, "the victim", "TestHelperVictim", victimEnv+"=1")
-	v, err := parseVictim(c.Line(t, ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.pid != c.Pid {
-		t.Fatalf("victim says pid %d, is %d", v.pid, c.Pid)
-	}
-	return v
-}
-
 // stealSecret speaks the handshake by hand, offering same-host copies with
 // the victim's probe address and bytes as if they were its own, then sends
 // an echo call whose tensor is "by reference" at the victim's secret. With
@@ -131,7 +76,7 @@ func startVictim(t *testing.T) victim {
 // it can be no other); without, it claims a proof it never made. It returns
 // the tensor the worker echoed, or why it got none.
 // before, when not nil, runs just before the call goes out.
-func stealSecret(addr string, token []byte, v victim, prove bool, before func()) ([]byte, error) {
+func stealSecret(addr string, token []byte, v samehosttest.Victim, prove bool, before func()) ([]byte, error) {
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -139,7 +84,7 @@ func stealSecret(addr string, token []byte, v victim, prove bool, before func())
 	defer nc.Close()
 	nc.SetDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(nc)
-	mine := cmaHello{flags: cmaEnabled, boot: bootID, addr: v.addr, probe: v.probe}
+	mine := cmaHello{flags: cmaEnabled, boot: samehost.BootID(), addr: v.Addr, probe: v.Token}
 	rand.Read(mine.challenge[:])
 	status, _, err := dialAuth(nc, br, token, 0, mine.append(nil))
 	if err != nil {
@@ -167,43 +112,43 @@ func stealSecret(addr string, token []byte, v victim, prove bool, before func())
 	if before != nil {
 		before()
 	}
-	if _, err := nc.Write(refEchoRequest(v.addr+16, len(v.secret))); err != nil {
+	if _, err := nc.Write(refEchoRequest(v.Addr+16, len(v.Secret))); err != nil {
 		return nil, err
 	}
-	var hdr [frameHeaderLen]byte
-	f, err := readFrame(br, hdr[:], 1<<20, func(b []byte) string { return string(b) }, nil, nil)
+	var hdr [wire.HeaderLen]byte
+	f, err := wire.ReadFrame(br, hdr[:], 1<<20, func(b []byte) string { return string(b) }, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("worker's verdict on reading this process: %d; no reply: %w", verdict, err)
 	}
-	if f.kind != kindResponse || len(f.tensors) != 1 {
-		return nil, fmt.Errorf("reply of kind %d with %d tensors", f.kind, len(f.tensors))
+	if f.Kind != wire.KindResponse || len(f.Tensors) != 1 {
+		return nil, fmt.Errorf("reply of kind %d with %d tensors", f.Kind, len(f.Tensors))
 	}
-	return f.tensors[0].Header.Raw, nil
+	return f.Tensors[0].Header.Raw, nil
 }
 
 // refEchoRequest is an echo call whose one uint8 tensor of n bytes is "by
 // reference" at addr.
 func refEchoRequest(addr uint64, n int) []byte {
-	enc := Encoder{}
-	typ, err := enc.encodeTop(dense([]int{n}, make([]uint8, n)))
+	enc := encodeValue(nil, WorkerInfo{}, dense([]int{n}, make([]uint8, n)))
+	typ, err := enc.typ, enc.err
 	if err != nil {
 		panic(err)
 	}
-	head := appendString(nil, "echo")
-	head = appendString(head, typ)
+	head := wire.AppendString(nil, "echo")
+	head = wire.AppendString(head, typ)
 	head = binary.AppendUvarint(head, 0) // no timeout
 	head = binary.AppendUvarint(head, 0) // no metadata
-	head = binary.AppendUvarint(head, uint64(len(enc.buf)))
-	head = append(head, enc.buf...)
-	code, _ := dtypeCode(tensor.Uint8)
+	head = binary.AppendUvarint(head, uint64(len(enc.enc.Payload())))
+	head = append(head, enc.enc.Payload()...)
+	code, _ := wire.DtypeCode(tensor.Uint8)
 	head = binary.AppendUvarint(head, 1)
 	head = append(head, code)
 	head = binary.AppendUvarint(head, 1)
 	head = binary.AppendUvarint(head, uint64(n))
 	head = binary.AppendUvarint(head, addr)
-	frame := make([]byte, frameHeaderLen, frameHeaderLen+len(head))
+	frame := make([]byte, wire.HeaderLen, wire.HeaderLen+len(head))
 	binary.LittleEndian.PutUint32(frame[0:4], uint32(len(head)))
-	frame[12], frame[14], frame[15] = kindRequest, frameVersion, flagByRef|flagNoAck
+	frame[12], frame[14], frame[15] = wire.KindRequest, wire.Version, wire.FlagByRef|wire.FlagNoAck
 	binary.LittleEndian.PutUint64(frame[16:24], 1)
 	return append(frame, head...)
 }
@@ -228,12 +173,12 @@ func serverReadsByRef(a *Agent) bool {
 // back. The attacker runs in this process and, where the test runs as
 // root, in a process of user nobody, as in the report.
 func TestSameHostCopyTrustsOnlyTheKernel(t *testing.T) {
-	if !cmaSupported || bootID == ([16]byte{}) {
+	if !samehost.Supported || samehost.BootID() == ([16]byte{}) {
 		t.Skip("same-host copies are not available here")
 	}
-	v := startVictim(t)
+	v := samehosttest.StartVictim(t, "TestHelperVictim", victimEnv)
 	var probe [16]byte
-	if err := cmaRead(v.pid, probe[:], v.addr); err != nil || probe != v.probe {
+	if err := samehost.Read(v.Pid, probe[:], v.Addr); err != nil || probe != v.Token {
 		t.Skipf("this process may not read the victim's memory here (%v): nothing to protect", err)
 	}
 	agents := startGroup(t, 1, registerBasics)
@@ -242,7 +187,7 @@ func TestSameHostCopyTrustsOnlyTheKernel(t *testing.T) {
 	attack := func(t *testing.T, prove bool) {
 		var readsByRef bool
 		got, err := stealSecret(addr, w.token, v, prove, func() { readsByRef = serverReadsByRef(w) })
-		if bytes.Equal(got, v.secret) {
+		if bytes.Equal(got, v.Secret) {
 			t.Fatalf("the worker copied the victim's secret out: %x", got)
 		}
 		if err == nil {
@@ -264,14 +209,14 @@ func TestSameHostCopyTrustsOnlyTheKernel(t *testing.T) {
 		}
 		bin := publicTestBinary(t)
 		cmd := exec.Command(bin, "-test.run=^TestHelperAttacker$")
-		cmd.Env = append(os.Environ(), attackerEnv+"="+addr+" "+string(w.token)+" "+v.line)
+		cmd.Env = append(os.Environ(), attackerEnv+"="+addr+" "+string(w.token)+" "+v.Line)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("attacker: %v\n%s", err, out)
 		}
 		s := string(out)
-		if strings.Contains(s, hex.EncodeToString(v.secret)) {
+		if strings.Contains(s, hex.EncodeToString(v.Secret)) {
 			t.Fatalf("the worker copied the victim's secret out for nobody: %s", s)
 		}
 		if !strings.Contains(s, "refused:") || !strings.Contains(s, "verdict on reading this process: 0") {

@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/recvbuf"
 )
 
 // sameHost makes a first call from a to w1 and reports whether that
@@ -181,18 +183,10 @@ func TestResultIntoConcurrent(t *testing.T) {
 // on its free list (at most 5 s).
 func waitReleased(t *testing.T, addr uint64) {
 	t.Helper()
-	r := receiveBuffers
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		r.mu.Lock()
-		for class, list := range r.free {
-			for _, base := range list {
-				if uint64(uintptr(bufferStart(base, class))) == addr {
-					r.mu.Unlock()
-					return
-				}
-			}
+		if recvbuf.Free(uintptr(addr)) {
+			return
 		}
-		r.mu.Unlock()
 	}
 	t.Fatalf("the buffer at %#x was not handed back within 5 s", addr)
 }
@@ -219,7 +213,7 @@ func TestReuseArgMemory(t *testing.T) {
 		}, ReuseArgMemory()))
 	})
 	ctx := context.Background()
-	n := recycleFrom / 4 * 3 // a size class of its own in this test binary
+	n := (256 << 10) / 4 * 3 // 768 KiB of float32: a recycled size (recvbuf), a class of its own in this test binary
 	first, err := Sync[uint64](ctx, agents[0], "w1", "addr_reuse", filled(n, 1))
 	if err != nil {
 		t.Fatal(err)

@@ -19,8 +19,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandemml/tandem/comm/store"
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/samehost"
+	"github.com/tandemml/tandem/internal/wire"
 )
 
 // rawConn dials agent a and, with token non-nil, completes the hello.
@@ -100,10 +103,10 @@ func TestBadInputClosesOnlyThatConnection(t *testing.T) {
 
 	// An oversized frame: the header announces more than the limit.
 	nc, br, _ = rawConn(t, a1, a1.token)
-	hdr := make([]byte, frameHeaderLen)
+	hdr := make([]byte, wire.HeaderLen)
 	binary.LittleEndian.PutUint32(hdr[0:4], 10)
 	binary.LittleEndian.PutUint64(hdr[4:12], 1<<40)
-	hdr[12], hdr[14] = kindRequest, frameVersion
+	hdr[12], hdr[14] = wire.KindRequest, wire.Version
 	nc.Write(hdr)
 	if !closedByPeer(br) {
 		t.Fatal("oversized frame: connection not closed")
@@ -230,7 +233,7 @@ func TestMutualTLS(t *testing.T) {
 	}
 	// Same-host copies work over TLS as well: the proofs are tied to the
 	// TCP connection under it.
-	if c, want := agents[0].peers[1].cur.Load(), cmaSupported && bootID != ([16]byte{}); c.sendByRef != want || c.recvByRef != want {
+	if c, want := agents[0].peers[1].cur.Load(), samehost.Supported && samehost.BootID() != ([16]byte{}); c.sendByRef != want || c.recvByRef != want {
 		t.Fatalf("same-host copies over TLS: send %v recv %v, want %v", c.sendByRef, c.recvByRef, want)
 	}
 	// A client without a certificate is refused at the handshake.

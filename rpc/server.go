@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tandemml/tandem/internal/recvbuf"
+	"github.com/tandemml/tandem/internal/wire"
 	"github.com/tandemml/tandem/launch"
 )
 
@@ -17,26 +19,26 @@ import (
 // sync function it returns the work to run on a goroutine of its own (the
 // read loop hands reading to a new goroutine and runs it itself, so the
 // handler starts without a scheduling hop).
-func (a *Agent) onRequest(c *conn, f *frame) (handler func()) {
-	switch f.kind {
-	case kindRequest:
-	case kindCancel:
+func (a *Agent) onRequest(c *conn, f *wire.Frame) (handler func()) {
+	switch f.Kind {
+	case wire.KindRequest:
+	case wire.KindCancel:
 		c.rmu.Lock()
-		cc := c.running[f.id]
+		cc := c.running[f.ID]
 		c.rmu.Unlock()
 		if cc != nil {
 			cc.cancel(context.Canceled)
 		}
 		return nil
 	default:
-		c.close(malformed("worker %s sent a frame of kind %d on a server connection", c.peer, f.kind))
+		c.close(wire.Malformed("worker %s sent a frame of kind %d on a server connection", c.peer, f.Kind))
 		return nil
 	}
 	a.m.requestStart()
-	e := a.reg.lookup(f.fn)
+	e := a.reg.lookup(f.Fn)
 	if e == nil {
-		err := a.reg.unknownFunction(a.self.Name, f.fn)
-		return func() { a.reply(c, f.id, f.fn, nil, nil, err) }
+		err := a.reg.unknownFunction(a.self.Name, f.Fn)
+		return func() { a.reply(c, f.ID, f.Fn, nil, nil, nil, err) }
 	}
 	if e.async {
 		a.serve(c, f, e)
@@ -47,41 +49,41 @@ func (a *Agent) onRequest(c *conn, f *frame) (handler func()) {
 
 // serve decodes the argument, runs the interceptors and the function, and
 // sends the reply when the function's future completes.
-func (a *Agent) serve(c *conn, f *frame, e *entry) {
-	cc := &callCtx{parent: a.life.ctx, caller: c.peer, meta: f.meta, agent: a}
-	if f.aux > 0 {
-		cc.deadline = time.Now().Add(time.Duration(f.aux))
+func (a *Agent) serve(c *conn, f *wire.Frame, e *entry) {
+	cc := &callCtx{parent: a.life.ctx, caller: c.peer, meta: f.Meta, agent: a}
+	if f.Aux > 0 {
+		cc.deadline = time.Now().Add(time.Duration(f.Aux))
 	}
 	var ctx context.Context = cc
 	c.rmu.Lock()
-	c.running[f.id] = cc
+	c.running[f.ID] = cc
 	c.rmu.Unlock()
 	done := func(settled bool) {
 		c.rmu.Lock()
-		delete(c.running, f.id)
+		delete(c.running, f.ID)
 		c.rmu.Unlock()
 		cc.cancel(context.Canceled)
 		if e.reuseArg && settled {
 			// The reply is sent (and copied, when by reference): the
 			// function promised to keep nothing of the argument.
-			for _, b := range f.blocks {
-				receiveBuffers.release(b)
+			for _, b := range f.Blocks {
+				recvbuf.Release(b)
 			}
 		}
 	}
-	argV, err := decodeTop(e.argType, f.typ, f.payload, f.tensors, a, c.peer)
+	argV, err := decodeTop(e.argType, f.Type, f.Payload, f.Tensors, peerOf(a, c.peer))
 	if err != nil {
-		err = wrongTypef("function %q takes an argument of type %s, the caller sent %s: %v", e.name, e.argType, displayType(f.typ), err)
+		err = wrongTypef("function %q takes an argument of type %s, the caller sent %s: %v", e.name, e.argType, displayType(f.Type), err)
 		if e.async { // on the read loop: do not write from it
 			go func() {
-				done(a.reply(c, f.id, f.fn, nil, nil, err))
+				done(a.reply(c, f.ID, f.Fn, nil, nil, nil, err))
 			}()
 			return
 		}
-		done(a.reply(c, f.id, f.fn, nil, nil, err))
+		done(a.reply(c, f.ID, f.Fn, nil, nil, nil, err))
 		return
 	}
-	sc := &ServerCall{From: c.peer, Function: e.name, ArgType: e.argType, ResultType: e.resType, Meta: f.meta}
+	sc := &ServerCall{From: c.peer, Function: e.name, ArgType: e.argType, ResultType: e.resType, Meta: f.Meta, tensors: f.Tensors, agent: a}
 	if argV.IsValid() {
 		sc.Arg = argV.Interface()
 	}
@@ -98,15 +100,15 @@ func (a *Agent) serve(c *conn, f *frame, e *entry) {
 	var returned atomic.Bool
 	fut.Then(func(v any, err error) {
 		if err != nil && errors.Is(err, context.DeadlineExceeded) && cc.Err() == context.DeadlineExceeded {
-			err = &handlerError{code: codeTimeout, msg: fmt.Sprintf("the call's timeout of %v passed while %q ran: %v", time.Duration(f.aux), e.name, err), err: err}
+			err = &handlerError{code: codeTimeout, msg: fmt.Sprintf("the call's timeout of %v passed while %q ran: %v", time.Duration(f.Aux), e.name, err), err: err}
 		}
 		if e.async && !returned.Load() {
 			go func() {
-				done(a.reply(c, f.id, e.name, sc.ReplyMeta, v, err))
+				done(a.reply(c, f.ID, e.name, sc.ReplyMeta, &sc.result, v, err))
 			}()
 			return
 		}
-		done(a.reply(c, f.id, e.name, sc.ReplyMeta, v, err))
+		done(a.reply(c, f.ID, e.name, sc.ReplyMeta, &sc.result, v, err))
 	})
 	returned.Store(true)
 }
@@ -182,36 +184,39 @@ func isOwnFrame(fn string) bool {
 	return false
 }
 
-// reply sends a call's result or error back.
 // reply sends a call's result or error. It reports whether the frame is
 // settled: written, and when by reference, copied by the caller, so that
-// the tensors in v may change.
-func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, v any, err error) (settled bool) {
-	buf := getBuf()
-	defer putBuf(buf)
-	f := frame{id: id, meta: meta}
-	var enc Encoder
+// the tensors in v may change. pre (may be nil) holds the encoding of v
+// that an interceptor asked for (ServerCall.ResultTensors).
+func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, pre *pending, v any, err error) (settled bool) {
+	f := wire.Frame{ID: id, Meta: meta}
+	var enc *encoded
 	if err == nil {
-		enc = Encoder{buf: (*buf)[:0], agent: a, to: c.peer}
-		typ, eerr := enc.encodeTop(v)
-		*buf = enc.buf
-		if eerr != nil {
-			err = fmt.Errorf("rpc: cannot send the result (%T) of %q: %w", v, fn, eerr)
+		if pre != nil {
+			enc = pre.take(a, c.peer, v)
 		} else {
-			f.kind, f.typ, f.payload, f.tensors = kindResponse, typ, enc.buf, enc.tensors
-			if c.byRefOK(enc.tensors) {
-				f.flags = flagByRef
+			enc = encodeValue(a, c.peer, v)
+		}
+		defer enc.free()
+		if enc.err != nil {
+			err = fmt.Errorf("rpc: cannot send the result (%T) of %q: %w", v, fn, enc.err)
+		} else {
+			f.Kind, f.Type, f.Payload, f.Tensors = wire.KindResponse, enc.typ, enc.enc.Payload(), enc.enc.Sent()
+			if c.byRefOK(f.Tensors) {
+				f.Flags = wire.FlagByRef
 			}
 		}
+	} else if pre != nil {
+		pre.drop()
 	}
 	hb := getBuf()
 	defer putBuf(hb)
 	var head []byte
 	if err == nil {
 		var data uint64
-		head, data, err = appendHead((*hb)[:0], &f)
-		if err == nil && int64(len(head)-frameHeaderLen)+int64(data) > a.opts.maxMessage {
-			err = &handlerError{code: codeTooLarge, msg: fmt.Sprintf("the result of %q makes a message of %d bytes, over the limit of %d (WithMaxMessageSize)", fn, len(head)-frameHeaderLen+int(data), a.opts.maxMessage), err: ErrTooLarge}
+		head, data, err = wire.AppendHead((*hb)[:0], &f)
+		if err == nil && int64(len(head)-wire.HeaderLen)+int64(data) > a.opts.maxMessage {
+			err = &handlerError{code: codeTooLarge, msg: fmt.Sprintf("the result of %q makes a message of %d bytes, over the limit of %d (WithMaxMessageSize)", fn, len(head)-wire.HeaderLen+int(data), a.opts.maxMessage), err: ErrTooLarge}
 		}
 	}
 	if err != nil {
@@ -219,15 +224,17 @@ func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, v any, err e
 		if len(msg) > 64<<10 {
 			msg = msg[:64<<10] + "…"
 		}
-		f = frame{kind: kindError, code: byte(code), id: id, aux: mask, payload: []byte(msg), meta: meta}
-		head, _, _ = appendHead((*hb)[:0], &f)
-		enc.abandon() // the result does not go
+		f = wire.Frame{Kind: wire.KindError, Code: byte(code), ID: id, Aux: mask, Payload: []byte(msg), Meta: meta}
+		head, _, _ = wire.AppendHead((*hb)[:0], &f)
+		if enc != nil {
+			enc.abandon() // the result does not go
+		}
 	}
 	*hb = head
 	settled = true
-	if f.flags&flagByRef != 0 {
+	if f.Flags&wire.FlagByRef != 0 {
 		ack := c.expectAck(id)
-		if werr := c.write(frameBuffers(head, &f)); werr != nil {
+		if werr := c.write(wire.Buffers(head, &f)); werr != nil {
 			c.dropAck(id)
 			enc.abandon()
 		} else if aerr := c.awaitAck(ack, id, nil, a.opts.timeout); aerr != nil {
@@ -236,8 +243,8 @@ func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, v any, err e
 			a.opts.logger.Warn("rpc: a reply was not copied", "worker", a.self.Name, "peer", c.peer.String(), "err", aerr)
 			settled = false
 		}
-		runtime.KeepAlive(f.tensors)
-	} else if werr := c.write(frameBuffers(head, &f)); werr != nil {
+		runtime.KeepAlive(f.Tensors)
+	} else if werr := c.write(wire.Buffers(head, &f)); werr != nil {
 		enc.abandon()
 	}
 	a.m.requestDone(err)

@@ -30,11 +30,11 @@ const defaultConnectTimeout = 5 * time.Minute
 // every interface and advertises each of its addresses to its peers. Use
 // NewBackend with options to change that.
 type Backend struct {
-	host         string
-	sockBuf      int
-	sockBufOK    bool
-	noSingleCopy bool
-	peerTimeout  time.Duration // 0: DefaultPeerTimeout; negative: no check
+	host           string
+	sockBuf        int
+	sockBufOK      bool
+	noSameHostCopy bool
+	peerTimeout    time.Duration // 0: DefaultPeerTimeout; negative: no check
 }
 
 // Option configures a Backend.
@@ -51,13 +51,13 @@ func WithSocketBuffer(bytes int) Option {
 	return func(b *Backend) { b.sockBuf, b.sockBufOK = bytes, true }
 }
 
-// WithSingleCopy turns single-copy transfers between ranks on one machine
-// on (the default) or off. When on, a large message to a rank that runs on
+// WithSameHostCopy turns single-copy transfers between ranks on one machine
+// on (the default) or off (rpc.WithSameHostCopy is the same knob for RPC). When on, a large message to a rank that runs on
 // this machine is not pushed through the socket: the receiver copies it
 // straight out of the sender's memory (process_vm_readv on Linux), which
 // halves the copying. Connection set-up finds out whether the kernel allows
 // it for each pair of ranks; where it does not, messages use the socket.
-func WithSingleCopy(enabled bool) Option { return func(b *Backend) { b.noSingleCopy = !enabled } }
+func WithSameHostCopy(on bool) Option { return func(b *Backend) { b.noSameHostCopy = !on } }
 
 // WithPeerTimeout sets how long a peer may stay silent (no data, no
 // heartbeat) before this rank counts it as unresponsive: its pending and
@@ -80,7 +80,7 @@ func NewBackend(opts ...Option) Backend {
 	return b
 }
 
-func (b Backend) singleCopy() bool { return !b.noSingleCopy }
+func (b Backend) sameHostCopy() bool { return !b.noSameHostCopy }
 
 func (b Backend) socketBuffer() int {
 	if b.sockBufOK {

@@ -21,7 +21,7 @@ func TestLargeCollectives(t *testing.T) {
 	for _, single := range []bool{true, false} {
 		for _, n := range []int{2, 3} {
 			t.Run(fmt.Sprintf("single-copy=%v/n=%d", single, n), func(t *testing.T) {
-				pgs := largeWorld(t, n, tcp.NewBackend(tcp.WithHost("127.0.0.1"), tcp.WithSingleCopy(single)))
+				pgs := largeWorld(t, n, tcp.NewBackend(tcp.WithHost("127.0.0.1"), tcp.WithSameHostCopy(single)))
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				defer cancel()
 				const elems = 3<<20/4 + 5 // segments of about 1 MiB, not a multiple of the world size

@@ -77,7 +77,7 @@
 // messages travel through the socket. Note that Yama (kernel.yama.ptrace_scope of 1 or more, the
 // default on Ubuntu) forbids such reads between sibling processes, so ranks
 // started side by side by one launcher fall back to the socket there unless
-// the administrator sets the scope to 0. WithSingleCopy(false) turns the
+// the administrator sets the scope to 0. WithSameHostCopy(false) turns the
 // mechanism off. The copy runs in the
 // goroutine of the Recv that takes the message, never in the reader; a
 // reference whose Recv does not come within a millisecond is copied into a

@@ -18,7 +18,7 @@ var loopback = NewBackend(WithHost("127.0.0.1"))
 
 // streamOnly is loopback without single-copy transfers: every byte goes
 // through the socket.
-var streamOnly = NewBackend(WithHost("127.0.0.1"), WithSingleCopy(false))
+var streamOnly = NewBackend(WithHost("127.0.0.1"), WithSameHostCopy(false))
 
 // dataPaths are the two ways large messages travel between local ranks.
 var dataPaths = []struct {

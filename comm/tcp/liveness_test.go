@@ -280,7 +280,7 @@ func TestCutLinkFailsBothSides(t *testing.T) {
 // sender's heartbeats queued behind it) is received intact.
 func TestSlowPayloadIsNotSilence(t *testing.T) {
 	const timeout = time.Second
-	ts, via := connectVia(t, tcp.WithPeerTimeout(timeout), tcp.WithSingleCopy(false))
+	ts, via := connectVia(t, tcp.WithPeerTimeout(timeout), tcp.WithSameHostCopy(false))
 	via.mu.Lock()
 	via.proxies0().slow.Store(true)
 	via.mu.Unlock()
@@ -315,7 +315,7 @@ func TestSlowPayloadIsNotSilence(t *testing.T) {
 // as unresponsive, within about the peer timeout.
 func TestCutMidPayload(t *testing.T) {
 	const timeout = 1500 * time.Millisecond
-	ts, via := connectVia(t, tcp.WithPeerTimeout(timeout), tcp.WithSingleCopy(false))
+	ts, via := connectVia(t, tcp.WithPeerTimeout(timeout), tcp.WithSameHostCopy(false))
 	via.mu.Lock()
 	via.proxies0().cutAfter.Store(1 << 20) // in the middle of the payload below
 	via.mu.Unlock()
@@ -341,7 +341,7 @@ func TestCutMidPayload(t *testing.T) {
 // that blocked Send and the Recv waiting for it, both as unresponsive.
 func TestStalledLinkFailsBlockedSend(t *testing.T) {
 	const timeout = 1500 * time.Millisecond
-	ts, via := connectVia(t, tcp.WithPeerTimeout(timeout), tcp.WithSingleCopy(false))
+	ts, via := connectVia(t, tcp.WithPeerTimeout(timeout), tcp.WithSameHostCopy(false))
 	via.mu.Lock()
 	via.proxies0().stall.Store(true)
 	via.mu.Unlock()

@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -10,10 +9,9 @@ import (
 	"runtime"
 	"slices"
 	"time"
-	"unsafe"
 
 	"github.com/tandemml/tandem/comm/transport"
-	"github.com/tandemml/tandem/internal/peercred"
+	"github.com/tandemml/tandem/internal/samehost"
 )
 
 // Single-copy transfers between processes on one machine.
@@ -43,8 +41,10 @@ import (
 // This finds out, without guessing, whether the two processes share a
 // machine, a network and a PID namespace and a user, and whether the kernel
 // allows the read (ptrace access rules, seccomp). When it does not,
-// messages travel through the socket as before. WithSingleCopy(false)
-// turns the mechanism off.
+// messages travel through the socket as before. WithSameHostCopy(false)
+// turns the mechanism off. The steps shared with rpc (process_vm_readv,
+// the token and the challenge) are internal/samehost's; the record below
+// is this protocol's own.
 //
 // The receiver copies in the goroutine of the Recv that takes the message
 // (the reader goroutine only matches frames to receives and queues the
@@ -94,19 +94,15 @@ type sameHost struct {
 
 // probeSize is the size of a probe record:
 //
-//	magic "TNDS" | 1 when single copies are enabled | 3 zero bytes | token address u64 | token [16] | challenge [peercred.OfferSize]
+//	magic "TNDS" | 1 when single copies are enabled | 3 zero bytes | token address u64 | token [16] | challenge [samehost.ChallengeSize]
 //
 // After the records each side sends one byte, 1 when it has proved itself
 // to the other's challenge, and then its verdict, 1 when it has read the
 // other's token at the process id the kernel gave. (Version 2 of the
 // handshake carried the peer's own pid here instead of a challenge.)
-const probeSize = 32 + peercred.OfferSize
+const probeSize = 32 + samehost.ChallengeSize
 
 var probeMagic = [4]byte{'T', 'N', 'D', 'S'}
-
-// proofWait bounds the wait for a proof the peer says it has made (the
-// kernel has queued it by then, so the wait is normally none).
-const proofWait = 2 * time.Second
 
 // probeSameHost runs the probe on every connection at once.
 func (b Backend) probeSameHost(ctx context.Context, rank int, conns []*net.TCPConn) ([]sameHost, error) {
@@ -146,26 +142,16 @@ func (b Backend) probeSameHost(ctx context.Context, rank int, conns []*net.TCPCo
 // making its own, and each makes it before the byte that announces it.
 func (b Backend) probe(ctx context.Context, c *net.TCPConn) (sameHost, error) {
 	defer guard(ctx, c)()
-	token := new([16]byte)
-	var pin runtime.Pinner // the peer reads token from this process's memory
-	pin.Pin(token)
-	defer pin.Unpin()
-	if _, err := rand.Read(token[:]); err != nil {
-		return sameHost{}, err
-	}
-	var ch *peercred.Challenge
-	if b.singleCopy() {
-		if ch, _ = peercred.NewChallenge(); ch != nil {
-			defer ch.Close()
-		}
-	}
+	offer := samehost.NewOffer(b.sameHostCopy())
+	defer offer.Close()
 	var rec [probeSize]byte
 	copy(rec[0:4], probeMagic[:])
-	if ch != nil {
+	if offer.Enabled() {
 		rec[4] = 1
-		copy(rec[32:], ch.Offer())
+		copy(rec[32:], offer.Challenge())
 	}
-	binary.LittleEndian.PutUint64(rec[8:], uint64(uintptr(unsafe.Pointer(token))))
+	binary.LittleEndian.PutUint64(rec[8:], offer.Addr())
+	token := offer.Token()
 	copy(rec[16:32], token[:])
 	if _, err := c.Write(rec[:]); err != nil {
 		return sameHost{}, err
@@ -177,9 +163,9 @@ func (b Backend) probe(ctx context.Context, c *net.TCPConn) (sameHost, error) {
 	if [4]byte(peer[0:4]) != probeMagic {
 		return sameHost{}, fmt.Errorf("bad probe record %q: %w", peer[0:4], transport.ErrMismatch)
 	}
-	both := ch != nil && peer[4] == 1
+	both := offer.Enabled() && peer[4] == 1
 	var proved [1]byte
-	if both && peercred.Prove(ctx, peer[32:], c) == nil {
+	if both && offer.Prove(ctx, peer[32:], c) {
 		proved[0] = 1
 	}
 	if _, err := c.Write(proved[:]); err != nil {
@@ -192,12 +178,8 @@ func (b Backend) probe(ctx context.Context, c *net.TCPConn) (sameHost, error) {
 	var verdict [1]byte
 	var pid int
 	if both && theirProof[0] == 1 {
-		pctx, cancel := context.WithTimeout(ctx, proofWait)
-		cred, err := ch.Accept(pctx, c)
-		cancel()
-		var got [16]byte
-		if err == nil && processVMRead(cred.PID, got[:], binary.LittleEndian.Uint64(peer[8:])) == nil && [16]byte(peer[16:32]) == got {
-			verdict[0], pid = 1, cred.PID
+		if pid = offer.Verify(ctx, c, binary.LittleEndian.Uint64(peer[8:]), [16]byte(peer[16:32])); pid != 0 {
+			verdict[0] = 1
 		}
 	}
 	if _, err := c.Write(verdict[:]); err != nil {
@@ -250,7 +232,7 @@ func (p *peer) sendRef(ctx context.Context, tag transport.Tag, buf []byte) error
 			p.fail(p.lostErr("was cut off: a send timed out while the message waited to be copied"))
 			p.cutConn()
 			<-ack
-			err = p.t.timeoutErr("sending to", p.rank, tag, ctx)
+			err = p.t.ctxErr(ctx, "send", p.rank, tag)
 		}
 	}
 	// buf must stay alive (and, being a heap object, in place) until the
@@ -305,7 +287,7 @@ func (p *peer) fetch(tag transport.Tag, ref remoteRef, buf []byte) error {
 // and its caller reuse the buffer. A copy finished while the link still
 // stood was therefore made from a buffer that could not change.
 func (p *peer) copyRemote(buf []byte, ref remoteRef) error {
-	if err := processVMRead(p.refPID, buf, ref.addr); err != nil {
+	if err := samehost.Read(p.refPID, buf, ref.addr); err != nil {
 		lost := p.lostErr("could not be read from (single-copy transfer of %d bytes failed: %v)", len(buf), err)
 		p.fail(lost)
 		p.cutConn()

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -20,9 +19,11 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
-	"github.com/tandemml/tandem/internal/childtest"
 	"github.com/tandemml/tandem/internal/liveness"
+	"github.com/tandemml/tandem/internal/nettest"
 	"github.com/tandemml/tandem/internal/peercred"
+	"github.com/tandemml/tandem/internal/samehost"
+	"github.com/tandemml/tandem/internal/samehost/samehosttest"
 )
 
 // singleCopyHere reports whether this machine lets a process read its own
@@ -33,7 +34,7 @@ func singleCopyHere(t *testing.T) {
 		t.Skip("single-copy transfers are Linux-only")
 	}
 	src, dst := []byte("probe"), make([]byte, 5)
-	if err := processVMRead(os.Getpid(), dst, uint64(uintptr(unsafe.Pointer(unsafe.SliceData(src))))); err != nil {
+	if err := samehost.Read(os.Getpid(), dst, uint64(uintptr(unsafe.Pointer(unsafe.SliceData(src))))); err != nil {
 		t.Skipf("process_vm_readv is not allowed here: %v", err)
 	}
 }
@@ -348,84 +349,26 @@ func TestSingleCopyBetweenProcesses(t *testing.T) {
 }
 
 // victimEnv makes a re-executed test binary act as the victim of
-// TestSingleCopyTrustsOnlyTheKernel: it holds 16 token bytes and a 48-byte
-// secret right after them, prints its pid, their address and both in hex,
-// and waits for its stdin to close.
+// TestSingleCopyTrustsOnlyTheKernel (samehosttest.RunVictim).
 const victimEnv = "TANDEM_TCP_TEST_VICTIM"
 
 // TestHelperSingleCopyVictim is not a test: it is the victim process of
 // TestSingleCopyTrustsOnlyTheKernel.
 func TestHelperSingleCopyVictim(t *testing.T) {
-	if os.Getenv(victimEnv) == "" {
-		t.Skip("victim process for TestSingleCopyTrustsOnlyTheKernel")
-	}
-	buf := make([]byte, 64)
-	rand.Read(buf)
-	fmt.Printf("%d %d %x %x\n", os.Getpid(), uintptr(unsafe.Pointer(&buf[0])), buf[:16], buf[16:])
-	io.Copy(io.Discard, os.Stdin)
-	runtime.KeepAlive(buf)
-	os.Exit(0)
-}
-
-// tcpVictim is what the victim process printed.
-type tcpVictim struct {
-	pid    int
-	addr   uint64
-	token  []byte
-	secret []byte
-}
-
-func startTCPVictim(t *testing.T) tcpVictim {
-	t.Helper()
-	c := childtest.Start(t, "the victim", "TestHelperSingleCopyVictim", victimEnv+"=1")
-	var v tcpVictim
-	var tok, sec string
-	if _, err := fmt.Fscanf(c.Out, "%d %d %s %s\n", &v.pid, &v.addr, &tok, &sec); err != nil {
-		t.Fatalf("victim: %v", err)
-	}
-	v.token, _ = hex.DecodeString(tok)
-	v.secret, _ = hex.DecodeString(sec)
-	if v.pid != c.Pid || len(v.token) != 16 || len(v.secret) != 48 {
-		t.Fatalf("victim printed pid %d token %q secret %q", v.pid, tok, sec)
-	}
-	return v
-}
-
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (a, b *net.TCPConn) {
-	t.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	done := make(chan *net.TCPConn, 1)
-	go func() {
-		c, _ := ln.AcceptTCP()
-		done <- c
-	}()
-	a, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b = <-done
-	if b == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
+	samehosttest.RunVictim(victimEnv)
+	t.Skip("victim process for TestSingleCopyTrustsOnlyTheKernel")
 }
 
 // hostileProbe is the probe of a rank that offers single copies with the
 // victim's token address and bytes as if they were its own. With prove it
 // proves itself to the honest rank's challenge (as the process it is: it
 // can be no other); without, it claims a proof it never made.
-func hostileProbe(c net.Conn, v tcpVictim, prove bool) error {
+func hostileProbe(c net.Conn, v samehosttest.Victim, prove bool) error {
 	var rec [probeSize]byte
 	copy(rec[0:4], probeMagic[:])
 	rec[4] = 1
-	binary.LittleEndian.PutUint64(rec[8:], v.addr)
-	copy(rec[16:32], v.token)
+	binary.LittleEndian.PutUint64(rec[8:], v.Addr)
+	copy(rec[16:32], v.Token[:])
 	rand.Read(rec[32:])
 	if _, err := c.Write(rec[:]); err != nil {
 		return err
@@ -460,14 +403,14 @@ func hostileProbe(c net.Conn, v tcpVictim, prove bool) error {
 // fails the link instead of delivering the secret.
 func TestSingleCopyTrustsOnlyTheKernel(t *testing.T) {
 	singleCopyHere(t)
-	v := startTCPVictim(t)
-	probe := make([]byte, 16)
-	if err := processVMRead(v.pid, probe, v.addr); err != nil || !bytes.Equal(probe, v.token) {
+	v := samehosttest.StartVictim(t, "TestHelperSingleCopyVictim", victimEnv)
+	var probe [16]byte
+	if err := samehost.Read(v.Pid, probe[:], v.Addr); err != nil || probe != v.Token {
 		t.Skipf("this process may not read the victim's memory here (%v): nothing to protect", err)
 	}
 	for _, prove := range []bool{true, false} {
 		t.Run(map[bool]string{true: "proving as itself", false: "claiming a proof it never made"}[prove], func(t *testing.T) {
-			honest, hostile := tcpPair(t)
+			honest, hostile := nettest.TCPPair(t)
 			ctx := ctxTimeout(t, 20*time.Second)
 			errc := make(chan error, 1)
 			go func() { errc <- hostileProbe(hostile, v, prove) }()
@@ -479,7 +422,7 @@ func TestSingleCopyTrustsOnlyTheKernel(t *testing.T) {
 				t.Fatal(err)
 			}
 			if host.pid != 0 {
-				t.Fatalf("the honest rank agreed to read pid %d (victim %d, this process %d)", host.pid, v.pid, os.Getpid())
+				t.Fatalf("the honest rank agreed to read pid %d (victim %d, this process %d)", host.pid, v.Pid, os.Getpid())
 			}
 			// The hostile rank sends a reference to the secret anyway.
 			tr := newTransport(0, 2, DefaultMaxMessage, liveness.Config{})
@@ -487,15 +430,15 @@ func TestSingleCopyTrustsOnlyTheKernel(t *testing.T) {
 			defer tr.Close()
 			var frame [headerSize + refBodySize]byte
 			hdr := (*[headerSize]byte)(frame[:headerSize])
-			putHeader(hdr, frameRef, 7, uint64(len(v.secret)))
-			binary.LittleEndian.PutUint64(frame[headerSize:], v.addr+16)
+			putHeader(hdr, frameRef, 7, uint64(len(v.Secret)))
+			binary.LittleEndian.PutUint64(frame[headerSize:], v.Addr+16)
 			binary.LittleEndian.PutUint64(frame[headerSize+8:], 1)
 			if _, err := hostile.Write(frame[:]); err != nil {
 				t.Fatal(err)
 			}
-			got := make([]byte, len(v.secret))
+			got := make([]byte, len(v.Secret))
 			err = tr.Recv(ctx, 1, 7, got)
-			if bytes.Equal(got, v.secret) {
+			if bytes.Equal(got, v.Secret) {
 				t.Fatalf("the honest rank copied the victim's secret out: %x", got)
 			}
 			if !errors.Is(err, transport.ErrPeerLost) {

@@ -132,15 +132,6 @@ func (t *Transport) ctxErr(ctx context.Context, op string, peer int, tag transpo
 	return errs.FromContext(ctx, fmt.Sprintf("tcp: %s: rank %d %s rank %d (tag %#x)", op, t.rank, dir, peer, uint64(tag)))
 }
 
-// timeoutErr is ctxErr under the name and argument order of older callers
-// ("sending to" or "receiving from").
-func (t *Transport) timeoutErr(op string, peer int, tag transport.Tag, ctx context.Context) error {
-	if op == "receiving from" {
-		return t.ctxErr(ctx, "recv", peer, tag)
-	}
-	return t.ctxErr(ctx, "send", peer, tag)
-}
-
 // begin checks what Send and Recv (op "send" or "recv") check before they
 // touch the connection, and returns peer's link.
 func (t *Transport) begin(ctx context.Context, op string, peer int, tag transport.Tag, n int) (*peer, error) {

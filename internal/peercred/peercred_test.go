@@ -16,32 +16,8 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/nettest"
 )
-
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (a, b net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	done := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		done <- c
-	}()
-	a, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b = <-done
-	if b == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
 
 func linuxOnly(t *testing.T) {
 	t.Helper()
@@ -73,7 +49,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 // either accepts, and each learns the other's process from the kernel.
 func TestMutualProof(t *testing.T) {
 	linuxOnly(t)
-	a, b := tcpPair(t)
+	a, b := nettest.TCPPair(t)
 	ca, cb := newChallenge(t), newChallenge(t)
 	ctx := ctxFor(t, 10*time.Second)
 	if err := Prove(ctx, cb.Offer(), a); err != nil {
@@ -102,8 +78,8 @@ func TestMutualProof(t *testing.T) {
 // ends the challenge at once, naming no process.
 func TestWrongProofsAreDropped(t *testing.T) {
 	linuxOnly(t)
-	a, b := tcpPair(t)
-	other, _ := tcpPair(t)
+	a, b := nettest.TCPPair(t)
+	other, _ := nettest.TCPPair(t)
 	c := newChallenge(t)
 	ctx := ctxFor(t, 10*time.Second)
 
@@ -151,7 +127,7 @@ func TestWrongProofsAreDropped(t *testing.T) {
 // where no challenge listens.
 func TestProveErrors(t *testing.T) {
 	linuxOnly(t)
-	a, _ := tcpPair(t)
+	a, _ := nettest.TCPPair(t)
 	ctx := ctxFor(t, 5*time.Second)
 	if err := Prove(ctx, make([]byte, OfferSize-1), a); !errors.Is(err, errs.InvalidArgument) {
 		t.Fatalf("short offer: %v", err)

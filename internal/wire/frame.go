@@ -1,4 +1,4 @@
-package rpc
+package wire
 
 import (
 	"bytes"
@@ -13,6 +13,9 @@ import (
 	"unsafe"
 
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/recvbuf"
 )
 
 // Wire format of one frame (all integers little-endian):
@@ -53,44 +56,44 @@ import (
 // length passes the connection's limit is malformed: the connection that
 // carried it is closed, nothing else.
 const (
-	frameHeaderLen = 24
-	frameVersion   = 1
+	HeaderLen = 24
+	Version   = 1
 
-	kindRequest   = 1
-	kindResponse  = 2
-	kindError     = 3
-	kindCancel    = 4
-	kindReadDone  = 5
-	kindHeartbeat = 6
+	KindRequest   = 1
+	KindResponse  = 2
+	KindError     = 3
+	KindCancel    = 4
+	KindReadDone  = 5
+	KindHeartbeat = 6
 
-	flagByRef = 1
-	flagNoAck = 2
+	FlagByRef = 1
+	FlagNoAck = 2
 
-	maxNameLen   = 4096
+	MaxNameLen   = 4096
 	maxMetaPairs = 1024
 	maxTensors   = 1 << 20
 	maxDims      = 64
 )
 
-// Metadata carries small key/value pairs with a call (and with its reply),
-// for interceptors such as distributed autograd's context propagation.
-type Metadata map[string]string
-
-// frame is one message.
-type frame struct {
-	kind    byte
-	code    byte
-	flags   byte
-	id      uint64
-	fn      string
-	typ     string
-	aux     uint64
-	meta    Metadata
-	payload []byte
-	tensors []*tensor.Dense
-	// blocks: the receive buffers the tensors were given, to release early
-	// when the function that takes them says it keeps none (ReuseArgMemory).
-	blocks []recvBlock
+// Frame is one message.
+type Frame struct {
+	Kind  byte
+	Code  byte
+	Flags byte
+	ID    uint64
+	Fn    string // function name (requests)
+	Type  string // type name of the value carried
+	Aux   uint64 // a request's timeout in ns; an error's sentinel mask
+	Meta  map[string]string
+	// Payload is the value's encoding, tensors excepted (Encoder).
+	Payload []byte
+	// Tensors travel as raw sections after the head, in the order of the
+	// encoder's table.
+	Tensors []*tensor.Dense
+	// Blocks: the receive buffers the tensors were given, to release early
+	// (recvbuf.Release) when the function that takes them says it keeps
+	// none.
+	Blocks []recvbuf.Block
 }
 
 // dtype codes on the wire.
@@ -101,7 +104,9 @@ var dtypeCodes = []tensor.Dtype{
 	13: tensor.Complex128, 14: tensor.Int, 15: tensor.Uint,
 }
 
-func dtypeCode(dt tensor.Dtype) (byte, bool) {
+// DtypeCode returns the wire code of dtype dt; ok is false for a dtype
+// that cannot travel.
+func DtypeCode(dt tensor.Dtype) (code byte, ok bool) {
 	for i, d := range dtypeCodes {
 		if i > 0 && d == dt {
 			return byte(i), true
@@ -110,15 +115,19 @@ func dtypeCode(dt tensor.Dtype) (byte, bool) {
 	return 0, false
 }
 
-// protocolError marks a malformed or oversized frame: the connection is
+// ProtocolError marks a malformed or oversized frame: the connection is
 // closed, the agent keeps serving others.
-type protocolError struct{ err error }
+type ProtocolError struct{ err error }
 
-func (e *protocolError) Error() string { return e.err.Error() }
-func (e *protocolError) Unwrap() error { return e.err }
+// Error returns the cause's text.
+func (e *ProtocolError) Error() string { return e.err.Error() }
 
-func malformed(format string, args ...any) error {
-	return &protocolError{fmt.Errorf("%w: "+format, append([]any{ErrMalformed}, args...)...)}
+// Unwrap returns the cause (wrapping ErrMalformed or errs.TooLarge).
+func (e *ProtocolError) Unwrap() error { return e.err }
+
+// Malformed returns a *ProtocolError wrapping ErrMalformed.
+func Malformed(format string, args ...any) error {
+	return &ProtocolError{fmt.Errorf("%w: "+format, append([]any{ErrMalformed}, args...)...)}
 }
 
 // contiguous returns t itself when its backing bytes are exactly its elements
@@ -130,7 +139,7 @@ func contiguous(t *tensor.Dense) (*tensor.Dense, error) {
 	if m, ok := t.Materialize().(*tensor.Dense); ok && sameSize(m) {
 		return m, nil
 	}
-	return nil, fmt.Errorf("%w: rpc: a tensor of shape %v holds %d bytes, not %d; pass a contiguous tensor", ErrInvalidArgument, t.Shape(), len(t.Header.Raw), tensorElems(t.Shape())*int(t.Dtype().Size()))
+	return nil, fmt.Errorf("%w: rpc: a tensor of shape %v holds %d bytes, not %d; pass a contiguous tensor", errs.InvalidArgument, t.Shape(), len(t.Header.Raw), tensorElems(t.Shape())*int(t.Dtype().Size()))
 }
 
 func sameSize(t *tensor.Dense) bool {
@@ -145,27 +154,27 @@ func tensorElems(shape tensor.Shape) int {
 	return n
 }
 
-// appendHead appends the fixed header and head of f to dst and returns it
+// AppendHead appends the fixed header and head of f to dst and returns it
 // with the data length. Tensors in f must be contiguous (see contiguous).
-func appendHead(dst []byte, f *frame) ([]byte, uint64, error) {
+func AppendHead(dst []byte, f *Frame) ([]byte, uint64, error) {
 	start := len(dst)
-	dst = append(dst, make([]byte, frameHeaderLen)...)
-	dst = appendString(dst, f.fn)
-	dst = appendString(dst, f.typ)
-	dst = binary.AppendUvarint(dst, f.aux)
-	dst = binary.AppendUvarint(dst, uint64(len(f.meta)))
-	for k, v := range f.meta {
-		dst = appendString(dst, k)
-		dst = appendString(dst, v)
+	dst = append(dst, make([]byte, HeaderLen)...)
+	dst = AppendString(dst, f.Fn)
+	dst = AppendString(dst, f.Type)
+	dst = binary.AppendUvarint(dst, f.Aux)
+	dst = binary.AppendUvarint(dst, uint64(len(f.Meta)))
+	for k, v := range f.Meta {
+		dst = AppendString(dst, k)
+		dst = AppendString(dst, v)
 	}
-	dst = binary.AppendUvarint(dst, uint64(len(f.payload)))
-	dst = append(dst, f.payload...)
-	dst = binary.AppendUvarint(dst, uint64(len(f.tensors)))
+	dst = binary.AppendUvarint(dst, uint64(len(f.Payload)))
+	dst = append(dst, f.Payload...)
+	dst = binary.AppendUvarint(dst, uint64(len(f.Tensors)))
 	var data, refBytes uint64
-	for _, t := range f.tensors {
-		code, ok := dtypeCode(t.Dtype())
+	for _, t := range f.Tensors {
+		code, ok := DtypeCode(t.Dtype())
 		if !ok {
-			return nil, 0, fmt.Errorf("%w: rpc: tensors of dtype %v cannot travel (supported: bool, ints, uints, floats, complex)", ErrInvalidArgument, t.Dtype())
+			return nil, 0, fmt.Errorf("%w: rpc: tensors of dtype %v cannot travel (supported: bool, ints, uints, floats, complex)", errs.InvalidArgument, t.Dtype())
 		}
 		dst = append(dst, code)
 		shape := t.Shape()
@@ -176,7 +185,7 @@ func appendHead(dst []byte, f *frame) ([]byte, uint64, error) {
 		for _, d := range shape {
 			dst = binary.AppendUvarint(dst, uint64(d))
 		}
-		if f.flags&flagByRef != 0 {
+		if f.Flags&FlagByRef != 0 {
 			if len(t.Header.Raw) > 0 {
 				dst = binary.AppendUvarint(dst, uint64(uintptr(unsafe.Pointer(&t.Header.Raw[0]))))
 			} else {
@@ -187,32 +196,33 @@ func appendHead(dst []byte, f *frame) ([]byte, uint64, error) {
 		}
 		data += uint64(len(t.Header.Raw))
 	}
-	head := len(dst) - start - frameHeaderLen
+	head := len(dst) - start - HeaderLen
 	if head > math.MaxUint32 {
-		return nil, 0, fmt.Errorf("%w: rpc: message head of %d bytes", ErrTooLarge, head)
+		return nil, 0, fmt.Errorf("%w: rpc: message head of %d bytes", errs.TooLarge, head)
 	}
-	h := dst[start : start+frameHeaderLen]
+	h := dst[start : start+HeaderLen]
 	binary.LittleEndian.PutUint32(h[0:4], uint32(head))
 	binary.LittleEndian.PutUint64(h[4:12], data)
-	h[12], h[13], h[14], h[15] = f.kind, f.code, frameVersion, f.flags
-	binary.LittleEndian.PutUint64(h[16:24], f.id)
+	h[12], h[13], h[14], h[15] = f.Kind, f.Code, Version, f.Flags
+	binary.LittleEndian.PutUint64(h[16:24], f.ID)
 	return dst, data + refBytes, nil
 }
 
-func appendString(dst []byte, s string) []byte {
+// AppendString appends s with its uvarint length.
+func AppendString(dst []byte, s string) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(s)))
 	return append(dst, s...)
 }
 
-// frameBuffers returns the buffers that make up f on the wire: head first,
+// Buffers returns the buffers that make up f on the wire: head first,
 // then each tensor's bytes, without copying them.
-func frameBuffers(head []byte, f *frame) net.Buffers {
-	bufs := make(net.Buffers, 0, 1+len(f.tensors))
+func Buffers(head []byte, f *Frame) net.Buffers {
+	bufs := make(net.Buffers, 0, 1+len(f.Tensors))
 	bufs = append(bufs, head)
-	if f.flags&flagByRef != 0 {
+	if f.Flags&FlagByRef != 0 {
 		return bufs
 	}
-	for _, t := range f.tensors {
+	for _, t := range f.Tensors {
 		if len(t.Header.Raw) > 0 {
 			bufs = append(bufs, t.Header.Raw)
 		}
@@ -232,7 +242,7 @@ func (d *headDecoder) uvarint(what string) uint64 {
 	}
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 {
-		d.err = malformed("bad %s", what)
+		d.err = Malformed("bad %s", what)
 		return 0
 	}
 	d.b = d.b[n:]
@@ -245,7 +255,7 @@ func (d *headDecoder) bytes(what string, limit int) []byte {
 		return nil
 	}
 	if n > uint64(limit) || n > uint64(len(d.b)) {
-		d.err = malformed("%s of %d bytes (limit %d, %d left in head)", what, n, limit, len(d.b))
+		d.err = Malformed("%s of %d bytes (limit %d, %d left in head)", what, n, limit, len(d.b))
 		return nil
 	}
 	v := d.b[:n:n]
@@ -258,7 +268,7 @@ func (d *headDecoder) byte(what string) byte {
 		return 0
 	}
 	if len(d.b) == 0 {
-		d.err = malformed("head ends before %s", what)
+		d.err = Malformed("head ends before %s", what)
 		return 0
 	}
 	v := d.b[0]
@@ -274,33 +284,33 @@ type tensorDesc struct {
 }
 
 // parseHeader validates the fixed header and returns its lengths.
-func parseHeader(h []byte, maxSize int64) (f frame, headLen uint32, dataLen uint64, err error) {
+func parseHeader(h []byte, maxSize int64) (f Frame, headLen uint32, dataLen uint64, err error) {
 	headLen = binary.LittleEndian.Uint32(h[0:4])
 	dataLen = binary.LittleEndian.Uint64(h[4:12])
-	f.kind, f.code, f.flags = h[12], h[13], h[15]
-	f.id = binary.LittleEndian.Uint64(h[16:24])
-	if h[14] != frameVersion {
-		return f, 0, 0, malformed("frame version %d, this side speaks %d", h[14], frameVersion)
+	f.Kind, f.Code, f.Flags = h[12], h[13], h[15]
+	f.ID = binary.LittleEndian.Uint64(h[16:24])
+	if h[14] != Version {
+		return f, 0, 0, Malformed("frame version %d, this side speaks %d", h[14], Version)
 	}
-	if f.flags&^(flagByRef|flagNoAck) != 0 || (f.flags&flagNoAck != 0 && (f.flags&flagByRef == 0 || f.kind != kindRequest)) {
-		return f, 0, 0, malformed("frame flags %#x on a frame of kind %d", f.flags, f.kind)
+	if f.Flags&^(FlagByRef|FlagNoAck) != 0 || (f.Flags&FlagNoAck != 0 && (f.Flags&FlagByRef == 0 || f.Kind != KindRequest)) {
+		return f, 0, 0, Malformed("frame flags %#x on a frame of kind %d", f.Flags, f.Kind)
 	}
-	if f.kind < kindRequest || f.kind > kindHeartbeat {
-		return f, 0, 0, malformed("frame kind %d", f.kind)
+	if f.Kind < KindRequest || f.Kind > KindHeartbeat {
+		return f, 0, 0, Malformed("frame kind %d", f.Kind)
 	}
-	if f.flags&flagByRef != 0 && (dataLen != 0 || (f.kind != kindRequest && f.kind != kindResponse)) {
-		return f, 0, 0, malformed("a by-reference frame of kind %d with %d data bytes", f.kind, dataLen)
+	if f.Flags&FlagByRef != 0 && (dataLen != 0 || (f.Kind != KindRequest && f.Kind != KindResponse)) {
+		return f, 0, 0, Malformed("a by-reference frame of kind %d with %d data bytes", f.Kind, dataLen)
 	}
 	if dataLen > uint64(maxSize) || uint64(headLen) > uint64(maxSize)-dataLen {
-		return f, 0, 0, &protocolError{fmt.Errorf("%w: rpc: frame of %d bytes passes the limit of %d bytes (WithMaxMessageSize)", ErrTooLarge, uint64(headLen)+dataLen, maxSize)}
+		return f, 0, 0, &ProtocolError{fmt.Errorf("%w: rpc: frame of %d bytes passes the limit of %d bytes (WithMaxMessageSize)", errs.TooLarge, uint64(headLen)+dataLen, maxSize)}
 	}
 	return f, headLen, dataLen, nil
 }
 
 // parseHead fills f from the head bytes and returns the tensors' layout.
 // intern (may be nil) turns names into strings.
-func parseHead(f *frame, head []byte, dataLen uint64, maxSize int64, intern func([]byte) string) ([]tensorDesc, error) {
-	byRef := f.flags&flagByRef != 0
+func parseHead(f *Frame, head []byte, dataLen uint64, maxSize int64, intern func([]byte) string) ([]tensorDesc, error) {
+	byRef := f.Flags&FlagByRef != 0
 	if byRef {
 		// The tensors' bytes are not in the frame, but count toward the limit.
 		dataLen = uint64(maxSize) - uint64(len(head))
@@ -309,25 +319,25 @@ func parseHead(f *frame, head []byte, dataLen uint64, maxSize int64, intern func
 	if intern == nil {
 		intern = func(b []byte) string { return string(b) }
 	}
-	f.fn = intern(d.bytes("function name", maxNameLen))
-	f.typ = intern(d.bytes("type name", maxNameLen))
-	f.aux = d.uvarint("aux")
+	f.Fn = intern(d.bytes("function name", MaxNameLen))
+	f.Type = intern(d.bytes("type name", MaxNameLen))
+	f.Aux = d.uvarint("aux")
 	nmeta := d.uvarint("metadata count")
 	if d.err == nil && nmeta > maxMetaPairs {
-		d.err = malformed("%d metadata pairs (limit %d)", nmeta, maxMetaPairs)
+		d.err = Malformed("%d metadata pairs (limit %d)", nmeta, maxMetaPairs)
 	}
 	if d.err == nil && nmeta > 0 {
-		f.meta = make(Metadata, nmeta)
+		f.Meta = make(map[string]string, nmeta)
 		for i := uint64(0); i < nmeta && d.err == nil; i++ {
 			k := d.bytes("metadata key", len(head))
 			v := d.bytes("metadata value", len(head))
-			f.meta[string(k)] = string(v)
+			f.Meta[string(k)] = string(v)
 		}
 	}
-	f.payload = d.bytes("payload", len(head))
+	f.Payload = d.bytes("payload", len(head))
 	nt := d.uvarint("tensor count")
 	if d.err == nil && (nt > maxTensors || nt > uint64(len(d.b))) {
-		d.err = malformed("%d tensors with %d head bytes left", nt, len(d.b))
+		d.err = Malformed("%d tensors with %d head bytes left", nt, len(d.b))
 	}
 	var descs []tensorDesc
 	var total uint64
@@ -337,13 +347,13 @@ func parseHead(f *frame, head []byte, dataLen uint64, maxSize int64, intern func
 			break
 		}
 		if int(code) >= len(dtypeCodes) || code == 0 {
-			d.err = malformed("tensor %d has unknown dtype code %d", i, code)
+			d.err = Malformed("tensor %d has unknown dtype code %d", i, code)
 			break
 		}
 		dt := dtypeCodes[code]
 		ndim := d.uvarint("tensor rank")
 		if d.err == nil && ndim > maxDims {
-			d.err = malformed("tensor %d has %d dimensions (limit %d)", i, ndim, maxDims)
+			d.err = Malformed("tensor %d has %d dimensions (limit %d)", i, ndim, maxDims)
 		}
 		if d.err != nil {
 			break
@@ -357,7 +367,7 @@ func parseHead(f *frame, head []byte, dataLen uint64, maxSize int64, intern func
 			}
 			hi, lo := bits.Mul64(elems, dim)
 			if hi != 0 || dim > math.MaxInt32*8 {
-				d.err = malformed("tensor %d shape overflows", i)
+				d.err = Malformed("tensor %d shape overflows", i)
 				break
 			}
 			elems = lo
@@ -369,10 +379,10 @@ func parseHead(f *frame, head []byte, dataLen uint64, maxSize int64, intern func
 		hi, size := bits.Mul64(elems, uint64(dt.Size()))
 		if hi != 0 || size > dataLen-total {
 			if byRef {
-				d.err = &protocolError{fmt.Errorf("%w: rpc: tensors of a frame pass the limit of %d bytes (WithMaxMessageSize)", ErrTooLarge, maxSize)}
+				d.err = &ProtocolError{fmt.Errorf("%w: rpc: tensors of a frame pass the limit of %d bytes (WithMaxMessageSize)", errs.TooLarge, maxSize)}
 				break
 			}
-			d.err = malformed("tensor %d of %v×%v needs more than the %d data bytes left", i, shape, dt, dataLen-total)
+			d.err = Malformed("tensor %d of %v×%v needs more than the %d data bytes left", i, shape, dt, dataLen-total)
 			break
 		}
 		total += size
@@ -386,40 +396,40 @@ func parseHead(f *frame, head []byte, dataLen uint64, maxSize int64, intern func
 		return nil, d.err
 	}
 	if len(d.b) != 0 {
-		return nil, malformed("%d stray bytes at the end of the head", len(d.b))
+		return nil, Malformed("%d stray bytes at the end of the head", len(d.b))
 	}
 	if total != dataLen && !byRef {
-		return nil, malformed("tensors hold %d bytes, header says %d", total, dataLen)
+		return nil, Malformed("tensors hold %d bytes, header says %d", total, dataLen)
 	}
-	switch f.kind {
-	case kindRequest:
-		if f.fn == "" {
-			return nil, malformed("request without a function name")
+	switch f.Kind {
+	case KindRequest:
+		if f.Fn == "" {
+			return nil, Malformed("request without a function name")
 		}
-	case kindCancel, kindReadDone, kindHeartbeat:
-		if len(descs) != 0 || len(f.payload) != 0 {
-			return nil, malformed("frame of kind %d with a body", f.kind)
+	case KindCancel, KindReadDone, KindHeartbeat:
+		if len(descs) != 0 || len(f.Payload) != 0 {
+			return nil, Malformed("frame of kind %d with a body", f.Kind)
 		}
-	case kindError:
+	case KindError:
 		if len(descs) != 0 {
-			return nil, malformed("error frame with tensors")
+			return nil, Malformed("error frame with tensors")
 		}
 	}
 	return descs, nil
 }
 
-// readFrame reads one frame from r, receiving tensor data straight into the
+// ReadFrame reads one frame from r, receiving tensor data straight into the
 // tensors' own backing arrays (for a by-reference frame, copying it with
 // fetch; nil fetch refuses such frames). I/O errors come back as they are; a
-// malformed or oversized frame yields a *protocolError.
+// malformed or oversized frame yields a *ProtocolError.
 //
 // into, when not nil, offers memory for a by-reference frame's tensors: it
 // returns the tensors a caller lent for the frame's call (WithResultInto),
 // and a function to call once the copying into them is over, whether it
 // succeeded or not. A lent tensor receives the frame's tensor of the same
 // index when its dtype and shape match; others get new memory.
-func readFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) string, fetch func(dst []byte, addr uint64) error, into func(id uint64) ([]*tensor.Dense, func())) (*frame, error) {
-	if _, err := io.ReadFull(r, hdr[:frameHeaderLen]); err != nil {
+func ReadFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) string, fetch func(dst []byte, addr uint64) error, into func(id uint64) ([]*tensor.Dense, func())) (*Frame, error) {
+	if _, err := io.ReadFull(r, hdr[:HeaderLen]); err != nil {
 		return nil, err
 	}
 	f, headLen, dataLen, err := parseHeader(hdr, maxSize)
@@ -430,8 +440,8 @@ func readFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) strin
 	if _, err := io.ReadFull(r, head); err != nil {
 		return nil, unexpectedEOF(err)
 	}
-	if f.flags&flagByRef != 0 && fetch == nil {
-		return nil, malformed("a by-reference frame on a connection without same-host copies")
+	if f.Flags&FlagByRef != 0 && fetch == nil {
+		return nil, Malformed("a by-reference frame on a connection without same-host copies")
 	}
 	descs, err := parseHead(&f, head, dataLen, maxSize, intern)
 	if err != nil {
@@ -439,38 +449,38 @@ func readFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) strin
 	}
 	if len(descs) > 0 {
 		var lent []*tensor.Dense
-		if into != nil && f.flags&flagByRef != 0 {
+		if into != nil && f.Flags&FlagByRef != 0 {
 			var done func()
-			if lent, done = into(f.id); done != nil {
+			if lent, done = into(f.ID); done != nil {
 				defer done()
 			}
 		}
-		f.tensors = make([]*tensor.Dense, len(descs))
+		f.Tensors = make([]*tensor.Dense, len(descs))
 		for i, d := range descs {
 			var t *tensor.Dense
 			if i < len(lent) && fits(lent[i], d) && !slices.Contains(lent[:i], lent[i]) {
 				t = lent[i]
 			} else {
-				var blk recvBlock
-				t, blk = newReceiveTensor(d.dt, d.shape, d.size)
-				if blk.base != nil {
-					f.blocks = append(f.blocks, blk)
+				var blk recvbuf.Block
+				t, blk = recvbuf.NewTensor(d.dt, d.shape, d.size)
+				if blk.Valid() {
+					f.Blocks = append(f.Blocks, blk)
 				}
 			}
 			raw := t.Header.Raw
 			if uint64(len(raw)) != d.size {
-				return nil, malformed("tensor %d: %d bytes allocated for %d", i, len(raw), d.size)
+				return nil, Malformed("tensor %d: %d bytes allocated for %d", i, len(raw), d.size)
 			}
-			if f.flags&flagByRef != 0 {
+			if f.Flags&FlagByRef != 0 {
 				if d.size > 0 {
 					if err := fetch(raw, d.addr); err != nil {
-						return nil, &protocolError{err}
+						return nil, &ProtocolError{err}
 					}
 				}
 			} else if _, err := io.ReadFull(r, raw); err != nil {
 				return nil, unexpectedEOF(err)
 			}
-			f.tensors[i] = t
+			f.Tensors[i] = t
 		}
 	}
 	return &f, nil
@@ -502,17 +512,17 @@ func unexpectedEOF(err error) error {
 	return err
 }
 
-// decodeFrame decodes one whole frame from b, refusing frames over maxSize
+// DecodeFrame decodes one whole frame from b, refusing frames over maxSize
 // bytes and trailing bytes. It is the decoder the connections use, exposed
 // for tests and tools.
-func decodeFrame(b []byte, maxSize int64, fetch func(dst []byte, addr uint64) error) (*frame, error) {
+func DecodeFrame(b []byte, maxSize int64, fetch func(dst []byte, addr uint64) error) (*Frame, error) {
 	r := bytes.NewReader(b)
-	f, err := readFrame(r, make([]byte, frameHeaderLen), maxSize, nil, fetch, nil)
+	f, err := ReadFrame(r, make([]byte, HeaderLen), maxSize, nil, fetch, nil)
 	if err != nil {
 		return nil, err
 	}
 	if r.Len() != 0 {
-		return nil, malformed("%d bytes after the frame", r.Len())
+		return nil, Malformed("%d bytes after the frame", r.Len())
 	}
 	return f, nil
 }

@@ -1,4 +1,4 @@
-package tcp
+package samehost
 
 // sysProcessVMReadv is process_vm_readv(2)'s number, which the syscall
 // package's frozen 386 table lacks.

@@ -11,58 +11,7 @@ import (
 
 	"github.com/tandemml/tandem/models"
 	"github.com/tandemml/tandem/rpc"
-	"github.com/tandemml/tandem/rref"
 )
-
-type inner struct {
-	T    *tensor.Dense
-	Skip *tensor.Dense `rpc:"-"`
-	skip *tensor.Dense
-}
-
-type walkArg struct {
-	First  *tensor.Dense
-	Nested *inner
-	List   []*tensor.Dense
-	Named  map[string]*tensor.Dense
-	Iface  any
-	Ref    *rref.RRef[*models.Param]
-	Number float64
-}
-
-// tensorsOf visits what travels, in a fixed order, once per tensor.
-func TestTensorsOfOrder(t *testing.T) {
-	mk := func() *tensor.Dense { return tensor.New(tensor.WithShape(1), tensor.WithBacking([]float64{0})) }
-	a, b, c, d, e, f, g := mk(), mk(), mk(), mk(), mk(), mk(), mk()
-	v := walkArg{
-		First:  a,
-		Nested: &inner{T: b, Skip: g, skip: g},
-		List:   []*tensor.Dense{c, a, nil},
-		Named:  map[string]*tensor.Dense{"z": d, "a": e, "m": nil},
-		Iface:  f,
-	}
-	for range 5 { // map order must not matter
-		got := tensorsOf(v)
-		want := []*tensor.Dense{a, b, c, e, d, f}
-		if len(got) != len(want) {
-			t.Fatalf("found %d tensors, want %d", len(got), len(want))
-		}
-		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("tensor %d out of order", i)
-			}
-		}
-	}
-	if n := len(tensorsOf(&v)); n != 6 {
-		t.Errorf("through a pointer: %d tensors", n)
-	}
-	if n := len(tensorsOf(3.5)); n != 0 {
-		t.Errorf("a number carries %d tensors", n)
-	}
-	if n := len(tensorsOf(a)); n != 1 {
-		t.Errorf("a bare tensor: %d", n)
-	}
-}
 
 type pairArg struct {
 	A, B  *tensor.Dense // A tracked, B a constant

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package rpc
+package recvbuf
 
 import "unsafe"
 

@@ -1,4 +1,7 @@
-package rpc
+// Package recvbuf gives received tensors their memory: memory the receiver
+// overwrites in full, so never zeroed, and for large tensors recycled from
+// tensors the program has dropped (rpc's receive path uses it).
+package recvbuf
 
 import (
 	"math/bits"
@@ -74,18 +77,18 @@ const (
 	collectMax = 1 << 30
 )
 
-// newReceiveTensor returns a tensor of dtype dt and shape whose size bytes
-// the caller overwrites in full before anyone else sees them, and, when its
-// memory comes from the receive buffers, the block to release once the
-// tensor is known to be dropped (see recycler.release).
-func newReceiveTensor(dt tensor.Dtype, shape []int, size uint64) (*tensor.Dense, recvBlock) {
+// NewTensor returns a tensor of dtype dt and shape whose size bytes the
+// caller overwrites in full before anyone else sees them, and, when its
+// memory comes from the receive buffers, the block to Release once the
+// tensor is known to be dropped.
+func NewTensor(dt tensor.Dtype, shape []int, size uint64) (*tensor.Dense, Block) {
 	es := uint64(dt.Size())
 	if size < uninitFrom || len(shape) == 0 || es == 0 || size%es != 0 {
-		return tensor.New(tensor.Of(dt), tensor.WithShape(shape...)), recvBlock{}
+		return tensor.New(tensor.Of(dt), tensor.WithShape(shape...)), Block{}
 	}
 	// The element types that travel hold no pointers: the memory is noscan.
 	var p unsafe.Pointer
-	var blk recvBlock
+	var blk Block
 	if size >= recycleFrom {
 		blk = receiveBuffers.get(uintptr(size))
 		p = bufferStart(blk.base, blk.class)
@@ -96,9 +99,9 @@ func newReceiveTensor(dt tensor.Dtype, shape []int, size uint64) (*tensor.Dense,
 	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing)), blk
 }
 
-// recvBlock is a receive buffer's block: its base (the object the
-// finalizer watches) and its size class. The zero value is no block.
-type recvBlock struct {
+// Block is a receive buffer's block: its base (the object the finalizer
+// watches) and its size class. The zero value is no block.
+type Block struct {
 	base  unsafe.Pointer
 	class uintptr
 }
@@ -146,7 +149,7 @@ func sizeClass(n uintptr) uintptr {
 
 // get returns a block holding a buffer of at least n bytes (at
 // bufferStart) whose contents are undefined.
-func (r *recycler) get(n uintptr) recvBlock {
+func (r *recycler) get(n uintptr) Block {
 	class := sizeClass(n)
 	r.mu.Lock()
 	collect := r.collectSoon(class)
@@ -160,7 +163,7 @@ func (r *recycler) get(n uintptr) recvBlock {
 			go r.collectGarbage()
 		}
 		r.watch(base, class)
-		return recvBlock{base, class}
+		return Block{base, class}
 	}
 	fill := r.prefill > 0 && !r.filling[class] && r.bytes+uintptr(r.prefill)*class <= recycleCap
 	if fill {
@@ -175,7 +178,7 @@ func (r *recycler) get(n uintptr) recvBlock {
 	}
 	base := newBlock(class)
 	r.watch(base, class)
-	return recvBlock{base, class}
+	return Block{base, class}
 }
 
 // collectSoon counts a block of class bytes as handed out and says whether
@@ -235,12 +238,33 @@ func scannableBytes() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// release puts a block back on its free list at once, without waiting for
-// the collector: its owner vouches that nothing refers into it any more (a
-// function registered with ReuseArgMemory has returned). The block goes on
+// Release puts a block that NewTensor handed out back on its free list at
+// once, without waiting for the collector: its owner vouches that nothing
+// refers into it any more (in rpc, a function registered with
+// ReuseArgMemory has returned). The zero Block is ignored.
+func Release(b Block) { receiveBuffers.release(b) }
+
+// Free reports whether the receive buffer whose data starts at addr is on a
+// free list, ready for the next tensor of its size (for tests).
+func Free(addr uintptr) bool {
+	r := receiveBuffers
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for class, list := range r.free {
+		for _, base := range list {
+			if uintptr(bufferStart(base, class)) == addr {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// release puts a block back on its free list at once (see Release). The
+// block goes on
 // top of its list, so the next receive of that size reuses the memory
 // touched last, still in the CPU's caches.
-func (r *recycler) release(b recvBlock) {
+func (r *recycler) release(b Block) {
 	if b.base == nil {
 		return
 	}
@@ -340,3 +364,6 @@ func (r *recycler) put(base unsafe.Pointer, class uintptr) {
 	r.free[class] = append(r.free[class], base)
 	r.bytes += class
 }
+
+// Valid reports whether b is a block (not the zero Block).
+func (b Block) Valid() bool { return b.base != nil }

@@ -1,6 +1,6 @@
 //go:build linux && !amd64 && !386
 
-package tcp
+package samehost
 
 import "syscall"
 

@@ -1,4 +1,4 @@
-package rpc
+package recvbuf
 
 import (
 	"runtime"
@@ -88,13 +88,13 @@ func TestRecyclerCap(t *testing.T) {
 // it.
 func TestReceiveTensorRecycled(t *testing.T) {
 	const n = recycleFrom / 4
-	first, _ := newReceiveTensor(tensor.Float32, []int{n}, n*4)
+	first, _ := NewTensor(tensor.Float32, []int{n}, n*4)
 	data := first.Data().([]float32)
 	addr := uintptr(unsafe.Pointer(&data[0]))
 	data[0] = 42
 	first = nil
 	// data still refers to the memory: a new tensor must get other memory.
-	second, _ := newReceiveTensor(tensor.Float32, []int{n}, n*4)
+	second, _ := NewTensor(tensor.Float32, []int{n}, n*4)
 	if got := uintptr(unsafe.Pointer(&second.Data().([]float32)[0])); got == addr {
 		t.Fatal("a tensor reused memory that a live slice refers to")
 	}
@@ -181,7 +181,7 @@ func TestRecyclerRelease(t *testing.T) {
 		t.Fatalf("%d buffers on the free list while the only one is in use", free)
 	}
 	runtime.KeepAlive(p)
-	r.release(recvBlock{}) // the zero block is no block
+	r.release(Block{}) // the zero block is no block
 }
 
 // TestRecyclerCollectsDroppedBuffers: a loop that receives large buffers

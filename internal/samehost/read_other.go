@@ -1,0 +1,12 @@
+//go:build !linux
+
+package samehost
+
+import "errors"
+
+// Supported reports whether this platform has process_vm_readv(2).
+const Supported = false
+
+// Read is Linux's process_vm_readv(2); elsewhere same-host copies are not
+// offered and data always travels through the socket.
+func Read(pid int, dst []byte, addr uint64) error { return errors.ErrUnsupported }
