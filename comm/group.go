@@ -86,7 +86,7 @@ func NewProcessGroup(ctx context.Context, t transport.Transport, opts ...Option)
 	if t == nil {
 		return nil, errorf(ErrInvalidArgument, "NewProcessGroup needs a transport, got nil")
 	}
-	if err := errs.CheckContext(ctx, "comm: NewProcessGroup"); err != nil {
+	if err := errs.CheckContext(ctx, "comm", "NewProcessGroup"); err != nil {
 		return nil, err
 	}
 	if err := errs.FromContext(ctx, "comm: NewProcessGroup"); err != nil {

@@ -198,7 +198,7 @@ func InitFromEnv(ctx context.Context, opts ...InitOption) (*ProcessGroup, error)
 // Otherwise it listens on every interface and offers each of its addresses
 // to its peers (see comm/tcp.WithHost to pin one).
 func Init(ctx context.Context, rawURL string, opts ...InitOption) (*ProcessGroup, error) {
-	if err := errs.CheckContext(ctx, "comm: init"); err != nil {
+	if err := errs.CheckContext(ctx, "comm", "init"); err != nil {
 		return nil, err
 	}
 	cfg := initConfig{rank: -1, world: -1, timeout: DefaultTimeout, lookup: os.LookupEnv}

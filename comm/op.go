@@ -71,7 +71,7 @@ type job struct {
 // lives as long as the group, so a collective costs no goroutine start (and
 // no stack growth) of its own.
 func (pg *ProcessGroup) start(ctx context.Context, op collective) Work {
-	if err := errs.CheckContext(ctx, "comm: "+op.desc); err != nil {
+	if err := errs.CheckContext(ctx, "comm", op.desc); err != nil {
 		return failedWork(op.desc, err)
 	}
 	pg.issued.note()

@@ -88,7 +88,7 @@ func (pg *ProcessGroup) p2p(ctx context.Context, op P2POp) *work {
 		verb, dir = "recv", "from"
 	}
 	desc := fmt.Sprintf("%s %s rank %d tag %d on group %q", verb, dir, op.Peer, op.Tag, pg.name)
-	if err := errs.CheckContext(ctx, "comm: "+desc); err != nil {
+	if err := errs.CheckContext(ctx, "comm", desc); err != nil {
 		return failedWork(desc, err)
 	}
 	if op.Kind != P2PSend && op.Kind != P2PRecv {

@@ -65,7 +65,7 @@ func (w *work) Err() error {
 }
 
 func (w *work) Wait(ctx context.Context) error {
-	if err := errs.CheckContext(ctx, "comm: wait for "+w.String()); err != nil {
+	if err := errs.CheckContext(ctx, "comm", "wait"); err != nil {
 		return err
 	}
 	select {

@@ -37,7 +37,7 @@ type joining struct {
 // Connect returns rank cfg.Rank's transport once the world exists (every
 // rank's Connect can then proceed without waiting for the others).
 func (Backend) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
-	if err := errs.CheckContext(ctx, "local: connect"); err != nil {
+	if err := errs.CheckContext(ctx, "local", "connect"); err != nil {
 		return nil, err
 	}
 	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {

@@ -88,7 +88,7 @@ func (e *endpoint) opName(op string, peer int, tag transport.Tag) string {
 // Send copies buf into peer's mailbox (straight into a waiting receive's
 // buffer when one is posted), so it never waits for the receiver.
 func (e *endpoint) Send(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
-	if err := errs.CheckContext(ctx, "local: send"); err != nil {
+	if err := errs.CheckContext(ctx, "local", "send"); err != nil {
 		return err
 	}
 	if err := e.checkPeer(peer); err != nil {
@@ -161,7 +161,7 @@ func fill(dst, msg []byte, src, dstRank int, tag transport.Tag) error {
 }
 
 func (e *endpoint) Recv(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
-	if err := errs.CheckContext(ctx, "local: recv"); err != nil {
+	if err := errs.CheckContext(ctx, "local", "recv"); err != nil {
 		return err
 	}
 	if err := e.checkPeer(peer); err != nil {

@@ -124,7 +124,7 @@ func (b Backend) ConnectSHM(ctx context.Context, cfg transport.Config) (*Transpo
 }
 
 func (b Backend) connect(ctx context.Context, cfg transport.Config) (*Transport, error) {
-	if err := errs.CheckContext(ctx, "shm: connect"); err != nil {
+	if err := errs.CheckContext(ctx, "shm", "connect"); err != nil {
 		return nil, err
 	}
 	// 1024 ranks: as many as one host can share a segment among.

@@ -193,7 +193,7 @@ func (t *Transport) downErr() error {
 }
 
 func (t *Transport) check(ctx context.Context, op string, peer int, buf []byte) error {
-	if err := errs.CheckContext(ctx, "shm: "+op); err != nil {
+	if err := errs.CheckContext(ctx, "shm", op); err != nil {
 		return err
 	}
 	if peer < 0 || peer >= t.size {

@@ -54,7 +54,7 @@ func ctxError(ctx context.Context, op string) error {
 // enter refuses a call whose context is nil (ErrInvalidArgument) or has
 // already ended.
 func enter(ctx context.Context, op string) error {
-	if err := errs.CheckContext(ctx, "store: "+op); err != nil {
+	if err := errs.CheckContext(ctx, "store", op); err != nil {
 		return err
 	}
 	return ctxError(ctx, op)

@@ -40,7 +40,7 @@ func (p *Prefix) blocking(ctx context.Context, op string, call func(ctx context.
 	if err := p.check(op); err != nil {
 		return err
 	}
-	if err := errs.CheckContext(ctx, "store: "+op); err != nil {
+	if err := errs.CheckContext(ctx, "store", op); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)

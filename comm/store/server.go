@@ -111,7 +111,7 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // an error wrapping ErrClosed if the server was already closed or is already
 // serving.
 func (s *Server) Serve(ctx context.Context) error {
-	if err := errs.CheckContext(ctx, "store server: serve"); err != nil {
+	if err := errs.CheckContext(ctx, "store server", "serve"); err != nil {
 		return err
 	}
 	s.mu.Lock()

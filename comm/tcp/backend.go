@@ -103,7 +103,7 @@ func (b Backend) ConnectTCP(ctx context.Context, cfg transport.Config) (*Transpo
 }
 
 func (b Backend) connect(ctx context.Context, cfg transport.Config) (*Transport, error) {
-	if err := errs.CheckContext(ctx, "tcp: connect"); err != nil {
+	if err := errs.CheckContext(ctx, "tcp", "connect"); err != nil {
 		return nil, err
 	}
 	if err := cfg.Validate("tcp", maxWorld); err != nil {

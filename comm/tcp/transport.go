@@ -135,7 +135,7 @@ func (t *Transport) ctxErr(ctx context.Context, op string, peer int, tag transpo
 // begin checks what Send and Recv (op "send" or "recv") check before they
 // touch the connection, and returns peer's link.
 func (t *Transport) begin(ctx context.Context, op string, peer int, tag transport.Tag, n int) (*peer, error) {
-	if err := errs.CheckContext(ctx, "tcp: "+op); err != nil {
+	if err := errs.CheckContext(ctx, "tcp", op); err != nil {
 		return nil, err
 	}
 	p, err := t.peer(op, peer)

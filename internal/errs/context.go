@@ -67,11 +67,13 @@ func Expired(what string) error {
 	return fmt.Errorf("%s: %w: %w", what, Timeout, context.DeadlineExceeded)
 }
 
-// CheckContext returns an error wrapping InvalidArgument when ctx is nil,
-// else nil. Every call that takes a context starts with it.
-func CheckContext(ctx context.Context, what string) error {
+// CheckContext returns an error wrapping InvalidArgument, described as
+// "pkg: op: ...", when ctx is nil, else nil. Every call that takes a context
+// starts with it; the description is put together only on that error, so
+// that the check costs no allocation on a hot path.
+func CheckContext(ctx context.Context, pkg, op string) error {
 	if ctx == nil {
-		return fmt.Errorf("%s: nil context (pass context.Background() for none): %w", what, InvalidArgument)
+		return fmt.Errorf("%s: %s: nil context (pass context.Background() for none): %w", pkg, op, InvalidArgument)
 	}
 	return nil
 }

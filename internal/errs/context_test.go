@@ -77,11 +77,11 @@ func TestWrapAndAnnotate(t *testing.T) {
 }
 
 func TestCheckContext(t *testing.T) {
-	if err := CheckContext(context.Background(), "pkg: op"); err != nil {
+	if err := CheckContext(context.Background(), "pkg", "op"); err != nil {
 		t.Fatal(err)
 	}
 	//lint:ignore SA1012 a nil context is what is under test
-	if err := CheckContext(nil, "pkg: op"); !errors.Is(err, InvalidArgument) || !strings.HasPrefix(err.Error(), "pkg: op: ") {
+	if err := CheckContext(nil, "pkg", "op"); !errors.Is(err, InvalidArgument) || !strings.HasPrefix(err.Error(), "pkg: op: ") {
 		t.Errorf("nil context: %v, want InvalidArgument", err)
 	}
 }

@@ -173,7 +173,7 @@ func (cl *Client) run(ctx context.Context, op string, timeout time.Duration, pol
 	if cl.isClosed() {
 		return fmt.Errorf("torchstore %s: %w", op, store.ErrClosed)
 	}
-	if err := errs.CheckContext(ctx, "torchstore: "+op); err != nil {
+	if err := errs.CheckContext(ctx, "torchstore", op); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {

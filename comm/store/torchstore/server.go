@@ -126,7 +126,7 @@ func (s *Server) Port() int { return s.ln.Addr().(*net.TCPAddr).Port }
 // returns an error wrapping store.ErrClosed when the server was closed
 // before, or is serving already.
 func (s *Server) Serve(ctx context.Context) error {
-	if err := errs.CheckContext(ctx, "torchstore server: serve"); err != nil {
+	if err := errs.CheckContext(ctx, "torchstore server", "serve"); err != nil {
 		return err
 	}
 	s.mu.Lock()
