@@ -9,7 +9,9 @@
 // ELEMENTWISE is the body of every kernel here, func(dst, src []T):
 // dst[i] = dst[i] op src[i] for i < len(dst), in four 16-byte vectors an
 // iteration (MOVV and OPV, N elements) and then one element at a time (MOVS
-// and OPS), elements SIZE bytes wide.
+// and OPS), elements SIZE bytes wide. It loads the arguments itself, the
+// same in every kernel: go vet checks each TEXT line's frame size against
+// the Go declaration, not the offsets in a macro.
 #define ELEMENTWISE(MOVV, OPV, MOVS, OPS, SIZE, N) \
 	MOVQ dst_base+0(FP), DI          \
 	MOVQ dst_len+8(FP), CX           \

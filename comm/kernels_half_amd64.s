@@ -13,7 +13,8 @@
 // DI = &dst[0], SI = &src[0], CX = len(dst) rounded down to a multiple of 8
 // (returning at once when that is 0) and AX = 0; the body, at the label
 // loop, handles elements AX to AX+7; EIGHTS_NEXT steps AX by 8, goes back to
-// loop while AX < CX, and returns.
+// loop while AX < CX, and returns. (go vet checks each TEXT line's frame
+// size against the Go declaration, not the offsets in a macro.)
 #define EIGHTS_BEGIN \
 	MOVQ dst_base+0(FP), DI  \
 	MOVQ dst_len+8(FP), CX   \

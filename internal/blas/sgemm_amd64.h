@@ -5,7 +5,9 @@
 
 // TILE_ARGS loads a tile kernel's arguments, func(k int, a, b *float32,
 // ldb int, c *float32, ldc int, alpha float32, acc bool): CX = k, AX = a,
-// BX = b, R9 = ldb in bytes, DI = c, DX = ldc in bytes.
+// BX = b, R9 = ldb in bytes, DI = c, DX = ldc in bytes. (go vet reads only
+// .s files: it checks the tile kernels' frame sizes and their alpha and acc
+// loads, not these offsets.)
 #define TILE_ARGS \
 	MOVQ k+0(FP), CX    \
 	MOVQ a+8(FP), AX    \
