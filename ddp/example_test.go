@@ -51,7 +51,7 @@ func Example() {
 func train(ctx context.Context, pg *comm.ProcessGroup) []float64 {
 	// Each rank may start from its own random weights: New copies rank 0's.
 	rng := rand.New(rand.NewPCG(uint64(pg.Rank()), 1))
-	model, err := models.NewMLP([]int{8, 16, 3}, models.ActReLU, true, rng, models.WithDtype(tensor.Float64))
+	model, err := models.NewMLP([]int{8, 16, 3}, models.WithRand(rng), models.WithDtype(tensor.Float64))
 	if err != nil {
 		panic(err)
 	}

@@ -10,7 +10,7 @@
 // The Builder binds each Param's Value to one graph node, so an optimizer
 // updating Value in place changes the next run without rebuilding the graph:
 //
-//	model, _ := models.NewMLP([]int{784, 256, 10}, models.ActReLU, true, rand.New(rand.NewPCG(1, 2)))
+//	model, _ := models.NewMLP([]int{784, 256, 10}, models.WithRand(rand.New(rand.NewPCG(1, 2))))
 //	b := models.NewBuilder(nil)                 // a new graph, training mode
 //	x := b.Bind("x", xBatch)                    // refill xBatch in place per step
 //	y := b.Bind("y", labels)                    // int64 class indices [N]

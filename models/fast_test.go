@@ -368,11 +368,11 @@ func TestExecutorsAgreeWithBufferReuse(t *testing.T) {
 		xshape []int
 	}{
 		{"mlp", func(dt tensor.Dtype) Module {
-			m, _ := NewMLP([]int{6, 8, 8, 3}, ActReLU, true, rand.New(rand.NewPCG(1, 1)), WithDtype(dt))
+			m, _ := NewMLP([]int{6, 8, 8, 3}, WithRand(rand.New(rand.NewPCG(1, 1))), WithDtype(dt))
 			return m
 		}, []int{5, 6}},
 		{"mlp gelu", func(dt tensor.Dtype) Module {
-			m, _ := NewMLP([]int{6, 8, 3}, ActGELU, true, rand.New(rand.NewPCG(1, 1)), WithDtype(dt))
+			m, _ := NewMLP([]int{6, 8, 3}, WithActivation(ActGELU), WithRand(rand.New(rand.NewPCG(1, 1))), WithDtype(dt))
 			return m
 		}, []int{5, 6}},
 		{"cnn", func(dt tensor.Dtype) Module {
@@ -442,7 +442,7 @@ func countOps(g *G.ExprGraph, prefix string) int {
 // gorgonia.Grad called directly still differentiates with respect to it.
 func TestBackwardSkipsDataGradients(t *testing.T) {
 	rng := rand.New(rand.NewPCG(111, 112))
-	m, _ := NewMLP([]int{4, 6, 3}, ActReLU, true, rng, WithDtype(tensor.Float64))
+	m, _ := NewMLP([]int{4, 6, 3}, WithRand(rng), WithDtype(tensor.Float64))
 	x := randDense(rng, tensor.Float64, 2, 4)
 	lab := tensor.New(tensor.WithShape(2), tensor.WithBacking([]int64{0, 2}))
 	b, _ := trainGraph(t, m, x, lab)

@@ -97,7 +97,7 @@ func benchTrain(ctx context.Context, args []string) error {
 // median wall time of steps timed steps after ten warm-up steps.
 func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int) (time.Duration, error) {
 	rng := rand.New(rand.NewPCG(0, 1))
-	model, err := models.NewMLP(sizes, models.ActReLU, true, rng, models.WithDtype(tensor.Float32))
+	model, err := models.NewMLP(sizes, models.WithRand(rng), models.WithDtype(tensor.Float32))
 	if err != nil {
 		return 0, err
 	}
