@@ -496,8 +496,8 @@ type convGradXOp struct {
 type convGradWOp struct {
 	plainOp
 	convParams
-	sc  *scratch
-	out *outSlot // where dw is written (see WithGradsInPlace)
+	sc    *scratch
+	scale *gradScale // multiplies dw (see Builder.SetGradTarget)
 }
 
 func conv2d(bl *Builder, x, w *G.Node, cp convParams) (*G.Node, error) {
@@ -600,7 +600,7 @@ func (op convOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 		}
 	}
 	if op.need.need(1) {
-		if dw, err = G.ApplyOp(convGradWOp{convParams: op.convParams, sc: &scratch{}, out: &outSlot{}}, x, grad); err != nil {
+		if dw, err = G.ApplyOp(convGradWOp{convParams: op.convParams, sc: &scratch{}, scale: &gradScale{}}, x, grad); err != nil {
 			return nil, err
 		}
 	}
@@ -688,13 +688,11 @@ func (op convGradWOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, e
 		return nil, err
 	}
 	g, _ := op.geom(x.Shape(), dy.Shape()[1])
-	out := outDense(op.out.pick(prealloc), x.Dtype(), ws, x, dy)
+	out := outDense(prealloc, x.Dtype(), ws, x, dy)
 	if err := runConv(g, op.sc, convGradW[float64], convGradW[float32], x, dy, out); err != nil {
 		return nil, err
 	}
-	if op.out != nil && out == op.out.dst {
-		scaleDense(out, op.out.factor())
-	}
+	scaleDense(out, op.scale.factor())
 	return out, nil
 }
 func (op convGradWOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
@@ -705,4 +703,4 @@ func (op convGradWOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, fmt.Errorf("models: second derivatives of Conv2d are not implemented")
 }
 
-func (op convGradWOp) sinkSlot() *outSlot { return op.out }
+func (op convGradWOp) scaleCell() *gradScale { return op.scale }

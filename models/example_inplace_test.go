@@ -23,7 +23,7 @@ func ExampleWithGradsInPlace() {
 	logits, _ := model.Forward(b, b.Bind("x", x))
 	loss, _ := models.CrossEntropy(logits, b.Bind("y", y))
 	_ = b.Backward(loss) // allocates every Param.Grad
-	prog, err := graph.Compile(b.Graph(), graph.Workers(1))
+	prog, err := b.Compile(graph.Workers(1)) // points the program at every Param.Grad
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -20,7 +20,7 @@ type matMulOp struct {
 	plainOp
 	transA, transB bool
 	need           *inputGrads // which operands need gradients (nil: both)
-	out            *outSlot    // where a gradient product writes (see WithGradsInPlace)
+	scale          *gradScale  // multiplies a gradient product (see Builder.SetGradTarget)
 }
 
 // MatMulT returns op(a)·op(b) where op transposes a (b) when transA (transB)
@@ -99,7 +99,7 @@ func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 	if err != nil {
 		return nil, err
 	}
-	out := outDense(op.out.pick(prealloc), a.Dtype(), []int{m, n}, a, b)
+	out := outDense(prealloc, a.Dtype(), []int{m, n}, a, b)
 	ta, tb := blas.NoTrans, blas.NoTrans
 	if op.transA {
 		ta = blas.Trans
@@ -108,10 +108,7 @@ func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 		tb = blas.Trans
 	}
 	lda, ldb := a.Shape()[1], b.Shape()[1]
-	alpha := 1.0
-	if op.out != nil && out == op.out.dst {
-		alpha = op.out.factor()
-	}
+	alpha := op.scale.factor()
 	switch a.Dtype() {
 	case tensor.Float64:
 		tblas.Dgemm(ta, tb, m, n, k, alpha, a.Float64s(), lda, b.Float64s(), ldb, 0, out.Float64s(), n)
@@ -148,9 +145,9 @@ func (op matMulOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	var err error
 	if op.need.need(0) {
 		if !op.transA {
-			da, err = G.ApplyOp(matMulOp{transA: false, transB: !op.transB, out: &outSlot{}}, grad, b)
+			da, err = G.ApplyOp(matMulOp{transA: false, transB: !op.transB, scale: &gradScale{}}, grad, b)
 		} else {
-			da, err = G.ApplyOp(matMulOp{transA: op.transB, transB: true, out: &outSlot{}}, b, grad)
+			da, err = G.ApplyOp(matMulOp{transA: op.transB, transB: true, scale: &gradScale{}}, b, grad)
 		}
 		if err != nil {
 			return nil, err
@@ -158,9 +155,9 @@ func (op matMulOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	}
 	if op.need.need(1) {
 		if !op.transB {
-			db, err = G.ApplyOp(matMulOp{transA: !op.transA, transB: false, out: &outSlot{}}, a, grad)
+			db, err = G.ApplyOp(matMulOp{transA: !op.transA, transB: false, scale: &gradScale{}}, a, grad)
 		} else {
-			db, err = G.ApplyOp(matMulOp{transA: true, transB: op.transA, out: &outSlot{}}, grad, a)
+			db, err = G.ApplyOp(matMulOp{transA: true, transB: op.transA, scale: &gradScale{}}, grad, a)
 		}
 		if err != nil {
 			return nil, err
@@ -169,4 +166,4 @@ func (op matMulOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	return G.Nodes{da, db}, nil
 }
 
-func (op matMulOp) sinkSlot() *outSlot { return op.out }
+func (op matMulOp) scaleCell() *gradScale { return op.scale }

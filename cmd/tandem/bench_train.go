@@ -125,7 +125,7 @@ func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int) (time.Du
 	if err := b.Backward(loss); err != nil {
 		return 0, err
 	}
-	prog, err := graph.Compile(b.Graph(), graph.Workers(1), graph.WithGrads(b.ParamNodes(), b.GradNodes()))
+	prog, err := b.Compile(graph.Workers(1))
 	if err != nil {
 		return 0, err
 	}

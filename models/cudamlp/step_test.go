@@ -48,7 +48,7 @@ func TestStepMatchesCPU(t *testing.T) {
 	if err := b.Backward(lossNode); err != nil {
 		t.Fatal(err)
 	}
-	prog, err := graph.Compile(b.Graph(), graph.Workers(1), graph.WithGrads(b.ParamNodes(), b.GradNodes()))
+	prog, err := b.Compile(graph.Workers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
