@@ -22,7 +22,7 @@ func ExampleWithGradsInPlace() {
 	b := models.NewBuilder(nil, models.WithGradsInPlace())
 	logits, _ := model.Forward(b, b.Bind("x", x))
 	loss, _ := models.CrossEntropy(logits, b.Bind("y", y))
-	_ = b.Backward(loss) // allocates every Param.Grad
+	_ = b.Backward(loss)                     // allocates every Param.Grad
 	prog, err := b.Compile(graph.Workers(1)) // points the program at every Param.Grad
 	if err != nil {
 		fmt.Println(err)
