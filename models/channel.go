@@ -7,6 +7,8 @@ import (
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
 // The channel ops view x as [outer, C, inner], where C is the product of the
@@ -34,7 +36,7 @@ func (k chanKind) String() string {
 func (k chanKind) elementwise() bool { return k == chanAdd || k == chanMul || k == chanAddReLU }
 
 type chanOp struct {
-	plainOp
+	opkit.Plain
 	kind    chanKind
 	axis, n int
 	inDims  int        // dims of x
@@ -263,7 +265,7 @@ func chanSeg[T float](k chanKind, dst, x []T, v T) {
 }
 
 func (op chanOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op chanOp) Hashcode() uint32      { return hashOf(op) }
+func (op chanOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op chanOp) String() string {
 	return fmt.Sprintf("%v{axis:%d,n:%d,dims:%d,c:%v}", op.kind, op.axis, op.n, op.inDims, op.cShape)
 }

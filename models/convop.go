@@ -12,6 +12,7 @@ import (
 
 	tblas "github.com/tandemml/tandem/internal/blas"
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
 // Conv2d's ops. The forward pass of sample n is one GEMM,
@@ -476,7 +477,7 @@ func convGradX[T float](g convGeom, sc *scratch, gemm gemmFunc[T], w, dy, dx []T
 // convOp convolves x [N, C, H, W] with w [O, C, kh, kw] into [N, O, OH, OW]
 // (groups 1, no bias).
 type convOp struct {
-	plainOp
+	opkit.Plain
 	convParams
 	need *inputGrads // which inputs need gradients (nil: both)
 	sc   *scratch
@@ -485,7 +486,7 @@ type convOp struct {
 // convGradXOp is the gradient with respect to x: inputs (w, dy), output
 // [N, C, H, W] for the H×W input the op was built for.
 type convGradXOp struct {
-	plainOp
+	opkit.Plain
 	convParams
 	h, w int
 	sc   *scratch
@@ -494,7 +495,7 @@ type convGradXOp struct {
 // convGradWOp is the gradient with respect to w: inputs (x, dy), output
 // [O, C, kh, kw].
 type convGradWOp struct {
-	plainOp
+	opkit.Plain
 	convParams
 	sc    *scratch
 	scale *gradScale // multiplies dw (see Builder.SetGradTarget)
@@ -511,10 +512,16 @@ func conv2d(bl *Builder, x, w *G.Node, cp convParams) (*G.Node, error) {
 	return G.ApplyOp(op, x, w)
 }
 
-func fourD() hm.Type { return G.TensorType{Dims: 4, Of: hm.TypeVariable('a')} }
+// Arity: each of the convolution ops (convOp, convGradXOp, convGradWOp)
+// takes two tensors.
+func (convParams) Arity() int { return 2 }
 
-func (op convOp) Arity() int    { return 2 }
-func (op convOp) Type() hm.Type { return hm.NewFnType(fourD(), fourD(), fourD()) }
+// Type: two 4-d tensors to a 4-d tensor, for each of the convolution ops.
+func (convParams) Type() hm.Type {
+	fourD := G.TensorType{Dims: 4, Of: hm.TypeVariable('a')}
+	return hm.NewFnType(fourD, fourD, fourD)
+}
+
 func (op convOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	xs, ws, err := twoShapes(op, in)
 	if err != nil {
@@ -535,17 +542,38 @@ func (op convOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(ni
 
 // UsePreallocDo writes the convolution into prealloc when it fits (see outDense).
 func (op convOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	x, w, err := twoDense(op, in)
+	return doConv(op, op.sc, convForward[float64], convForward[float32], prealloc, in)
+}
+
+// geomOf: inputs x and w.
+func (op convOp) geomOf(x, w, _ tensor.Shape) (convGeom, error) { return op.geom(x, w[0]) }
+
+// convStep is one of the convolution ops, as doConv runs it.
+type convStep interface {
+	fmt.Stringer
+	InferShape(...G.DimSizer) (tensor.Shape, error)
+	// geomOf is the convolution's geometry for inputs a and b and output out.
+	geomOf(a, b, out tensor.Shape) (convGeom, error)
+}
+
+// doConv is the UsePreallocDo of the convolution ops: it checks the two
+// inputs, works out the output's shape and geometry, and runs k64 or k32
+// into prealloc when it fits (see outDense), else into a new tensor.
+func doConv[O convStep](op O, sc *scratch, k64 convKernel[float64], k32 convKernel[float32], prealloc G.Value, in []G.Value) (G.Value, error) {
+	a, b, err := twoDense(op, in)
 	if err != nil {
 		return nil, err
 	}
-	os, err := op.InferShape(x.Shape(), w.Shape())
+	os, err := op.InferShape(a.Shape(), b.Shape())
 	if err != nil {
 		return nil, err
 	}
-	g, _ := op.geom(x.Shape(), w.Shape()[0])
-	out := outDense(prealloc, x.Dtype(), os, x, w)
-	if err := runConv(g, op.sc, convForward[float64], convForward[float32], x, w, out); err != nil {
+	g, err := op.geomOf(a.Shape(), b.Shape(), os)
+	if err != nil {
+		return nil, err
+	}
+	out := outDense(prealloc, a.Dtype(), os, a, b)
+	if err := runConv(g, sc, k64, k32, a, b, out); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -580,7 +608,7 @@ func twoDense[O fmt.Stringer](op O, in []G.Value) (a, b *tensor.Dense, err error
 }
 
 func (op convOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op convOp) Hashcode() uint32      { return hashOf(op) }
+func (op convOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op convOp) String() string        { return "Conv2d{" + op.convParams.String() + "}" }
 func (op convOp) DiffWRT(int) []bool    { return []bool{op.need.need(0), op.need.need(1)} }
 
@@ -607,8 +635,6 @@ func (op convOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	return G.Nodes{dx, dw}, nil
 }
 
-func (op convGradXOp) Arity() int    { return 2 }
-func (op convGradXOp) Type() hm.Type { return hm.NewFnType(fourD(), fourD(), fourD()) }
 func (op convGradXOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	ws, dys, err := twoShapes(op, in)
 	if err != nil {
@@ -631,23 +657,14 @@ func (op convGradXOp) Do(in ...G.Value) (G.Value, error) { return op.UsePrealloc
 
 // UsePreallocDo writes dx into prealloc when it fits (see outDense).
 func (op convGradXOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	w, dy, err := twoDense(op, in)
-	if err != nil {
-		return nil, err
-	}
-	xs, err := op.InferShape(w.Shape(), dy.Shape())
-	if err != nil {
-		return nil, err
-	}
-	g, _ := op.geom(xs, w.Shape()[0])
-	out := outDense(prealloc, w.Dtype(), xs, w, dy)
-	if err := runConv(g, op.sc, convGradX[float64], convGradX[float32], w, dy, out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return doConv(op, op.sc, convGradX[float64], convGradX[float32], prealloc, in)
 }
+
+// geomOf: inputs w and dy, output dx.
+func (op convGradXOp) geomOf(w, _, dx tensor.Shape) (convGeom, error) { return op.geom(dx, w[0]) }
+
 func (op convGradXOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op convGradXOp) Hashcode() uint32      { return hashOf(op) }
+func (op convGradXOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op convGradXOp) String() string {
 	return fmt.Sprintf("Conv2dGradX{%v,in:%dx%d}", op.convParams, op.h, op.w)
 }
@@ -656,8 +673,6 @@ func (op convGradXOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, fmt.Errorf("models: second derivatives of Conv2d are not implemented")
 }
 
-func (op convGradWOp) Arity() int    { return 2 }
-func (op convGradWOp) Type() hm.Type { return hm.NewFnType(fourD(), fourD(), fourD()) }
 func (op convGradWOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	xs, dys, err := twoShapes(op, in)
 	if err != nil {
@@ -677,26 +692,22 @@ func (op convGradWOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 }
 func (op convGradWOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
 
-// UsePreallocDo writes dw into prealloc when it fits (see outDense).
+// UsePreallocDo writes dw into prealloc when it fits (see outDense),
+// multiplied by the op's scale (see Builder.SetGradTarget).
 func (op convGradWOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	x, dy, err := twoDense(op, in)
+	out, err := doConv(op, op.sc, convGradW[float64], convGradW[float32], prealloc, in)
 	if err != nil {
 		return nil, err
 	}
-	ws, err := op.InferShape(x.Shape(), dy.Shape())
-	if err != nil {
-		return nil, err
-	}
-	g, _ := op.geom(x.Shape(), dy.Shape()[1])
-	out := outDense(prealloc, x.Dtype(), ws, x, dy)
-	if err := runConv(g, op.sc, convGradW[float64], convGradW[float32], x, dy, out); err != nil {
-		return nil, err
-	}
-	scaleDense(out, op.scale.factor())
+	scaleDense(out.(*tensor.Dense), op.scale.factor())
 	return out, nil
 }
+
+// geomOf: inputs x and dy.
+func (op convGradWOp) geomOf(x, dy, _ tensor.Shape) (convGeom, error) { return op.geom(x, dy[1]) }
+
 func (op convGradWOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op convGradWOp) Hashcode() uint32      { return hashOf(op) }
+func (op convGradWOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op convGradWOp) String() string        { return "Conv2dGradW{" + op.convParams.String() + "}" }
 func (op convGradWOp) DiffWRT(int) []bool    { return []bool{false, false} }
 func (op convGradWOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {

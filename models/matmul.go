@@ -10,6 +10,7 @@ import (
 	"gorgonia.org/tensor"
 
 	tblas "github.com/tandemml/tandem/internal/blas"
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
 // matMulOp computes op(A)·op(B) for row-major matrices, where op transposes
@@ -17,7 +18,7 @@ import (
 // GEMM as flags, so no transposed copy is ever made; its gradients are again
 // matMulOps with other flags (see SymDiff).
 type matMulOp struct {
-	plainOp
+	opkit.Plain
 	transA, transB bool
 	need           *inputGrads // which operands need gradients (nil: both)
 	scale          *gradScale  // multiplies a gradient product (see Builder.SetGradTarget)
@@ -121,7 +122,7 @@ func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 }
 
 func (op matMulOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op matMulOp) Hashcode() uint32      { return hashOf(op) }
+func (op matMulOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op matMulOp) String() string {
 	return fmt.Sprintf("MatMulT{a:%t,b:%t}", op.transA, op.transB)
 }
