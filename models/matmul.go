@@ -24,11 +24,23 @@ type matMulOp struct {
 	scale          *gradScale  // multiplies a gradient product (see Builder.SetGradTarget)
 }
 
-// MatMulT returns op(a)·op(b) where op transposes a (b) when transA (transB)
-// is true. It is the product Linear uses (x·Wᵀ with W stored [out, in]) and
-// costs one GEMM forward and one per input gradient backward.
-func MatMulT(a, b *G.Node, transA, transB bool) (*G.Node, error) {
-	return matMulT(nil, a, b, transA, transB)
+// Transpose says which operands MatMulT transposes: TransA, TransB, both
+// (TransA|TransB) or neither (0).
+type Transpose uint8
+
+const (
+	// TransA transposes the first operand.
+	TransA Transpose = 1 << iota
+	// TransB transposes the second operand.
+	TransB
+)
+
+// MatMulT returns op(a)·op(b) where op transposes the operands t names:
+// MatMulT(x, w, TransB) is the product Linear uses (x·Wᵀ with W stored
+// [out, in]). The transposes are GEMM flags, not copies; the product costs
+// one GEMM forward and one per input gradient backward.
+func MatMulT(a, b *G.Node, t Transpose) (*G.Node, error) {
+	return matMulT(nil, a, b, t&TransA != 0, t&TransB != 0)
 }
 
 // matMulT is MatMulT for a layer built through bl (nil for none), whose
