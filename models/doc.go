@@ -47,5 +47,7 @@
 // as one bias+ReLU pass; Conv2d is one GEMM per sample. Matrix products go
 // through internal/blas: build with -tags openblas for OpenBLAS, which is
 // several times faster than the pure-Go default. WithGradsInPlace makes
-// runs write gradients straight into Param.Grad (read its contract first).
+// the runs of a program compiled with Builder.Compile write gradients
+// straight into Param.Grad (read its contract first); where a gradient goes
+// is the executor's to decide (graph.Program.SetOutput), not the op's.
 package models

@@ -44,7 +44,7 @@ func newStepBench(tb testing.TB, model models.Module, xShape []int, classes int,
 	if err := b.Backward(loss); err != nil {
 		tb.Fatal(err)
 	}
-	prog, err := graph.Compile(b.Graph(), graph.Workers(1), graph.WithGrads(b.ParamNodes(), b.GradNodes()))
+	prog, err := b.Compile(graph.Workers(1))
 	if err != nil {
 		tb.Fatal(err)
 	}
