@@ -545,13 +545,17 @@ func (op convOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error)
 	return doConv(op, op.sc, convForward[float64], convForward[float32], prealloc, in)
 }
 
+func (op convOp) shapeOf(x, w tensor.Shape) (tensor.Shape, error) { return op.InferShape(x, w) }
+
 // geomOf: inputs x and w.
 func (op convOp) geomOf(x, w, _ tensor.Shape) (convGeom, error) { return op.geom(x, w[0]) }
 
 // convStep is one of the convolution ops, as doConv runs it.
 type convStep interface {
 	fmt.Stringer
-	InferShape(...G.DimSizer) (tensor.Shape, error)
+	// shapeOf is InferShape for inputs a and b (called directly, it keeps
+	// the shapes off the heap, which a generic call of InferShape would not).
+	shapeOf(a, b tensor.Shape) (tensor.Shape, error)
 	// geomOf is the convolution's geometry for inputs a and b and output out.
 	geomOf(a, b, out tensor.Shape) (convGeom, error)
 }
@@ -564,7 +568,7 @@ func doConv[O convStep](op O, sc *scratch, k64 convKernel[float64], k32 convKern
 	if err != nil {
 		return nil, err
 	}
-	os, err := op.InferShape(a.Shape(), b.Shape())
+	os, err := op.shapeOf(a.Shape(), b.Shape())
 	if err != nil {
 		return nil, err
 	}
@@ -660,6 +664,8 @@ func (op convGradXOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, e
 	return doConv(op, op.sc, convGradX[float64], convGradX[float32], prealloc, in)
 }
 
+func (op convGradXOp) shapeOf(w, dy tensor.Shape) (tensor.Shape, error) { return op.InferShape(w, dy) }
+
 // geomOf: inputs w and dy, output dx.
 func (op convGradXOp) geomOf(w, _, dx tensor.Shape) (convGeom, error) { return op.geom(dx, w[0]) }
 
@@ -702,6 +708,8 @@ func (op convGradWOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, e
 	scaleDense(out.(*tensor.Dense), op.scale.factor())
 	return out, nil
 }
+
+func (op convGradWOp) shapeOf(x, dy tensor.Shape) (tensor.Shape, error) { return op.InferShape(x, dy) }
 
 // geomOf: inputs x and dy.
 func (op convGradWOp) geomOf(x, dy, _ tensor.Shape) (convGeom, error) { return op.geom(x, dy[1]) }
