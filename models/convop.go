@@ -139,81 +139,76 @@ func validRange(n, s, off, w int) (j0, j1 int) {
 	return j0, j1
 }
 
-// im2col fills col (CK×P) from one sample x (C×H×W).
-func im2col[T float](g convGeom, x, col []T) {
+// eachTap calls f for each row (c, u, v) of a column matrix (CK×P) over
+// one sample's image (C×H×W): the row, the plane of channel c, the kernel
+// row u, the tap's column offset off and the output columns [j0, j1) that
+// read inside the image (see validRange). im2col and col2im walk the column
+// matrix this way, in the same order.
+func eachTap[T float](g convGeom, col, img []T, f func(row, plane []T, u, off, j0, j1 int)) {
 	p := g.p()
 	row := 0
 	for c := 0; c < g.c; c++ {
-		plane := x[c*g.h*g.w : (c+1)*g.h*g.w]
+		plane := img[c*g.h*g.w : (c+1)*g.h*g.w]
 		for u := 0; u < g.kh; u++ {
 			for v := 0; v < g.kw; v++ {
-				dst := col[row*p : (row+1)*p]
-				row++
 				off := v*g.dw - g.pw
 				j0, j1 := validRange(g.ow, g.sw, off, g.w)
-				for i := 0; i < g.oh; i++ {
-					seg := dst[i*g.ow : (i+1)*g.ow]
-					r := i*g.sh - g.ph + u*g.dh
-					if r < 0 || r >= g.h {
-						clear(seg)
-						continue
-					}
-					src := plane[r*g.w : (r+1)*g.w]
-					for j := range seg[:j0] {
-						seg[j] = 0
-					}
-					for j := j1; j < len(seg); j++ {
-						seg[j] = 0
-					}
-					if g.sw == 1 {
-						copy(seg[j0:j1], src[j0+off:j1+off])
-						continue
-					}
-					for j := j0; j < j1; j++ {
-						seg[j] = src[j*g.sw+off]
-					}
-				}
+				f(col[row*p:(row+1)*p], plane, u, off, j0, j1)
+				row++
 			}
 		}
 	}
 }
 
+// im2col fills col (CK×P) from one sample x (C×H×W).
+func im2col[T float](g convGeom, x, col []T) {
+	eachTap(g, col, x, func(dst, plane []T, u, off, j0, j1 int) {
+		for i := 0; i < g.oh; i++ {
+			seg := dst[i*g.ow : (i+1)*g.ow]
+			r := i*g.sh - g.ph + u*g.dh
+			if r < 0 || r >= g.h {
+				clear(seg)
+				continue
+			}
+			src := plane[r*g.w : (r+1)*g.w]
+			clear(seg[:j0])
+			clear(seg[j1:])
+			if g.sw == 1 {
+				copy(seg[j0:j1], src[j0+off:j1+off])
+				continue
+			}
+			for j := j0; j < j1; j++ {
+				seg[j] = src[j*g.sw+off]
+			}
+		}
+	})
+}
+
 // col2im adds col (CK×P) into one sample dx (C×H×W), each entry into the
 // pixel im2col took it from.
 func col2im[T float](g convGeom, col, dx []T) {
-	p := g.p()
-	row := 0
-	for c := 0; c < g.c; c++ {
-		plane := dx[c*g.h*g.w : (c+1)*g.h*g.w]
-		for u := 0; u < g.kh; u++ {
-			for v := 0; v < g.kw; v++ {
-				src := col[row*p : (row+1)*p]
-				row++
-				off := v*g.dw - g.pw
-				j0, j1 := validRange(g.ow, g.sw, off, g.w)
-				for i := 0; i < g.oh; i++ {
-					r := i*g.sh - g.ph + u*g.dh
-					if r < 0 || r >= g.h {
-						continue
-					}
-					seg := src[i*g.ow : (i+1)*g.ow]
-					dst := plane[r*g.w : (r+1)*g.w]
-					if g.sw == 1 {
-						d := dst[j0+off : j1+off]
-						s := seg[j0:j1]
-						s = s[:len(d)]
-						for j, v := range s {
-							d[j] += v
-						}
-						continue
-					}
-					for j := j0; j < j1; j++ {
-						dst[j*g.sw+off] += seg[j]
-					}
+	eachTap(g, col, dx, func(src, plane []T, u, off, j0, j1 int) {
+		for i := 0; i < g.oh; i++ {
+			r := i*g.sh - g.ph + u*g.dh
+			if r < 0 || r >= g.h {
+				continue
+			}
+			seg := src[i*g.ow : (i+1)*g.ow]
+			dst := plane[r*g.w : (r+1)*g.w]
+			if g.sw == 1 {
+				d := dst[j0+off : j1+off]
+				s := seg[j0:j1]
+				s = s[:len(d)]
+				for j, v := range s {
+					d[j] += v
 				}
+				continue
+			}
+			for j := j0; j < j1; j++ {
+				dst[j*g.sw+off] += seg[j]
 			}
 		}
-	}
+	})
 }
 
 // Stride 1 (the common case, "same" convolutions included) uses a wide
@@ -312,6 +307,32 @@ func addWideCols[T float](g convGeom, col, dxp []T) {
 	}
 }
 
+// wideScratch holds the scratch buffers of the wide layout for one run of
+// a convolution op: the padded input (C×Hp×Wp), the wide column matrix
+// (CK×PW) and O wide rows of output or gradient (O×PW).
+type wideScratch[T float] struct {
+	pw              int // wide columns per row of the column matrix
+	xpad, col, rows []T
+	done            [3]func()
+}
+
+// getWide takes the wide layout's buffers for g from sc.
+func getWide[T float](sc *scratch, g convGeom) wideScratch[T] {
+	hp, wp, pw := g.padded()
+	ws := wideScratch[T]{pw: pw}
+	ws.xpad, ws.done[0] = getScratch[T](sc, g.c*hp*wp)
+	ws.col, ws.done[1] = getScratch[T](sc, g.ck()*pw)
+	ws.rows, ws.done[2] = getScratch[T](sc, g.o*pw)
+	return ws
+}
+
+// release gives the buffers back.
+func (ws wideScratch[T]) release() {
+	for _, done := range ws.done {
+		done()
+	}
+}
+
 // convForward computes y (N×O×P) from x (N×C×H×W) and w (O×CK).
 func convForward[T float](g convGeom, sc *scratch, gemm gemmFunc[T], x, w, y []T) {
 	ck, p := g.ck(), g.p()
@@ -322,17 +343,13 @@ func convForward[T float](g convGeom, sc *scratch, gemm gemmFunc[T], x, w, y []T
 			gemm(blas.NoTrans, blas.NoTrans, g.o, p, ck, 1, w, ck, x[n*in:(n+1)*in], p, 0, y[n*g.o*p:(n+1)*g.o*p], p)
 		}
 	case g.wide():
-		hp, wp, pw := g.padded()
-		xpad, done1 := getScratch[T](sc, g.c*hp*wp)
-		defer done1()
-		col, done2 := getScratch[T](sc, ck*pw)
-		defer done2()
-		yw, done3 := getScratch[T](sc, g.o*pw)
-		defer done3()
+		ws := getWide[T](sc, g)
+		defer ws.release()
+		pw := ws.pw
 		for n := 0; n < g.n; n++ {
-			wideCols(g, padInput(g, x[n*in:(n+1)*in], xpad), col)
-			gemm(blas.NoTrans, blas.NoTrans, g.o, pw, ck, 1, w, ck, col, pw, 0, yw, pw)
-			narrowRows(g, g.o, yw, y[n*g.o*p:(n+1)*g.o*p])
+			wideCols(g, padInput(g, x[n*in:(n+1)*in], ws.xpad), ws.col)
+			gemm(blas.NoTrans, blas.NoTrans, g.o, pw, ck, 1, w, ck, ws.col, pw, 0, ws.rows, pw)
+			narrowRows(g, g.o, ws.rows, y[n*g.o*p:(n+1)*g.o*p])
 		}
 	default:
 		col, done := getScratch[T](sc, ck*p)
@@ -364,17 +381,13 @@ func convGradW[T float](g convGeom, sc *scratch, gemm gemmFunc[T], x, dy, dw []T
 			gemm(blas.NoTrans, blas.Trans, g.o, ck, p, 1, dy[n*g.o*p:(n+1)*g.o*p], p, x[n*in:(n+1)*in], p, beta(n), dw, ck)
 		}
 	case g.wide():
-		hp, wp, pw := g.padded()
-		xpad, done1 := getScratch[T](sc, g.c*hp*wp)
-		defer done1()
-		col, done2 := getScratch[T](sc, ck*pw)
-		defer done2()
-		dyw, done3 := getScratch[T](sc, g.o*pw)
-		defer done3()
+		ws := getWide[T](sc, g)
+		defer ws.release()
+		pw := ws.pw
 		for n := 0; n < g.n; n++ {
-			wideCols(g, padInput(g, x[n*in:(n+1)*in], xpad), col)
-			widenRows(g, g.o, dy[n*g.o*p:(n+1)*g.o*p], dyw)
-			gemm(blas.NoTrans, blas.Trans, g.o, ck, pw, 1, dyw, pw, col, pw, beta(n), dw, ck)
+			wideCols(g, padInput(g, x[n*in:(n+1)*in], ws.xpad), ws.col)
+			widenRows(g, g.o, dy[n*g.o*p:(n+1)*g.o*p], ws.rows)
+			gemm(blas.NoTrans, blas.Trans, g.o, ck, pw, 1, ws.rows, pw, ws.col, pw, beta(n), dw, ck)
 		}
 	default:
 		col, done := getScratch[T](sc, ck*p)
