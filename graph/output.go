@@ -24,7 +24,8 @@ import (
 // memory (no view). A nil dst gives n back to the executor's own buffers: it
 // never writes into a former output again. n must be a node the program
 // computes (not an input, gorgonia.Set or gorgonia.Read). Call SetOutput
-// between runs; it waits for a run in progress to end.
+// between runs: it waits for a run in progress to end, so a hook, which the
+// run waits for, must not call it.
 func (p *Program) SetOutput(n *G.Node, dst G.Value) error {
 	i, ok := p.index[n]
 	if !ok {
@@ -55,14 +56,13 @@ func (p *Program) SetOutput(n *G.Node, dst G.Value) error {
 	return nil
 }
 
-// Output returns the memory set with SetOutput for n, or nil.
+// Output returns the memory set with SetOutput for n, or nil. Like Value,
+// it must not be called while a run is in progress.
 func (p *Program) Output(n *G.Node) G.Value {
 	i, ok := p.index[n]
 	if !ok {
 		return nil
 	}
-	p.runMu.Lock()
-	defer p.runMu.Unlock()
 	return p.out[i]
 }
 
