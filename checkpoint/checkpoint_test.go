@@ -194,8 +194,8 @@ func TestCorruptFiles(t *testing.T) {
 func TestLoadIntoChecks(t *testing.T) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(1, 2))
-	small, _ := models.NewMLP([]int{784, 128, 10}, models.ActReLU, true, rng, models.WithDtype(tensor.Float64))
-	big, _ := models.NewMLP([]int{784, 256, 10}, models.ActReLU, true, rng, models.WithDtype(tensor.Float64))
+	small, _ := models.NewMLP([]int{784, 128, 10}, models.WithRand(rng), models.WithDtype(tensor.Float64))
+	big, _ := models.NewMLP([]int{784, 256, 10}, models.WithRand(rng), models.WithDtype(tensor.Float64))
 	path := filepath.Join(dir, "big.safetensors")
 	if err := SaveModule(path, big, nil); err != nil {
 		t.Fatal(err)
@@ -210,8 +210,8 @@ func TestLoadIntoChecks(t *testing.T) {
 	}
 
 	// dtype: float32 file into a float64 model needs ConvertFloats.
-	f32, _ := models.NewMLP([]int{4, 3, 2}, models.ActTanh, true, rng, models.WithDtype(tensor.Float32))
-	f64, _ := models.NewMLP([]int{4, 3, 2}, models.ActTanh, true, rng, models.WithDtype(tensor.Float64))
+	f32, _ := models.NewMLP([]int{4, 3, 2}, models.WithActivation(models.ActTanh), models.WithRand(rng), models.WithDtype(tensor.Float32))
+	f64, _ := models.NewMLP([]int{4, 3, 2}, models.WithActivation(models.ActTanh), models.WithRand(rng), models.WithDtype(tensor.Float64))
 	p32 := filepath.Join(dir, "f32.safetensors")
 	if err := SaveModule(p32, f32, map[string]string{"format": "pt"}); err != nil {
 		t.Fatal(err)
@@ -232,7 +232,7 @@ func TestLoadIntoChecks(t *testing.T) {
 	}
 
 	// missing / unexpected entries
-	other, _ := models.NewMLP([]int{4, 3}, models.ActTanh, true, rng, models.WithDtype(tensor.Float64))
+	other, _ := models.NewMLP([]int{4, 3}, models.WithActivation(models.ActTanh), models.WithRand(rng), models.WithDtype(tensor.Float64))
 	err = LoadInto(other, p32, ConvertFloats())
 	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "not in the model: 2.weight, 2.bias") {
 		t.Errorf("unexpected-entries error: %v", err)
@@ -240,7 +240,7 @@ func TestLoadIntoChecks(t *testing.T) {
 	if err := LoadInto(other, p32, NonStrict(), ConvertFloats()); err != nil {
 		t.Errorf("NonStrict load: %v", err)
 	}
-	deeper, _ := models.NewMLP([]int{4, 3, 2, 2}, models.ActTanh, true, rng, models.WithDtype(tensor.Float32))
+	deeper, _ := models.NewMLP([]int{4, 3, 2, 2}, models.WithActivation(models.ActTanh), models.WithRand(rng), models.WithDtype(tensor.Float32))
 	if err := LoadInto(deeper, p32); err == nil || !strings.Contains(err.Error(), "missing from the file: 4.weight, 4.bias") {
 		t.Errorf("missing-entries error: %v", err)
 	}

@@ -15,7 +15,7 @@ func Example() {
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "mlp.safetensors")
 
-	src, _ := models.NewMLP([]int{4, 8, 2}, models.ActReLU, true, rand.New(rand.NewPCG(1, 2)))
+	src, _ := models.NewMLP([]int{4, 8, 2}, models.WithRand(rand.New(rand.NewPCG(1, 2))))
 	if err := checkpoint.SaveModule(path, src, map[string]string{"format": "pt"}); err != nil {
 		fmt.Println(err)
 		return
@@ -25,10 +25,10 @@ func Example() {
 		fmt.Println(t.Name, t.Tensor.Shape(), f.Dtypes[t.Name])
 	}
 
-	dst, _ := models.NewMLP([]int{4, 8, 2}, models.ActReLU, true, nil)
+	dst, _ := models.NewMLP([]int{4, 8, 2})
 	fmt.Println(checkpoint.LoadInto(dst, path))
 
-	wrong, _ := models.NewMLP([]int{4, 16, 2}, models.ActReLU, true, nil)
+	wrong, _ := models.NewMLP([]int{4, 16, 2})
 	fmt.Println(checkpoint.LoadInto(wrong, path) != nil)
 	// Output:
 	// 0.weight (8, 4) F32

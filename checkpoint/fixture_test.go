@@ -108,7 +108,7 @@ func TestLoadPyTorchMLPAndForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := models.NewMLP(man.Model.Sizes, models.Activation(man.Model.Activation), man.Model.Bias, nil, models.WithDtype(tensor.Float64))
+	m, err := models.NewMLP(man.Model.Sizes, models.WithActivation(models.Activation(man.Model.Activation)), models.WithBias(man.Model.Bias), models.WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}

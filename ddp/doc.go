@@ -10,7 +10,7 @@
 // # Use
 //
 //	pg, err := comm.InitFromEnv(ctx)                       // one process per rank
-//	model, err := models.NewMLP([]int{784, 256, 10}, models.ActReLU, true, nil)
+//	model, err := models.NewMLP([]int{784, 256, 10})
 //	net, err := ddp.New(ctx, pg, model, ddp.BucketCapMB(25))
 //	opt, err := optim.NewSGD(net.Parameters(), optim.LR(0.1), optim.Momentum(0.9))
 //	for batch, err := range loader.Epoch(ctx, epoch) {     // data.DistributedSampler shards the set

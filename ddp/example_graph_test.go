@@ -3,14 +3,11 @@ package ddp_test
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/comm"
-	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/ddp"
 )
 
@@ -18,28 +15,7 @@ import (
 // and its gradient nodes, NewGraph makes them agree, and gorgonia's own
 // solver applies the averaged gradients.
 func ExampleNewGraph() {
-	ctx := context.Background()
-	const world = 2
-	pgs, err := local.NewGroups(ctx, world)
-	if err != nil {
-		panic(err)
-	}
-	defer func() {
-		for _, pg := range pgs {
-			pg.Close()
-		}
-	}()
-	weights := make([][]float64, world)
-	var wg sync.WaitGroup
-	for rank := range world {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			weights[rank] = trainGraph(ctx, pgs[rank])
-		}()
-	}
-	wg.Wait()
-	fmt.Println("replicas identical:", slices.Equal(weights[0], weights[1]))
+	fmt.Println("replicas identical:", replicasAgree(2, trainGraph))
 	// Output:
 	// rank 0: loss 2.5000 then 0.6250
 	// replicas identical: true

@@ -20,8 +20,17 @@ import (
 // use) train replicas of one MLP on different data. After every step both
 // hold the same averaged gradients, so their weights stay identical.
 func Example() {
+	fmt.Println("replicas identical:", replicasAgree(2, train))
+	// Output:
+	// rank 0: 3 synchronized steps, gradients reduced in buckets
+	// replicas identical: true
+}
+
+// replicasAgree runs train on every rank of an in-process group of world
+// ranks, one goroutine each, and reports whether all the ranks ended with
+// the same weights.
+func replicasAgree(world int, train func(context.Context, *comm.ProcessGroup) []float64) bool {
 	ctx := context.Background()
-	const world = 2
 	pgs, err := local.NewGroups(ctx, world)
 	if err != nil {
 		panic(err)
@@ -41,17 +50,19 @@ func Example() {
 		}()
 	}
 	wg.Wait()
-	fmt.Println("replicas identical:", slices.Equal(weights[0], weights[1]))
-	// Output:
-	// rank 0: 3 synchronized steps, gradients reduced in buckets
-	// replicas identical: true
+	for _, w := range weights[1:] {
+		if !slices.Equal(w, weights[0]) {
+			return false
+		}
+	}
+	return true
 }
 
 // train is what every rank runs.
 func train(ctx context.Context, pg *comm.ProcessGroup) []float64 {
 	// Each rank may start from its own random weights: New copies rank 0's.
 	rng := rand.New(rand.NewPCG(uint64(pg.Rank()), 1))
-	model, err := models.NewMLP([]int{8, 16, 3}, models.ActReLU, true, rng, models.WithDtype(tensor.Float64))
+	model, err := models.NewMLP([]int{8, 16, 3}, models.WithRand(rng), models.WithDtype(tensor.Float64))
 	if err != nil {
 		panic(err)
 	}

@@ -150,7 +150,7 @@ func checkNoLeak(t *testing.T, before int) {
 
 // newMLP builds an MLP whose weights depend on seed.
 func newMLP(t testing.TB, sizes []int, seed uint64, opts ...models.Option) *models.Sequential {
-	m, err := models.NewMLP(sizes, models.ActReLU, true, rand.New(rand.NewPCG(seed, 99)), append([]models.Option{models.WithDtype(tensor.Float64)}, opts...)...)
+	m, err := models.NewMLP(sizes, append([]models.Option{models.WithRand(rand.New(rand.NewPCG(seed, 99))), models.WithDtype(tensor.Float64)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

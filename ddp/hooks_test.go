@@ -202,7 +202,9 @@ func TestPowerSGDExactOnLowRankGradients(t *testing.T) {
 	want, plain := gradRun(t, world, steps, 1, nil)
 	states := make([]*ddp.PowerSGDState, world)
 	got, nets := gradRun(t, world, steps, 1, func(r int, pg *comm.ProcessGroup) []ddp.Option {
-		st, err := ddp.NewPowerSGDState(nil, ddp.PowerSGDRank(2), ddp.PowerSGDStartIter(start), ddp.PowerSGDSeed(7))
+		cfg := ddp.DefaultPowerSGDConfig()
+		cfg.Rank, cfg.StartIter, cfg.Seed = 2, start, 7
+		st, err := ddp.NewPowerSGDState(nil, cfg)
 		if err != nil {
 			t.Error(err)
 		}
@@ -237,7 +239,9 @@ func TestPowerSGDRankOneApproximates(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	params := make([][]float64, world)
 	mustEachRank(t, world, func(r int) error {
-		st, err := ddp.NewPowerSGDState(pgs[r], ddp.PowerSGDStartIter(2))
+		cfg := ddp.DefaultPowerSGDConfig()
+		cfg.StartIter = 2
+		st, err := ddp.NewPowerSGDState(pgs[r], cfg)
 		if err != nil {
 			return err
 		}
@@ -275,14 +279,29 @@ func TestPowerSGDRankOneApproximates(t *testing.T) {
 	}
 }
 
-func TestPowerSGDOptionsChecked(t *testing.T) {
-	if _, err := ddp.NewPowerSGDState(nil, ddp.PowerSGDStartIter(1)); !errors.Is(err, ddp.ErrInvalidArgument) {
-		t.Errorf("start iteration 1 with error feedback: %v", err)
+// TestPowerSGDConfigChecked: settings out of range are refused, the zero
+// config among them (its rank is 0), and compression from step 0 is
+// allowed without error feedback and warm start.
+func TestPowerSGDConfigChecked(t *testing.T) {
+	with := func(f func(*ddp.PowerSGDConfig)) ddp.PowerSGDConfig {
+		c := ddp.DefaultPowerSGDConfig()
+		f(&c)
+		return c
 	}
-	if _, err := ddp.NewPowerSGDState(nil, ddp.PowerSGDRank(0)); !errors.Is(err, ddp.ErrInvalidArgument) {
-		t.Errorf("rank 0: %v", err)
+	for name, cfg := range map[string]ddp.PowerSGDConfig{
+		"start iteration 1 with error feedback": with(func(c *ddp.PowerSGDConfig) { c.StartIter = 1 }),
+		"rank 0":                                with(func(c *ddp.PowerSGDConfig) { c.Rank = 0 }),
+		"compression rate below 1":              with(func(c *ddp.PowerSGDConfig) { c.MinCompressionRate = 0.5 }),
+		"negative epsilon":                      with(func(c *ddp.PowerSGDConfig) { c.Epsilon = -1 }),
+		"negative start":                        with(func(c *ddp.PowerSGDConfig) { c.StartIter = -1 }),
+		"zero config":                           {},
+	} {
+		if _, err := ddp.NewPowerSGDState(nil, cfg); !errors.Is(err, ddp.ErrInvalidArgument) {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
-	if _, err := ddp.NewPowerSGDState(nil, ddp.PowerSGDStartIter(0), ddp.PowerSGDErrorFeedback(false), ddp.PowerSGDWarmStart(false)); err != nil {
+	cfg := with(func(c *ddp.PowerSGDConfig) { c.StartIter, c.ErrorFeedback, c.WarmStart = 0, false, false })
+	if _, err := ddp.NewPowerSGDState(nil, cfg); err != nil {
 		t.Errorf("start at 0 without feedback or warm start: %v", err)
 	}
 }

@@ -180,7 +180,9 @@ func MaxPrograms(n int) Option {
 // *PowerSGDState):
 //
 //	ddp.WithCommHook[*comm.ProcessGroup](nil, ddp.FP16CompressHook)
-//	st, err := ddp.NewPowerSGDState(nil, ddp.PowerSGDRank(2))
+//	cfg := ddp.DefaultPowerSGDConfig()
+//	cfg.Rank = 2
+//	st, err := ddp.NewPowerSGDState(nil, cfg)
 //	ddp.WithCommHook(st, ddp.PowerSGDHook)
 func WithCommHook[S any](state S, hook CommHook[S]) Option {
 	return func(c *config) error {

@@ -101,7 +101,7 @@ func TestParityWithPyTorch(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)
 			nets := make([]*ddp.DDP, m.World)
 			mustEachRank(t, m.World, func(r int) error {
-				model, err := models.NewMLP(m.Model.Sizes, models.Activation(m.Model.Activation), m.Model.Bias, nil, models.WithDtype(tensor.Float64))
+				model, err := models.NewMLP(m.Model.Sizes, models.WithActivation(models.Activation(m.Model.Activation)), models.WithBias(m.Model.Bias), models.WithDtype(tensor.Float64))
 				if err != nil {
 					return err
 				}

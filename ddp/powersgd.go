@@ -36,95 +36,71 @@ type PowerSGDState struct {
 	numelAfter  int64
 }
 
-// PowerSGDOption configures NewPowerSGDState.
-type PowerSGDOption func(*PowerSGDState) error
+// PowerSGDConfig holds PowerSGD's settings, named after the arguments of
+// PyTorch's PowerSGDState. Start from DefaultPowerSGDConfig, which holds
+// PyTorch's defaults, and change what differs; give the same settings on
+// every rank.
+type PowerSGDConfig struct {
+	// Rank is the rank of the approximation of each gradient matrix
+	// (matrix_approximation_rank, default 1).
+	Rank int
+	// StartIter is how many steps run with plain all-reduce before
+	// compression starts (start_powerSGD_iter, default 1000). With error
+	// feedback or warm start it must be at least 2, since the buckets are
+	// rebuilt after the first step.
+	StartIter int
+	// MinCompressionRate is how much a matrix must shrink to be compressed
+	// (min_compression_rate, default 2): an n×m gradient is compressed when
+	// (n+m)·rank·rate < n·m; other gradients are all-reduced as they are.
+	MinCompressionRate float64
+	// ErrorFeedback adds the local compression error to the next step's
+	// gradients (use_error_feedback, default on).
+	ErrorFeedback bool
+	// WarmStart starts each step's power iteration from the previous step's
+	// factors (warm_start, default on) rather than from fresh random ones.
+	WarmStart bool
+	// Epsilon is added to column norms during orthogonalization
+	// (orthogonalization_epsilon, default 0).
+	Epsilon float64
+	// Seed seeds the random initial factors (random_seed, default 0); every
+	// rank must use the same seed.
+	Seed uint64
+}
 
-// PowerSGDRank sets the rank of the approximation of each gradient matrix
-// (PyTorch's matrix_approximation_rank, default 1).
-func PowerSGDRank(r int) PowerSGDOption {
-	return func(s *PowerSGDState) error {
-		if r < 1 {
-			return fmt.Errorf("ddp: PowerSGDRank(%d): need at least 1: %w", r, ErrInvalidArgument)
-		}
-		s.rank = r
-		return nil
+// DefaultPowerSGDConfig returns PyTorch's defaults: rank 1, compression from
+// step 1000 for matrices that shrink at least twofold, error feedback and
+// warm start on, no epsilon, seed 0.
+func DefaultPowerSGDConfig() PowerSGDConfig {
+	return PowerSGDConfig{Rank: 1, StartIter: 1000, MinCompressionRate: 2, ErrorFeedback: true, WarmStart: true}
+}
+
+// check reports the first setting out of range.
+func (c PowerSGDConfig) check() error {
+	switch {
+	case c.Rank < 1:
+		return fmt.Errorf("ddp: NewPowerSGDState: Rank %d: need at least 1 (start from DefaultPowerSGDConfig): %w", c.Rank, ErrInvalidArgument)
+	case c.StartIter < 0:
+		return fmt.Errorf("ddp: NewPowerSGDState: StartIter %d is negative: %w", c.StartIter, ErrInvalidArgument)
+	case !(c.MinCompressionRate >= 1):
+		return fmt.Errorf("ddp: NewPowerSGDState: MinCompressionRate %v: need at least 1 (start from DefaultPowerSGDConfig): %w", c.MinCompressionRate, ErrInvalidArgument)
+	case !(c.Epsilon >= 0):
+		return fmt.Errorf("ddp: NewPowerSGDState: Epsilon %v: need a number of at least 0: %w", c.Epsilon, ErrInvalidArgument)
+	case (c.ErrorFeedback || c.WarmStart) && c.StartIter < 2:
+		return fmt.Errorf("ddp: NewPowerSGDState: error feedback or warm start needs StartIter >= 2 (got %d): the buckets are rebuilt after the first step: %w", c.StartIter, ErrInvalidArgument)
 	}
-}
-
-// PowerSGDStartIter sets how many steps run with plain all-reduce before
-// compression starts (start_powerSGD_iter, default 1000). With error
-// feedback or warm start it must be at least 2, since the buckets are rebuilt
-// after the first step.
-func PowerSGDStartIter(n int) PowerSGDOption {
-	return func(s *PowerSGDState) error {
-		if n < 0 {
-			return fmt.Errorf("ddp: PowerSGDStartIter(%d): %w", n, ErrInvalidArgument)
-		}
-		s.startIter = n
-		return nil
-	}
-}
-
-// PowerSGDMinCompressionRate sets how much a matrix must shrink to be
-// compressed (min_compression_rate, default 2): an n×m gradient is
-// compressed when (n+m)·rank·rate < n·m; other gradients are all-reduced
-// as they are.
-func PowerSGDMinCompressionRate(rate float64) PowerSGDOption {
-	return func(s *PowerSGDState) error {
-		if !(rate >= 1) {
-			return fmt.Errorf("ddp: PowerSGDMinCompressionRate(%v): need at least 1: %w", rate, ErrInvalidArgument)
-		}
-		s.minRate = rate
-		return nil
-	}
-}
-
-// PowerSGDErrorFeedback sets whether the local compression error is added
-// to the next step's gradients (use_error_feedback, default true).
-func PowerSGDErrorFeedback(on bool) PowerSGDOption {
-	return func(s *PowerSGDState) error { s.feedback = on; return nil }
-}
-
-// PowerSGDWarmStart sets whether each step starts the power iteration from
-// the previous step's factors (warm_start, default true) rather than from
-// fresh random ones.
-func PowerSGDWarmStart(on bool) PowerSGDOption {
-	return func(s *PowerSGDState) error { s.warmStart = on; return nil }
-}
-
-// PowerSGDEpsilon is added to column norms during orthogonalization
-// (orthogonalization_epsilon, default 0).
-func PowerSGDEpsilon(eps float64) PowerSGDOption {
-	return func(s *PowerSGDState) error {
-		if !(eps >= 0) {
-			return fmt.Errorf("ddp: PowerSGDEpsilon(%v): %w", eps, ErrInvalidArgument)
-		}
-		s.epsilon = eps
-		return nil
-	}
-}
-
-// PowerSGDSeed seeds the random initial factors (random_seed, default 0);
-// every rank must use the same seed.
-func PowerSGDSeed(seed uint64) PowerSGDOption {
-	return func(s *PowerSGDState) error { s.seed = seed; return nil }
+	return nil
 }
 
 // NewPowerSGDState returns the state for PowerSGDHook reducing over pg (nil:
-// the DDP's group).
-func NewPowerSGDState(pg *comm.ProcessGroup, opts ...PowerSGDOption) (*PowerSGDState, error) {
-	s := &PowerSGDState{group: pg, rank: 1, startIter: 1000, minRate: 2, feedback: true, warmStart: true,
-		errs: map[int][]float64{}, qs: map[int][]float64{}}
-	for _, o := range opts {
-		if err := o(s); err != nil {
-			return nil, err
-		}
+// the DDP's group) with the settings of cfg.
+func NewPowerSGDState(pg *comm.ProcessGroup, cfg PowerSGDConfig) (*PowerSGDState, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
-	if (s.feedback || s.warmStart) && s.startIter < 2 {
-		return nil, fmt.Errorf("ddp: PowerSGD with error feedback or warm start needs PowerSGDStartIter >= 2 (got %d): the buckets are rebuilt after the first step: %w", s.startIter, ErrInvalidArgument)
-	}
-	s.rng = rand.New(rand.NewPCG(s.seed, 0x5eed))
-	return s, nil
+	return &PowerSGDState{group: pg, rank: cfg.Rank, startIter: cfg.StartIter, minRate: cfg.MinCompressionRate,
+		feedback: cfg.ErrorFeedback, warmStart: cfg.WarmStart, epsilon: cfg.Epsilon, seed: cfg.Seed,
+		rng:  rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+		errs: map[int][]float64{}, qs: map[int][]float64{}}, nil
 }
 
 // Iter returns the number of steps the hook has seen.
@@ -145,7 +121,7 @@ func (s *PowerSGDState) CompressionRate() float64 {
 	return float64(s.numelBefore) / float64(s.numelAfter)
 }
 
-// PowerSGDHook is PyTorch's powerSGD_hook: for the first PowerSGDStartIter
+// PowerSGDHook is PyTorch's powerSGD_hook: for the first StartIter
 // steps it behaves as AllReduceHook; afterwards each gradient matrix M
 // (n×m, the parameter's first axis by the rest) that compresses well enough
 // is replaced by a rank-r approximation P·Qᵀ found by one step of power

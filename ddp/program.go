@@ -203,7 +203,7 @@ func (d *DDP) aimGrads(p *program, s *stepState) {
 	for _, pi := range p.hooked {
 		mp := d.params[pi]
 		if direct {
-			p.b.SetGradTarget(mp, d.view(pi), scale)
+			p.b.SetGradTarget(p.prog, mp, d.view(pi), scale)
 			continue
 		}
 		if d.scratch == nil {
@@ -212,7 +212,7 @@ func (d *DDP) aimGrads(p *program, s *stepState) {
 		if d.scratch[pi] == nil {
 			d.scratch[pi] = tensor.New(tensor.Of(mp.Value.Dtype()), tensor.WithShape(mp.Value.Shape().Clone()...))
 		}
-		p.b.SetGradTarget(mp, d.scratch[pi], 1)
+		p.b.SetGradTarget(p.prog, mp, d.scratch[pi], 1)
 	}
 }
 

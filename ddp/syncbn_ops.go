@@ -3,13 +3,13 @@ package ddp
 import (
 	"fmt"
 	"hash"
-	"hash/fnv"
 	"math"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/tandemml/tandem/internal/opkit"
 	"github.com/tandemml/tandem/models"
 )
 
@@ -47,6 +47,7 @@ var sbnNames = map[sbnKind]string{
 }
 
 type sbnOp struct {
+	opkit.Plain
 	kind     sbnKind
 	dims     int // of x
 	c        int
@@ -133,8 +134,8 @@ func (op sbnOp) Type() hm.Type {
 }
 
 func (op sbnOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != op.Arity() {
-		return nil, fmt.Errorf("ddp: %v takes %d inputs, got %d", op, op.Arity(), len(in))
+	if err := opkit.CheckArity("ddp", op, len(in), op.Arity()); err != nil {
+		return nil, err
 	}
 	switch op.kind {
 	case sbnStats, sbnMeanGrad:
@@ -221,19 +222,12 @@ func (op sbnOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	return nil, fmt.Errorf("ddp: %v has no gradient", op)
 }
 
-func (op sbnOp) ReturnsPtr() bool      { return false }
-func (op sbnOp) CallsExtern() bool     { return false }
-func (op sbnOp) OverwritesInput() int  { return -1 }
 func (op sbnOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op sbnOp) Hashcode() uint32 {
-	h := fnv.New32a()
-	op.WriteHash(h)
-	return h.Sum32()
-}
+func (op sbnOp) Hashcode() uint32      { return opkit.Hash(op) }
 
 func (op sbnOp) Do(in ...G.Value) (G.Value, error) {
-	if len(in) != op.Arity() {
-		return nil, fmt.Errorf("ddp: %v takes %d inputs, got %d", op, op.Arity(), len(in))
+	if err := opkit.CheckArity("ddp", op, len(in), op.Arity()); err != nil {
+		return nil, err
 	}
 	ds := make([]*tensor.Dense, len(in))
 	for i, v := range in {

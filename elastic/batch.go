@@ -52,12 +52,15 @@ func (g fixedGlobal) Batch(size int) (int, float64, error) {
 func (g fixedGlobal) String() string { return fmt.Sprintf("fixed global batch %d", int(g)) }
 
 // PerRankBatch keeps perRank examples per rank per step, so the global
-// batch is perRank times the world's size. With scaleLR the learning rate
-// follows the global batch linearly (Goyal et al.'s rule): it is multiplied
-// by size/baseSize, so a job tuned at baseSize ranks keeps its per-example
-// step; without it the learning rate stays as given.
-func PerRankBatch(perRank, baseSize int, scaleLR bool) BatchRule {
-	return perRankRule{perRank, baseSize, scaleLR}
+// batch is perRank times the world's size; the learning rate stays as given
+// (see PerRankBatchScaleLR).
+func PerRankBatch(perRank int) BatchRule { return perRankRule{perRank, 1, false} }
+
+// PerRankBatchScaleLR is PerRankBatch with a learning rate that follows the
+// global batch linearly (Goyal et al.'s rule): it is multiplied by
+// size/baseSize, so a job tuned at baseSize ranks keeps its per-example step.
+func PerRankBatchScaleLR(perRank, baseSize int) BatchRule {
+	return perRankRule{perRank, baseSize, true}
 }
 
 type perRankRule struct {
@@ -67,7 +70,7 @@ type perRankRule struct {
 
 func (p perRankRule) Batch(size int) (int, float64, error) {
 	if p.perRank < 1 || size < 1 || p.base < 1 {
-		return 0, 0, fmt.Errorf("%w: elastic: PerRankBatch(%d, %d) at world size %d: all must be positive", errs.InvalidArgument, p.perRank, p.base, size)
+		return 0, 0, fmt.Errorf("%w: elastic: %v at world size %d: the batch, base size and world size must all be positive", errs.InvalidArgument, p, size)
 	}
 	if !p.scale {
 		return p.perRank, 1, nil

@@ -78,7 +78,7 @@ func (c Config) resolve() (Config, error) {
 	case c.MaxSize != 0 && c.MaxSize < c.MinSize:
 		return c, fmt.Errorf("%w: elastic: MaxSize %d is below MinSize %d", errs.InvalidArgument, c.MaxSize, c.MinSize)
 	case c.Batch == nil:
-		return c, fmt.Errorf("%w: elastic: Config.Batch is nil; say how the batch follows the world's size: FixedGlobalBatch(n) or PerRankBatch(n, base, scaleLR)", errs.InvalidArgument)
+		return c, fmt.Errorf("%w: elastic: Config.Batch is nil; say how the batch follows the world's size: FixedGlobalBatch(n), PerRankBatch(n) or PerRankBatchScaleLR(n, base)", errs.InvalidArgument)
 	}
 	for _, d := range []struct {
 		v   *time.Duration

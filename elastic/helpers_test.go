@@ -73,8 +73,7 @@ type member struct {
 func newMember(t testing.TB, ctx context.Context, st store.Store, id string, seed uint64, cfg elastic.Config) *member {
 	t.Helper()
 	// Every member starts from its own weights: healing must fix that.
-	model, err := models.NewMLP([]int{nFeatures, 16, nClasses}, models.ActTanh, true,
-		rand.New(rand.NewPCG(seed, 1)), models.WithDtype(tensor.Float64))
+	model, err := models.NewMLP([]int{nFeatures, 16, nClasses}, models.WithActivation(models.ActTanh), models.WithRand(rand.New(rand.NewPCG(seed, 1))), models.WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,30 +59,39 @@ func sameMemory(a, b G.Value) bool {
 }
 
 // dropAliasedBuffers forgets kept buffers that overlap a value bound to an
-// input for this run (a user may feed last run's output back in).
+// input for this run (a user may feed last run's output back in) or an
+// output set with SetOutput.
 func (p *Program) dropAliasedBuffers() {
 	if len(p.spans) == 0 {
 		return
 	}
 	for _, i := range p.inputs {
-		s, ok := spanOf(p.vals[i])
-		if !ok {
-			continue
+		if s, ok := spanOf(p.vals[i]); ok {
+			p.dropOverlapping(s)
 		}
-		// spans are sorted by lo and pairwise disjoint, so hi is sorted too.
-		k, _ := slices.BinarySearchFunc(p.spans, s.lo, func(e span, lo uintptr) int {
-			if e.hi <= lo {
-				return -1
-			}
-			return 1
-		})
-		for ; k < len(p.spans) && p.spans[k].lo < s.hi; k++ {
-			n := p.spans[k].node
-			if p.bufs[n] != nil {
-				p.bufs[n] = nil
-				p.next[n] = nil
-				p.changed.Store(true)
-			}
+	}
+	for _, i := range p.outNodes {
+		if s, ok := spanOf(p.out[i]); ok {
+			p.dropOverlapping(s)
+		}
+	}
+}
+
+// dropOverlapping forgets the kept buffers that overlap s.
+func (p *Program) dropOverlapping(s span) {
+	// spans are sorted by lo and pairwise disjoint, so hi is sorted too.
+	k, _ := slices.BinarySearchFunc(p.spans, s.lo, func(e span, lo uintptr) int {
+		if e.hi <= lo {
+			return -1
+		}
+		return 1
+	})
+	for ; k < len(p.spans) && p.spans[k].lo < s.hi; k++ {
+		n := p.spans[k].node
+		if p.bufs[n] != nil {
+			p.bufs[n] = nil
+			p.next[n] = nil
+			p.changed.Store(true)
 		}
 	}
 }

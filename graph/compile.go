@@ -3,10 +3,8 @@ package graph
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	G "gorgonia.org/gorgonia"
 )
@@ -44,6 +42,7 @@ type Program struct {
 	starts    []int32   // non-input nodes with no non-input child
 	shared    []bool    // value read by more than one node
 	prealloc  []bool    // op can write into a kept buffer
+	accum     []bool    // op adds into a preallocated buffer (see accumulatesIntoPrealloc)
 	ctxDoer   []ContextDoer
 	readInto  []*G.Value
 	dualOf    [][]*G.Node // for a gradient node: nodes whose dual value receives it
@@ -53,18 +52,21 @@ type Program struct {
 	allHooks  atomic.Pointer[[]ReadyFunc]
 	nodeHooks []atomic.Pointer[[]ReadyFunc]
 
-	runMu   sync.Mutex
-	hookCtx context.Context // the context given to the current Run
-	vals    []G.Value
-	args    [][]G.Value
-	pending []atomic.Int32
-	bufs    []G.Value // buffers each node may write into in the next run
-	next    []G.Value // buffers found reusable during the current run
-	owned   []bool    // value of the current run is memory no input shares
-	changed atomic.Bool
-	spans   []span // validated buffers, sorted by address
-	scratch []span
-	queue   chan int32
+	runMu    sync.Mutex
+	hookCtx  context.Context // the context given to the current Run
+	vals     []G.Value
+	args     [][]G.Value
+	pending  []atomic.Int32
+	bufs     []G.Value // buffers each node may write into in the next run
+	next     []G.Value // buffers found reusable during the current run
+	owned    []bool    // value of the current run is memory no input shares
+	out      []G.Value // memory each node's value must be written into (SetOutput), or nil
+	outNodes []int32   // the nodes with an output
+	outSet   bool      // SetOutput changed out since the last run
+	changed  atomic.Bool
+	spans    []span // validated buffers, sorted by address
+	scratch  []span
+	queue    chan int32
 }
 
 // Compile turns g, including the gradient nodes gorgonia.Grad added to it,
@@ -107,6 +109,7 @@ func Compile(g *G.ExprGraph, opts ...Option) (*Program, error) {
 		deps:      make([]int32, n),
 		shared:    make([]bool, n),
 		prealloc:  make([]bool, n),
+		accum:     make([]bool, n),
 		ctxDoer:   make([]ContextDoer, n),
 		readInto:  make([]*G.Value, n),
 		dualOf:    make([][]*G.Node, n),
@@ -118,6 +121,7 @@ func Compile(g *G.ExprGraph, opts ...Option) (*Program, error) {
 		bufs:      make([]G.Value, n),
 		next:      make([]G.Value, n),
 		owned:     make([]bool, n),
+		out:       make([]G.Value, n),
 	}
 	for i, nd := range nodes {
 		p.index[nd] = int32(i)
@@ -134,9 +138,9 @@ func Compile(g *G.ExprGraph, opts ...Option) (*Program, error) {
 			p.kind[i] = kindInput
 		case op == nil:
 			return nil, fmt.Errorf("graph: Compile: node %q has no op and is not an input: %w", nd.Name(), ErrInvalidArgument)
-		case isStatement(op, "letOp"):
+		case isLetOp(op):
 			p.kind[i] = kindLet
-		case isStatement(op, "readOp"):
+		case isReadOp(op):
 			into := readTarget(op)
 			if into == nil {
 				return nil, fmt.Errorf("graph: Compile: node %q: cannot find where gorgonia.Read writes: %w", nd.Name(), ErrInvalidArgument)
@@ -149,7 +153,8 @@ func Compile(g *G.ExprGraph, opts ...Option) (*Program, error) {
 				p.ctxDoer[i] = cd
 			}
 			_, pd := op.(G.UsePreallocDoer)
-			p.prealloc[i] = cfg.reuse && (pd || p.ctxDoer[i] != nil) && !accumulatesIntoPrealloc(op)
+			p.accum[i] = accumulatesIntoPrealloc(op)
+			p.prealloc[i] = cfg.reuse && (pd || p.ctxDoer[i] != nil) && !p.accum[i]
 			if tm, ok := op.(G.TrainModeOp); ok {
 				if err := tm.SetTraining(!cfg.evalMode); err != nil {
 					return nil, fmt.Errorf("graph: Compile: node %q (%v): setting training mode: %w", nd.Name(), op, err)
@@ -293,29 +298,4 @@ func containsNode(s []*G.Node, n *G.Node) bool {
 		}
 	}
 	return false
-}
-
-// isStatement reports whether op is gorgonia's statement op of the given
-// (unexported) type name.
-func isStatement(op G.Op, name string) bool {
-	t := reflect.TypeOf(op)
-	return t.Kind() == reflect.Struct && t.Name() == name && t.PkgPath() == "gorgonia.org/gorgonia"
-}
-
-// readTarget returns where a gorgonia.Read node writes. gorgonia keeps that
-// pointer in an unexported field, so it is read through reflection.
-func readTarget(op G.Op) *G.Value {
-	f := reflect.ValueOf(op).FieldByName("into")
-	if !f.IsValid() || f.Kind() != reflect.Pointer || f.Type().Elem() != reflect.TypeOf((*G.Value)(nil)).Elem() {
-		return nil
-	}
-	return (*G.Value)(unsafe.Pointer(f.Pointer()))
-}
-
-// accumulatesIntoPrealloc reports ops whose UsePreallocDo adds into the
-// buffer it is given instead of overwriting it: gorgonia's sliceIncrOp (the
-// gradient of Slice) is one. Handing such an op last run's output would add
-// this run's result to the previous one, so it always computes afresh.
-func accumulatesIntoPrealloc(op G.Op) bool {
-	return fmt.Sprintf("%T", op) == "gorgonia.sliceIncrOp"
 }

@@ -33,6 +33,10 @@
 //     write into the buffer they produced in the previous run, when the
 //     program owns that memory (not a view of an input, a bound input or a
 //     constant). Values read after a run are valid until the next Run.
+//   - Outputs: SetOutput gives a node memory of the caller's to write its
+//     value into, run after run (DDP computes gradients straight into the
+//     buckets it reduces this way); ops write where the executor tells
+//     them, and never guess whose memory a buffer is.
 //   - Errors: the first op error, op panic (a *PanicError), hook error or
 //     cancellation of ctx stops the run; it is returned wrapped as
 //     `graph: node "name" (op): ...`. Run waits for the ops already started

@@ -15,9 +15,11 @@ import (
 // run's context, which is cancelled when the caller's context is or when
 // another node of the run fails; a blocking op must return promptly then.
 //
-// prealloc is the value the op returned for this node in the previous run
-// when the program owns that memory and buffer reuse is on, else nil: the op
-// may write its result into it and return it, or ignore it.
+// prealloc is the node's output set with Program.SetOutput, else the value
+// the op returned for this node in the previous run when the program owns
+// that memory and buffer reuse is on, else nil: the op may write its result
+// into it and return it, or ignore it (the executor then copies a result
+// into an output set with SetOutput).
 type ContextDoer interface {
 	DoContext(ctx context.Context, prealloc G.Value, inputs ...G.Value) (G.Value, error)
 }
@@ -68,6 +70,9 @@ func (p *Program) step(ctx context.Context, i int32) (err error) {
 			err = errors.New("op returned no value and no error")
 		}
 	}
+	if err == nil {
+		v, err = p.intoOutput(i, v)
+	}
 	if err != nil {
 		return fmt.Errorf("graph: node %q (%v): %w", n.Name(), n.Op(), err)
 	}
@@ -75,8 +80,8 @@ func (p *Program) step(ctx context.Context, i int32) (err error) {
 	p.owned[i] = v != nil && disjoint(v, args)
 	if p.prealloc[i] {
 		keep := v
-		if !p.owned[i] {
-			keep = nil
+		if !p.owned[i] || p.out[i] != nil {
+			keep = nil // not the program's memory to hand out again
 		}
 		p.next[i] = keep
 		if !sameMemory(keep, p.bufs[i]) {
@@ -108,8 +113,22 @@ func (p *Program) call(ctx context.Context, i int32, args []G.Value) (v G.Value,
 	}()
 	op := p.nodes[i].Op()
 	pre := p.bufs[i]
+	if out := p.out[i]; out != nil {
+		if p.accum[i] {
+			return op.Do(args...) // it would add into the output (intoOutput copies)
+		}
+		pre = out
+	}
 	if cd := p.ctxDoer[i]; cd != nil {
 		return cd.DoContext(ctx, pre, args...)
+	}
+	if pre != nil && p.out[i] != nil {
+		if pd, ok := op.(G.UsePreallocDoer); ok {
+			if v, err = pd.UsePreallocDo(pre, args...); err == nil {
+				return v, nil
+			}
+		}
+		return op.Do(args...) // intoOutput copies the result into the output
 	}
 	if pre != nil && p.prealloc[i] {
 		if v, err = op.(G.UsePreallocDoer).UsePreallocDo(pre, args...); err == nil {

@@ -98,15 +98,22 @@ func buildMLP(sizes []int, batch int, logSoftmax bool) builder {
 			logp = G.Must(G.Log(G.Must(G.SoftMax(h))))
 		}
 		ce := G.Must(G.Sum(G.Must(G.HadamardProd(y, logp)), 1))
-		m.cost = G.Must(G.Neg(G.Must(G.Mean(ce))))
-		m.outputs = []*G.Node{h, logp, m.cost}
-		grads, err := G.Grad(m.cost, m.params...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.grads = grads
-		return m
+		cost := G.Must(G.Neg(G.Must(G.Mean(ce))))
+		return m.differentiate(t, cost, m.params, h, logp, cost)
 	}
+}
+
+// differentiate completes m: its cost, the parameters it is differentiated
+// with respect to, the outputs compared with TapeMachine, and the gradient
+// nodes.
+func (m *model) differentiate(t testing.TB, cost *G.Node, params []*G.Node, outputs ...*G.Node) *model {
+	m.cost, m.params, m.outputs = cost, params, outputs
+	grads, err := G.Grad(cost, params...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.grads = grads
+	return m
 }
 
 // buildMatmul is a chain of matrix products with a transposed operand and a
@@ -123,15 +130,8 @@ func buildMatmul(t testing.TB, dt tensor.Dtype) *model {
 	abc := G.Must(G.Mul(ab, G.Must(G.Transpose(c)))) // 6x4
 	th := G.Must(G.Tanh(abc))
 	sq := G.Must(G.HadamardProd(th, th))
-	m.cost = G.Must(G.Sum(sq))
-	m.params = []*G.Node{b, c}
-	m.outputs = []*G.Node{m.cost}
-	grads, err := G.Grad(m.cost, m.params...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.grads = grads
-	return m
+	cost := G.Must(G.Sum(sq))
+	return m.differentiate(t, cost, []*G.Node{b, c}, cost)
 }
 
 // buildBroadcast adds a row vector and a column vector to a matrix by
@@ -150,15 +150,8 @@ func buildBroadcast(t testing.TB, dt tensor.Dtype) *model {
 	s1 := G.Must(G.Sigmoid(r))
 	s2 := G.Must(G.Tanh(c))
 	p := G.Must(G.HadamardProd(G.Must(G.Add(s1, s2)), w))
-	m.cost = G.Must(G.Sum(G.Must(G.HadamardProd(p, p))))
-	m.params = []*G.Node{row, col, w}
-	m.outputs = []*G.Node{m.cost}
-	grads, err := G.Grad(m.cost, m.params...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.grads = grads
-	return m
+	cost := G.Must(G.Sum(G.Must(G.HadamardProd(p, p))))
+	return m.differentiate(t, cost, []*G.Node{row, col, w}, cost)
 }
 
 // bindData gives the model's data inputs fresh values from rng.

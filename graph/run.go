@@ -44,7 +44,8 @@ func (p *Program) Run(ctx context.Context, bindings ...Binding) error {
 	clear(p.vals)
 	clear(p.owned)
 	copy(p.next, p.bufs)
-	p.changed.Store(false)
+	p.changed.Store(p.outSet)
+	p.outSet = false
 	for _, i := range p.inputs {
 		n := p.nodes[i]
 		v := n.Value()

@@ -97,7 +97,7 @@ const steps = 3
 // reduces two coalesced tensors (4*(2+3*4) = 56 bytes each).
 func trainRank(ctx context.Context, pg *comm.ProcessGroup) (*ddp.DDP, error) {
 	rng := rand.New(rand.NewPCG(uint64(pg.Rank()), 1))
-	model, err := models.NewMLP([]int{8, 16, 3}, models.ActReLU, true, rng, models.WithDtype(tensor.Float64))
+	model, err := models.NewMLP([]int{8, 16, 3}, models.WithRand(rng), models.WithDtype(tensor.Float64))
 	if err != nil {
 		return nil, err
 	}

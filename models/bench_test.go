@@ -13,7 +13,7 @@ import (
 // under gorgonia's TapeMachine; the optimizer update is not included.
 func BenchmarkMLPTrainStep(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	m, err := NewMLP([]int{784, 1024, 1024, 10}, ActReLU, true, rng, WithDtype(tensor.Float32))
+	m, err := NewMLP([]int{784, 1024, 1024, 10}, WithRand(rng), WithDtype(tensor.Float32))
 	if err != nil {
 		b.Fatal(err)
 	}

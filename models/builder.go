@@ -8,6 +8,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/tandemml/tandem/graph"
 	"github.com/tandemml/tandem/internal/errs"
 )
 
@@ -59,6 +60,9 @@ type Builder struct {
 	scope *gradScope // which inputs need gradients, while Backward runs
 	// inPlace: gradient ops write into Param.Grad (WithGradsInPlace).
 	inPlace bool
+	// prog: the program last compiled with Compile, which WithGradsInPlace
+	// points at Param.Grad.
+	prog *graph.Program
 }
 
 // NewBuilder returns a Builder that adds nodes to g (a new graph if g is nil).

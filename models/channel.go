@@ -10,6 +10,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
 // The channel ops view x as [outer, C, inner], where C is the product of the
@@ -37,12 +38,12 @@ func (k chanKind) String() string {
 func (k chanKind) elementwise() bool { return k == chanAdd || k == chanMul || k == chanAddReLU }
 
 type chanOp struct {
-	plainOp
+	opkit.Plain
 	kind    chanKind
 	axis, n int
-	inDims  int      // dims of x
-	cShape  []int    // shape of the per-channel tensor
-	out     *outSlot // where a gradient reduction writes (see WithGradsInPlace)
+	inDims  int        // dims of x
+	cShape  []int      // shape of the per-channel tensor
+	scale   *gradScale // multiplies a gradient reduction (see Builder.SetGradTarget)
 }
 
 func (op chanOp) Arity() int {
@@ -138,7 +139,7 @@ func (op chanOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error)
 		if len(shape) == 0 {
 			shape = []int{1}
 		}
-		out = outDense(op.out.pick(prealloc), x.Dtype(), shape, in...)
+		out = outDense(prealloc, x.Dtype(), shape, in...)
 		out.Zero() // the reductions accumulate
 	}
 	switch x.Dtype() {
@@ -152,9 +153,7 @@ func (op chanOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error)
 	if err != nil {
 		return nil, fmt.Errorf("models: %v: %w", op, err)
 	}
-	if op.out != nil && out == op.out.dst {
-		scaleDense(out, op.out.factor())
-	}
+	scaleDense(out, op.scale.factor())
 	return out, nil
 }
 
@@ -268,7 +267,7 @@ func chanSeg[T float](k chanKind, dst, x []T, v T) {
 }
 
 func (op chanOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op chanOp) Hashcode() uint32      { return hashOf(op) }
+func (op chanOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op chanOp) String() string {
 	return fmt.Sprintf("%v{axis:%d,n:%d,dims:%d,c:%v}", op.kind, op.axis, op.n, op.inDims, op.cShape)
 }
@@ -299,13 +298,13 @@ func (op chanOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 				return nil, err
 			}
 		}
-		dc, err := G.ApplyOp(chanOp{kind: chanSum, axis: op.axis, n: op.n, inDims: op.inDims, cShape: op.cShape, out: &outSlot{}}, dx)
+		dc, err := G.ApplyOp(chanOp{kind: chanSum, axis: op.axis, n: op.n, inDims: op.inDims, cShape: op.cShape, scale: &gradScale{}}, dx)
 		if err != nil {
 			return nil, err
 		}
 		return G.Nodes{dx, dc}, nil
 	case chanAdd:
-		dc, err := G.ApplyOp(chanOp{kind: chanSum, axis: op.axis, n: op.n, inDims: op.inDims, cShape: op.cShape, out: &outSlot{}}, grad)
+		dc, err := G.ApplyOp(chanOp{kind: chanSum, axis: op.axis, n: op.n, inDims: op.inDims, cShape: op.cShape, scale: &gradScale{}}, grad)
 		if err != nil {
 			return nil, err
 		}
@@ -315,7 +314,7 @@ func (op chanOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 		if err != nil {
 			return nil, err
 		}
-		dc, err := G.ApplyOp(chanOp{kind: chanDot, axis: op.axis, n: op.n, inDims: op.inDims, cShape: op.cShape, out: &outSlot{}}, grad, in[0])
+		dc, err := G.ApplyOp(chanOp{kind: chanDot, axis: op.axis, n: op.n, inDims: op.inDims, cShape: op.cShape, scale: &gradScale{}}, grad, in[0])
 		if err != nil {
 			return nil, err
 		}
@@ -343,4 +342,4 @@ func applyChan(kind chanKind, x, c *G.Node, axis int) (*G.Node, error) {
 	return G.ApplyOp(chanOp{kind: kind, axis: axis, n: n, inDims: len(xs), cShape: append([]int(nil), cs...)}, x, c)
 }
 
-func (op chanOp) sinkSlot() *outSlot { return op.out }
+func (op chanOp) scaleCell() *gradScale { return op.scale }

@@ -49,21 +49,12 @@ func NewConv2d(in, out, kernel int, opts ...Option) (*Conv2d, error) {
 	if err := checkFloat(c.dtype); err != nil {
 		return nil, fmt.Errorf("%w: %w", errs.InvalidArgument, err)
 	}
-	bound := fanInBound(in * l.Kernel[0] * l.Kernel[1])
-	l.Weight = uniformParam("weight", c.dtype, c.rng, bound, out, in, l.Kernel[0], l.Kernel[1])
-	if c.bias {
-		l.Bias = uniformParam("bias", c.dtype, c.rng, bound, out)
-	}
+	l.Weight, l.Bias = weightBias(c, in*l.Kernel[0]*l.Kernel[1], out, in, l.Kernel[0], l.Kernel[1])
 	return l, nil
 }
 
 // Params returns weight then bias.
-func (l *Conv2d) Params() []*Param {
-	if l.Bias == nil {
-		return []*Param{l.Weight}
-	}
-	return []*Param{l.Weight, l.Bias}
-}
+func (l *Conv2d) Params() []*Param { return paramsOf(l.Weight, l.Bias) }
 
 // Buffers returns nothing.
 func (l *Conv2d) Buffers() []*Param { return nil }
@@ -97,20 +88,7 @@ func (l *Conv2d) forward(b *Builder, x *G.Node, relu bool) (*G.Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("models: Conv2d(%d, %d): %w", l.In, l.Out, err)
 	}
-	if l.Bias == nil {
-		if relu {
-			return applyElt(eltReLU, y)
-		}
-		return y, nil
-	}
-	bn, err := b.Node(l.Bias)
-	if err != nil {
-		return nil, err
-	}
-	if relu {
-		return applyChan(chanAddReLU, y, bn, 1)
-	}
-	return applyChan(chanAdd, y, bn, 1)
+	return addBias(b, y, l.Bias, relu)
 }
 
 // Flatten reshapes [N, d1, d2, ...] to [N, d1·d2·...], like PyTorch's

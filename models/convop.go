@@ -13,6 +13,7 @@ import (
 
 	tblas "github.com/tandemml/tandem/internal/blas"
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
 // Conv2d's ops. The forward pass of sample n is one GEMM,
@@ -139,81 +140,76 @@ func validRange(n, s, off, w int) (j0, j1 int) {
 	return j0, j1
 }
 
-// im2col fills col (CK×P) from one sample x (C×H×W).
-func im2col[T float](g convGeom, x, col []T) {
+// eachTap calls f for each row (c, u, v) of a column matrix (CK×P) over
+// one sample's image (C×H×W): the row, the plane of channel c, the kernel
+// row u, the tap's column offset off and the output columns [j0, j1) that
+// read inside the image (see validRange). im2col and col2im walk the column
+// matrix this way, in the same order.
+func eachTap[T float](g convGeom, col, img []T, f func(row, plane []T, u, off, j0, j1 int)) {
 	p := g.p()
 	row := 0
 	for c := 0; c < g.c; c++ {
-		plane := x[c*g.h*g.w : (c+1)*g.h*g.w]
+		plane := img[c*g.h*g.w : (c+1)*g.h*g.w]
 		for u := 0; u < g.kh; u++ {
 			for v := 0; v < g.kw; v++ {
-				dst := col[row*p : (row+1)*p]
-				row++
 				off := v*g.dw - g.pw
 				j0, j1 := validRange(g.ow, g.sw, off, g.w)
-				for i := 0; i < g.oh; i++ {
-					seg := dst[i*g.ow : (i+1)*g.ow]
-					r := i*g.sh - g.ph + u*g.dh
-					if r < 0 || r >= g.h {
-						clear(seg)
-						continue
-					}
-					src := plane[r*g.w : (r+1)*g.w]
-					for j := range seg[:j0] {
-						seg[j] = 0
-					}
-					for j := j1; j < len(seg); j++ {
-						seg[j] = 0
-					}
-					if g.sw == 1 {
-						copy(seg[j0:j1], src[j0+off:j1+off])
-						continue
-					}
-					for j := j0; j < j1; j++ {
-						seg[j] = src[j*g.sw+off]
-					}
-				}
+				f(col[row*p:(row+1)*p], plane, u, off, j0, j1)
+				row++
 			}
 		}
 	}
 }
 
+// im2col fills col (CK×P) from one sample x (C×H×W).
+func im2col[T float](g convGeom, x, col []T) {
+	eachTap(g, col, x, func(dst, plane []T, u, off, j0, j1 int) {
+		for i := 0; i < g.oh; i++ {
+			seg := dst[i*g.ow : (i+1)*g.ow]
+			r := i*g.sh - g.ph + u*g.dh
+			if r < 0 || r >= g.h {
+				clear(seg)
+				continue
+			}
+			src := plane[r*g.w : (r+1)*g.w]
+			clear(seg[:j0])
+			clear(seg[j1:])
+			if g.sw == 1 {
+				copy(seg[j0:j1], src[j0+off:j1+off])
+				continue
+			}
+			for j := j0; j < j1; j++ {
+				seg[j] = src[j*g.sw+off]
+			}
+		}
+	})
+}
+
 // col2im adds col (CK×P) into one sample dx (C×H×W), each entry into the
 // pixel im2col took it from.
 func col2im[T float](g convGeom, col, dx []T) {
-	p := g.p()
-	row := 0
-	for c := 0; c < g.c; c++ {
-		plane := dx[c*g.h*g.w : (c+1)*g.h*g.w]
-		for u := 0; u < g.kh; u++ {
-			for v := 0; v < g.kw; v++ {
-				src := col[row*p : (row+1)*p]
-				row++
-				off := v*g.dw - g.pw
-				j0, j1 := validRange(g.ow, g.sw, off, g.w)
-				for i := 0; i < g.oh; i++ {
-					r := i*g.sh - g.ph + u*g.dh
-					if r < 0 || r >= g.h {
-						continue
-					}
-					seg := src[i*g.ow : (i+1)*g.ow]
-					dst := plane[r*g.w : (r+1)*g.w]
-					if g.sw == 1 {
-						d := dst[j0+off : j1+off]
-						s := seg[j0:j1]
-						s = s[:len(d)]
-						for j, v := range s {
-							d[j] += v
-						}
-						continue
-					}
-					for j := j0; j < j1; j++ {
-						dst[j*g.sw+off] += seg[j]
-					}
+	eachTap(g, col, dx, func(src, plane []T, u, off, j0, j1 int) {
+		for i := 0; i < g.oh; i++ {
+			r := i*g.sh - g.ph + u*g.dh
+			if r < 0 || r >= g.h {
+				continue
+			}
+			seg := src[i*g.ow : (i+1)*g.ow]
+			dst := plane[r*g.w : (r+1)*g.w]
+			if g.sw == 1 {
+				d := dst[j0+off : j1+off]
+				s := seg[j0:j1]
+				s = s[:len(d)]
+				for j, v := range s {
+					d[j] += v
 				}
+				continue
+			}
+			for j := j0; j < j1; j++ {
+				dst[j*g.sw+off] += seg[j]
 			}
 		}
-	}
+	})
 }
 
 // Stride 1 (the common case, "same" convolutions included) uses a wide
@@ -312,6 +308,32 @@ func addWideCols[T float](g convGeom, col, dxp []T) {
 	}
 }
 
+// wideScratch holds the scratch buffers of the wide layout for one run of
+// a convolution op: the padded input (C×Hp×Wp), the wide column matrix
+// (CK×PW) and O wide rows of output or gradient (O×PW).
+type wideScratch[T float] struct {
+	pw              int // wide columns per row of the column matrix
+	xpad, col, rows []T
+	done            [3]func()
+}
+
+// getWide takes the wide layout's buffers for g from sc.
+func getWide[T float](sc *scratch, g convGeom) wideScratch[T] {
+	hp, wp, pw := g.padded()
+	ws := wideScratch[T]{pw: pw}
+	ws.xpad, ws.done[0] = getScratch[T](sc, g.c*hp*wp)
+	ws.col, ws.done[1] = getScratch[T](sc, g.ck()*pw)
+	ws.rows, ws.done[2] = getScratch[T](sc, g.o*pw)
+	return ws
+}
+
+// release gives the buffers back.
+func (ws wideScratch[T]) release() {
+	for _, done := range ws.done {
+		done()
+	}
+}
+
 // convForward computes y (N×O×P) from x (N×C×H×W) and w (O×CK).
 func convForward[T float](g convGeom, sc *scratch, gemm gemmFunc[T], x, w, y []T) {
 	ck, p := g.ck(), g.p()
@@ -322,17 +344,13 @@ func convForward[T float](g convGeom, sc *scratch, gemm gemmFunc[T], x, w, y []T
 			gemm(blas.NoTrans, blas.NoTrans, g.o, p, ck, 1, w, ck, x[n*in:(n+1)*in], p, 0, y[n*g.o*p:(n+1)*g.o*p], p)
 		}
 	case g.wide():
-		hp, wp, pw := g.padded()
-		xpad, done1 := getScratch[T](sc, g.c*hp*wp)
-		defer done1()
-		col, done2 := getScratch[T](sc, ck*pw)
-		defer done2()
-		yw, done3 := getScratch[T](sc, g.o*pw)
-		defer done3()
+		ws := getWide[T](sc, g)
+		defer ws.release()
+		pw := ws.pw
 		for n := 0; n < g.n; n++ {
-			wideCols(g, padInput(g, x[n*in:(n+1)*in], xpad), col)
-			gemm(blas.NoTrans, blas.NoTrans, g.o, pw, ck, 1, w, ck, col, pw, 0, yw, pw)
-			narrowRows(g, g.o, yw, y[n*g.o*p:(n+1)*g.o*p])
+			wideCols(g, padInput(g, x[n*in:(n+1)*in], ws.xpad), ws.col)
+			gemm(blas.NoTrans, blas.NoTrans, g.o, pw, ck, 1, w, ck, ws.col, pw, 0, ws.rows, pw)
+			narrowRows(g, g.o, ws.rows, y[n*g.o*p:(n+1)*g.o*p])
 		}
 	default:
 		col, done := getScratch[T](sc, ck*p)
@@ -364,17 +382,13 @@ func convGradW[T float](g convGeom, sc *scratch, gemm gemmFunc[T], x, dy, dw []T
 			gemm(blas.NoTrans, blas.Trans, g.o, ck, p, 1, dy[n*g.o*p:(n+1)*g.o*p], p, x[n*in:(n+1)*in], p, beta(n), dw, ck)
 		}
 	case g.wide():
-		hp, wp, pw := g.padded()
-		xpad, done1 := getScratch[T](sc, g.c*hp*wp)
-		defer done1()
-		col, done2 := getScratch[T](sc, ck*pw)
-		defer done2()
-		dyw, done3 := getScratch[T](sc, g.o*pw)
-		defer done3()
+		ws := getWide[T](sc, g)
+		defer ws.release()
+		pw := ws.pw
 		for n := 0; n < g.n; n++ {
-			wideCols(g, padInput(g, x[n*in:(n+1)*in], xpad), col)
-			widenRows(g, g.o, dy[n*g.o*p:(n+1)*g.o*p], dyw)
-			gemm(blas.NoTrans, blas.Trans, g.o, ck, pw, 1, dyw, pw, col, pw, beta(n), dw, ck)
+			wideCols(g, padInput(g, x[n*in:(n+1)*in], ws.xpad), ws.col)
+			widenRows(g, g.o, dy[n*g.o*p:(n+1)*g.o*p], ws.rows)
+			gemm(blas.NoTrans, blas.Trans, g.o, ck, pw, 1, ws.rows, pw, ws.col, pw, beta(n), dw, ck)
 		}
 	default:
 		col, done := getScratch[T](sc, ck*p)
@@ -477,7 +491,7 @@ func convGradX[T float](g convGeom, sc *scratch, gemm gemmFunc[T], w, dy, dx []T
 // convOp convolves x [N, C, H, W] with w [O, C, kh, kw] into [N, O, OH, OW]
 // (groups 1, no bias).
 type convOp struct {
-	plainOp
+	opkit.Plain
 	convParams
 	need *inputGrads // which inputs need gradients (nil: both)
 	sc   *scratch
@@ -486,7 +500,7 @@ type convOp struct {
 // convGradXOp is the gradient with respect to x: inputs (w, dy), output
 // [N, C, H, W] for the H×W input the op was built for.
 type convGradXOp struct {
-	plainOp
+	opkit.Plain
 	convParams
 	h, w int
 	sc   *scratch
@@ -495,10 +509,10 @@ type convGradXOp struct {
 // convGradWOp is the gradient with respect to w: inputs (x, dy), output
 // [O, C, kh, kw].
 type convGradWOp struct {
-	plainOp
+	opkit.Plain
 	convParams
-	sc  *scratch
-	out *outSlot // where dw is written (see WithGradsInPlace)
+	sc    *scratch
+	scale *gradScale // multiplies dw (see Builder.SetGradTarget)
 }
 
 func conv2d(bl *Builder, x, w *G.Node, cp convParams) (*G.Node, error) {
@@ -512,10 +526,16 @@ func conv2d(bl *Builder, x, w *G.Node, cp convParams) (*G.Node, error) {
 	return G.ApplyOp(op, x, w)
 }
 
-func fourD() hm.Type { return G.TensorType{Dims: 4, Of: hm.TypeVariable('a')} }
+// Arity: each of the convolution ops (convOp, convGradXOp, convGradWOp)
+// takes two tensors.
+func (convParams) Arity() int { return 2 }
 
-func (op convOp) Arity() int    { return 2 }
-func (op convOp) Type() hm.Type { return hm.NewFnType(fourD(), fourD(), fourD()) }
+// Type: two 4-d tensors to a 4-d tensor, for each of the convolution ops.
+func (convParams) Type() hm.Type {
+	fourD := G.TensorType{Dims: 4, Of: hm.TypeVariable('a')}
+	return hm.NewFnType(fourD, fourD, fourD)
+}
+
 func (op convOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	xs, ws, err := twoShapes(op, in)
 	if err != nil {
@@ -536,17 +556,42 @@ func (op convOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(ni
 
 // UsePreallocDo writes the convolution into prealloc when it fits (see outDense).
 func (op convOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	x, w, err := twoDense(op, in)
+	return doConv(op, op.sc, convForward[float64], convForward[float32], prealloc, in)
+}
+
+func (op convOp) shapeOf(x, w tensor.Shape) (tensor.Shape, error) { return op.InferShape(x, w) }
+
+// geomOf: inputs x and w.
+func (op convOp) geomOf(x, w, _ tensor.Shape) (convGeom, error) { return op.geom(x, w[0]) }
+
+// convStep is one of the convolution ops, as doConv runs it.
+type convStep interface {
+	fmt.Stringer
+	// shapeOf is InferShape for inputs a and b (called directly, it keeps
+	// the shapes off the heap, which a generic call of InferShape would not).
+	shapeOf(a, b tensor.Shape) (tensor.Shape, error)
+	// geomOf is the convolution's geometry for inputs a and b and output out.
+	geomOf(a, b, out tensor.Shape) (convGeom, error)
+}
+
+// doConv is the UsePreallocDo of the convolution ops: it checks the two
+// inputs, works out the output's shape and geometry, and runs k64 or k32
+// into prealloc when it fits (see outDense), else into a new tensor.
+func doConv[O convStep](op O, sc *scratch, k64 convKernel[float64], k32 convKernel[float32], prealloc G.Value, in []G.Value) (G.Value, error) {
+	a, b, err := twoDense(op, in)
 	if err != nil {
 		return nil, err
 	}
-	os, err := op.InferShape(x.Shape(), w.Shape())
+	os, err := op.shapeOf(a.Shape(), b.Shape())
 	if err != nil {
 		return nil, err
 	}
-	g, _ := op.geom(x.Shape(), w.Shape()[0])
-	out := outDense(prealloc, x.Dtype(), os, x, w)
-	if err := runConv(g, op.sc, convForward[float64], convForward[float32], x, w, out); err != nil {
+	g, err := op.geomOf(a.Shape(), b.Shape(), os)
+	if err != nil {
+		return nil, err
+	}
+	out := outDense(prealloc, a.Dtype(), os, a, b)
+	if err := runConv(g, sc, k64, k32, a, b, out); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -581,7 +626,7 @@ func twoDense[O fmt.Stringer](op O, in []G.Value) (a, b *tensor.Dense, err error
 }
 
 func (op convOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op convOp) Hashcode() uint32      { return hashOf(op) }
+func (op convOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op convOp) String() string        { return "Conv2d{" + op.convParams.String() + "}" }
 func (op convOp) DiffWRT(int) []bool    { return []bool{op.need.need(0), op.need.need(1)} }
 
@@ -601,15 +646,13 @@ func (op convOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 		}
 	}
 	if op.need.need(1) {
-		if dw, err = G.ApplyOp(convGradWOp{convParams: op.convParams, sc: &scratch{}, out: &outSlot{}}, x, grad); err != nil {
+		if dw, err = G.ApplyOp(convGradWOp{convParams: op.convParams, sc: &scratch{}, scale: &gradScale{}}, x, grad); err != nil {
 			return nil, err
 		}
 	}
 	return G.Nodes{dx, dw}, nil
 }
 
-func (op convGradXOp) Arity() int    { return 2 }
-func (op convGradXOp) Type() hm.Type { return hm.NewFnType(fourD(), fourD(), fourD()) }
 func (op convGradXOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	ws, dys, err := twoShapes(op, in)
 	if err != nil {
@@ -632,23 +675,16 @@ func (op convGradXOp) Do(in ...G.Value) (G.Value, error) { return op.UsePrealloc
 
 // UsePreallocDo writes dx into prealloc when it fits (see outDense).
 func (op convGradXOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	w, dy, err := twoDense(op, in)
-	if err != nil {
-		return nil, err
-	}
-	xs, err := op.InferShape(w.Shape(), dy.Shape())
-	if err != nil {
-		return nil, err
-	}
-	g, _ := op.geom(xs, w.Shape()[0])
-	out := outDense(prealloc, w.Dtype(), xs, w, dy)
-	if err := runConv(g, op.sc, convGradX[float64], convGradX[float32], w, dy, out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return doConv(op, op.sc, convGradX[float64], convGradX[float32], prealloc, in)
 }
+
+func (op convGradXOp) shapeOf(w, dy tensor.Shape) (tensor.Shape, error) { return op.InferShape(w, dy) }
+
+// geomOf: inputs w and dy, output dx.
+func (op convGradXOp) geomOf(w, _, dx tensor.Shape) (convGeom, error) { return op.geom(dx, w[0]) }
+
 func (op convGradXOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op convGradXOp) Hashcode() uint32      { return hashOf(op) }
+func (op convGradXOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op convGradXOp) String() string {
 	return fmt.Sprintf("Conv2dGradX{%v,in:%dx%d}", op.convParams, op.h, op.w)
 }
@@ -657,8 +693,6 @@ func (op convGradXOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, fmt.Errorf("models: second derivatives of Conv2d are not implemented: %w", errors.ErrUnsupported)
 }
 
-func (op convGradWOp) Arity() int    { return 2 }
-func (op convGradWOp) Type() hm.Type { return hm.NewFnType(fourD(), fourD(), fourD()) }
 func (op convGradWOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	xs, dys, err := twoShapes(op, in)
 	if err != nil {
@@ -678,32 +712,28 @@ func (op convGradWOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 }
 func (op convGradWOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
 
-// UsePreallocDo writes dw into prealloc when it fits (see outDense).
+// UsePreallocDo writes dw into prealloc when it fits (see outDense),
+// multiplied by the op's scale (see Builder.SetGradTarget).
 func (op convGradWOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	x, dy, err := twoDense(op, in)
+	out, err := doConv(op, op.sc, convGradW[float64], convGradW[float32], prealloc, in)
 	if err != nil {
 		return nil, err
 	}
-	ws, err := op.InferShape(x.Shape(), dy.Shape())
-	if err != nil {
-		return nil, err
-	}
-	g, _ := op.geom(x.Shape(), dy.Shape()[1])
-	out := outDense(op.out.pick(prealloc), x.Dtype(), ws, x, dy)
-	if err := runConv(g, op.sc, convGradW[float64], convGradW[float32], x, dy, out); err != nil {
-		return nil, err
-	}
-	if op.out != nil && out == op.out.dst {
-		scaleDense(out, op.out.factor())
-	}
+	scaleDense(out.(*tensor.Dense), op.scale.factor())
 	return out, nil
 }
+
+func (op convGradWOp) shapeOf(x, dy tensor.Shape) (tensor.Shape, error) { return op.InferShape(x, dy) }
+
+// geomOf: inputs x and dy.
+func (op convGradWOp) geomOf(x, dy, _ tensor.Shape) (convGeom, error) { return op.geom(x, dy[1]) }
+
 func (op convGradWOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op convGradWOp) Hashcode() uint32      { return hashOf(op) }
+func (op convGradWOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op convGradWOp) String() string        { return "Conv2dGradW{" + op.convParams.String() + "}" }
 func (op convGradWOp) DiffWRT(int) []bool    { return []bool{false, false} }
 func (op convGradWOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, fmt.Errorf("models: second derivatives of Conv2d are not implemented: %w", errors.ErrUnsupported)
 }
 
-func (op convGradWOp) sinkSlot() *outSlot { return op.out }
+func (op convGradWOp) scaleCell() *gradScale { return op.scale }

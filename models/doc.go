@@ -10,7 +10,7 @@
 // The Builder binds each Param's Value to one graph node, so an optimizer
 // updating Value in place changes the next run without rebuilding the graph:
 //
-//	model, _ := models.NewMLP([]int{784, 256, 10}, models.ActReLU, true, rand.New(rand.NewPCG(1, 2)))
+//	model, _ := models.NewMLP([]int{784, 256, 10}, models.WithRand(rand.New(rand.NewPCG(1, 2))))
 //	b := models.NewBuilder(nil)                 // a new graph, training mode
 //	x := b.Bind("x", xBatch)                    // refill xBatch in place per step
 //	y := b.Bind("y", labels)                    // int64 class indices [N]
@@ -47,5 +47,7 @@
 // as one bias+ReLU pass; Conv2d is one GEMM per sample. Matrix products go
 // through internal/blas: build with -tags openblas for OpenBLAS, which is
 // several times faster than the pure-Go default. WithGradsInPlace makes
-// runs write gradients straight into Param.Grad (read its contract first).
+// the runs of a program compiled with Builder.Compile write gradients
+// straight into Param.Grad (read its contract first); where a gradient goes
+// is the executor's to decide (graph.Program.SetOutput), not the op's.
 package models

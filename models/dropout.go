@@ -10,6 +10,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
 // Dropout zeroes each element with probability P during training and scales
@@ -54,7 +55,7 @@ func (d *Dropout) Forward(b *Builder, x *G.Node) (*G.Node, error) {
 // differentiated: the gradient flows through the product with the mask.
 // id keeps two masks on the same input apart in gorgonia's node hashing.
 type maskOp struct {
-	plainOp
+	opkit.Plain
 	p    float64
 	id   int
 	dims int
@@ -95,7 +96,7 @@ func (op *maskOp) Do(in ...G.Value) (G.Value, error) {
 	return out, nil
 }
 func (op *maskOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op *maskOp) Hashcode() uint32      { return hashOf(op) }
+func (op *maskOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op *maskOp) String() string        { return fmt.Sprintf("DropoutMask{p:%v,id:%d}", op.p, op.id) }
 func (op *maskOp) DiffWRT(int) []bool    { return []bool{false} }
 func (op *maskOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {

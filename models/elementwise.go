@@ -11,6 +11,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
 // eltKind names an elementwise function with a hand-written derivative.
@@ -34,13 +35,13 @@ func (k eltKind) String() string {
 // eltOp applies an elementwise function; its gradient is an eltGradOp
 // taking (x, dy). Both compute in one pass without temporaries.
 type eltOp struct {
-	plainOp
+	opkit.Plain
 	kind eltKind
 }
 
 // eltGradOp computes dx = dy · f'(x) for eltOp's function.
 type eltGradOp struct {
-	plainOp
+	opkit.Plain
 	kind eltKind
 }
 
@@ -72,7 +73,7 @@ func (op eltOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) 
 	return out, nil
 }
 func (op eltOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op eltOp) Hashcode() uint32      { return hashOf(op) }
+func (op eltOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op eltOp) String() string        { return op.kind.String() }
 func (op eltOp) DiffWRT(int) []bool    { return []bool{true} }
 func (op eltOp) SymDiff(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
@@ -120,7 +121,7 @@ func (op eltGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, err
 	return out, nil
 }
 func (op eltGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op eltGradOp) Hashcode() uint32      { return hashOf(op) }
+func (op eltGradOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op eltGradOp) String() string        { return op.kind.String() + "Grad" }
 func (op eltGradOp) DiffWRT(int) []bool    { return []bool{false, false} }
 func (op eltGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {

@@ -10,6 +10,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
 // Embedding is a lookup table, PyTorch's nn.Embedding without padding_idx
@@ -56,7 +57,7 @@ func (e *Embedding) Forward(b *Builder, idx *G.Node) (*G.Node, error) {
 
 // embedOp gathers rows (inputs: weight, indices).
 type embedOp struct {
-	plainOp
+	opkit.Plain
 	num, dim     int
 	idxDims      int
 	wType, iType tensor.Dtype
@@ -139,7 +140,7 @@ func gather[T float](out, w []T, idx []int, dim int) {
 }
 
 func (op embedOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op embedOp) Hashcode() uint32      { return hashOf(op) }
+func (op embedOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op embedOp) String() string {
 	return fmt.Sprintf("Embedding{%d,%d,%v,%v}", op.num, op.dim, op.wType, op.iType)
 }
@@ -189,7 +190,7 @@ func scatterAdd[T float](out, dy []T, idx []int, dim int) {
 }
 
 func (op embedGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op embedGradOp) Hashcode() uint32      { return hashOf(op) }
+func (op embedGradOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op embedGradOp) String() string        { return "Grad" + op.embedOp.String() }
 func (op embedGradOp) DiffWRT(int) []bool    { return []bool{false, false} }
 func (op embedGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {

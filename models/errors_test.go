@@ -20,9 +20,9 @@ func TestErrorsWrapSharedSentinels(t *testing.T) {
 	c := G.NewMatrix(g, tensor.Float32, G.WithShape(3, 2), G.WithName("c"))
 	v := G.NewVector(g, tensor.Float64, G.WithShape(3), G.WithName("v"))
 	for name, err := range map[string]error{
-		"inner sizes differ": second(MatMulT(a, b, false, false)),
-		"dtypes differ":      second(MatMulT(a, c, false, false)),
-		"not a matrix":       second(MatMulT(a, v, false, false)),
+		"inner sizes differ": second(MatMulT(a, b, 0)),
+		"dtypes differ":      second(MatMulT(a, c, 0)),
+		"not a matrix":       second(MatMulT(a, v, 0)),
 		"bad layer sizes":    second(NewLinear(0, 3)),
 		"bad activation":     second(NewActivation("swish")),
 	} {

@@ -15,15 +15,15 @@ import (
 // after each run Param.Grad already holds the gradient, in the same tensor
 // every step, and CopyGrads has nothing left to copy.
 func ExampleWithGradsInPlace() {
-	model, _ := models.NewMLP([]int{2, 8, 2}, models.ActReLU, true, rand.New(rand.NewPCG(1, 2)), models.WithDtype(tensor.Float64))
+	model, _ := models.NewMLP([]int{2, 8, 2}, models.WithRand(rand.New(rand.NewPCG(1, 2))), models.WithDtype(tensor.Float64))
 	x := tensor.New(tensor.WithShape(4, 2), tensor.WithBacking([]float64{0, 0, 0, 1, 1, 0, 1, 1}))
 	y := tensor.New(tensor.WithShape(4), tensor.WithBacking([]int64{0, 1, 1, 0}))
 
 	b := models.NewBuilder(nil, models.WithGradsInPlace())
 	logits, _ := model.Forward(b, b.Bind("x", x))
 	loss, _ := models.CrossEntropy(logits, b.Bind("y", y))
-	_ = b.Backward(loss) // allocates every Param.Grad
-	prog, err := graph.Compile(b.Graph(), graph.Workers(1))
+	_ = b.Backward(loss)                     // allocates every Param.Grad
+	prog, err := b.Compile(graph.Workers(1)) // points the program at every Param.Grad
 	if err != nil {
 		fmt.Println(err)
 		return

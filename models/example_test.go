@@ -12,7 +12,7 @@ import (
 
 // Train an MLP for a few steps with plain gradient descent on Param.Value.
 func Example() {
-	model, _ := models.NewMLP([]int{2, 8, 2}, models.ActTanh, true, rand.New(rand.NewPCG(1, 2)), models.WithDtype(tensor.Float64))
+	model, _ := models.NewMLP([]int{2, 8, 2}, models.WithActivation(models.ActTanh), models.WithRand(rand.New(rand.NewPCG(1, 2))), models.WithDtype(tensor.Float64))
 	for _, p := range models.StateDict(model) {
 		fmt.Println(p.Name, p.Value.Shape())
 	}

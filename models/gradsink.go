@@ -1,38 +1,32 @@
 package models
 
 import (
+	"fmt"
+
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/graph"
 )
 
-// outSlot tells a gradient op to write its result into a parameter's Grad
-// tensor, or another tensor of the right shape, instead of a buffer of its
-// own (see WithGradsInPlace and Builder.SetGradTarget), multiplied by
-// scale when that is neither 0 nor 1. It is shared by the op values of one
-// node, so the Builder can fill it in after gorgonia built the node.
-type outSlot struct {
-	dst   *tensor.Dense
-	scale float64
-	// former: targets set before the current one (the last few), which an
-	// executor may still offer as the node's buffer, having seen the op
-	// write there; they belong to whoever set them, so the op never writes
-	// into them again unless they are the target.
-	former []*tensor.Dense
-}
+// Where a gradient goes is the executor's business (graph.Program.SetOutput):
+// the ops that compute weight and bias gradients (matrix products, channel
+// reductions, convolution weight gradients) write into the buffer they are
+// handed, as any op that reuses buffers does, and know only the factor to
+// multiply their result by.
 
-// retarget sets the slot's target, remembering the one it replaces.
-func (s *outSlot) retarget(dst *tensor.Dense, scale float64) {
-	if s.dst != nil && s.dst != dst {
-		s.former = append(s.former, s.dst)
-		if len(s.former) > maxFormerTargets {
-			s.former = s.former[1:]
-		}
+// gradScale is the factor a gradient op multiplies its result by: 1 unless
+// SetGradTarget set another. It is shared by the op values of one node, so
+// the Builder can set it after gorgonia built the node.
+type gradScale struct{ f float64 }
+
+// factor returns the multiplier, 1 when none is set.
+func (s *gradScale) factor() float64 {
+	if s == nil || s.f == 0 {
+		return 1
 	}
-	s.dst, s.scale = dst, scale
+	return s.f
 }
-
-// maxFormerTargets bounds outSlot.former.
-const maxFormerTargets = 8
 
 // scaleDense multiplies t by f, in place, unless f is 1.
 func scaleDense(t *tensor.Dense, f float64) {
@@ -52,47 +46,19 @@ func scaleDense(t *tensor.Dense, f float64) {
 	}
 }
 
-// factor is the multiplier the op applies to its result: 1 unless a
-// target with a scale is set.
-func (s *outSlot) factor() float64 {
-	if s == nil || s.dst == nil || s.scale == 0 {
-		return 1
-	}
-	return s.scale
-}
-
-// pick returns the tensor an op should try to write into: the slot's
-// target when it has one, else the executor's prealloc.
-func (s *outSlot) pick(prealloc G.Value) G.Value {
-	if s == nil {
-		return prealloc
-	}
-	if s.dst != nil {
-		return s.dst
-	}
-	if prealloc != nil {
-		for _, f := range s.former {
-			if overlapsAny(prealloc, []G.Value{f}) {
-				return nil // a former target, not the executor's
-			}
-		}
-	}
-	return prealloc
-}
-
-// gradSinker is an op that can write its result into a given tensor: the
-// ops that compute weight and bias gradients (matrix products, channel
-// reductions, convolution weight gradients).
+// gradSinker is an op that computes a parameter's gradient into the buffer
+// it is given, multiplied by a factor of the Builder's choosing.
 type gradSinker interface {
-	sinkSlot() *outSlot
+	scaleCell() *gradScale
 }
 
-// WithGradsInPlace makes the graph's runs write each parameter's gradient
-// straight into Param.Grad (allocated by Backward), where the gradient op
-// supports it (Linear, Conv2d and the per-channel parameters of
-// BatchNorm2d and LayerNorm): the copy CopyGrads makes, a few milliseconds
-// per step for a model of millions of parameters, becomes unnecessary.
-// CopyGrads still copies the gradients of parameters whose ops cannot.
+// WithGradsInPlace makes the runs of a program compiled with Builder.Compile
+// write each parameter's gradient straight into Param.Grad (allocated by
+// Backward), where the gradient op supports it (Linear, Conv2d and the
+// per-channel parameters of BatchNorm2d and LayerNorm): the copy CopyGrads
+// makes, a few milliseconds per step for a model of millions of parameters,
+// becomes unnecessary. CopyGrads still copies the gradients of parameters
+// whose ops cannot, and all of them for graphs run by another executor.
 //
 // The price is a different contract: every run overwrites Param.Grad, so
 //
@@ -103,60 +69,90 @@ type gradSinker interface {
 //     accumulate over micro-batches use a Builder without this option.
 //
 // The Grad tensors keep their identity from run to run, so code holding
-// them (a gradient allreduce, an optimizer) keeps working. Executors keep
-// their own buffers for every other node as before.
+// them (a gradient allreduce, an optimizer) keeps working. The executor
+// keeps its own buffers for every other node as before.
 func WithGradsInPlace() BuilderOption { return func(b *Builder) { b.inPlace = true } }
 
-// sink points p's gradient op at p.Grad (allocating it if needed) and
-// reports whether the op takes the hint.
-func (b *Builder) sink(p *Param) bool {
-	n := b.grads[p]
-	if n == nil {
-		return false
+// Compile compiles the builder's graph for the graph executor, after
+// Backward: graph.Compile with the parameters' gradient nodes given by
+// graph.WithGrads (Program.Grad, OnGradReady), then opts. With
+// WithGradsInPlace the program writes the gradients into Param.Grad (see
+// there). CopyGrads keeps pointing the program last compiled here at
+// Param.Grad when a Grad tensor is replaced.
+func (b *Builder) Compile(opts ...graph.Option) (*graph.Program, error) {
+	ps := b.GradParams()
+	wrt, grads := make(G.Nodes, len(ps)), make(G.Nodes, len(ps))
+	for i, p := range ps {
+		wrt[i], grads[i] = b.nodes[p], b.grads[p]
 	}
-	s, ok := n.Op().(gradSinker)
-	if !ok || s.sinkSlot() == nil {
+	prog, err := graph.Compile(b.g, append([]graph.Option{graph.WithGrads(wrt, grads)}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("models: Compile: %w", err)
+	}
+	b.prog = prog
+	if b.inPlace {
+		for _, p := range ps {
+			b.sink(p)
+		}
+	}
+	return prog, nil
+}
+
+// sink allocates p.Grad if needed, when p's gradient op can compute into
+// it, and points the program last compiled with Compile at it; it reports
+// whether the op takes it.
+func (b *Builder) sink(p *Param) bool {
+	if !b.sinks(p) {
 		return false
 	}
 	if p.Grad == nil || !p.Grad.Shape().Eq(p.Value.Shape()) || p.Grad.Dtype() != p.Value.Dtype() {
 		p.Grad = newDense(p.Value.Dtype(), p.Value.Shape()...)
 	}
-	return b.SetGradTarget(p, p.Grad, 0)
+	return b.SetGradTarget(b.prog, p, p.Grad, 0)
 }
 
-// SetGradTarget points the gradient op of p at dst: each run then computes
-// p's gradient, multiplied by scale (0 means 1), straight into dst, with no
-// buffer of the executor's in between and no copy after. dst must have p's
-// shape and dtype and memory of its own that no other node's value shares;
-// a nil dst turns the target off. It reports whether p's gradient op takes
-// the target: the ops of Linear, Conv2d and the per-channel parameters of
-// BatchNorm2d and LayerNorm do; for the others, and for a dst that does not
-// fit, the gradient stays in a buffer of the executor's (read it from the
-// gradient node's value). Call it after Backward, between runs. Once a
-// target is replaced or cleared, the op does not write into it again, even
-// where the executor offers it as the node's buffer (the last eight
-// targets are remembered).
-//
-// This is what a data-parallel wrapper uses to compute gradients into the
-// buckets it reduces (PyTorch's gradient_as_bucket_view), the scale being
-// its 1/world; the gradient then skips the copy into the bucket.
-func (b *Builder) SetGradTarget(p *Param, dst *tensor.Dense, scale float64) bool {
+// sinks reports whether p's gradient op computes into the buffer it is given.
+func (b *Builder) sinks(p *Param) bool {
 	n := b.grads[p]
 	if n == nil {
 		return false
 	}
 	s, ok := n.Op().(gradSinker)
-	if !ok || s.sinkSlot() == nil {
+	return ok && s.scaleCell() != nil
+}
+
+// SetGradTarget makes prog, a program compiled from the builder's graph,
+// compute p's gradient, multiplied by scale (0 means 1), straight into dst
+// on every run, with no buffer of the executor's in between and no copy
+// after (graph.Program.SetOutput). dst must have p's shape and dtype and
+// memory of its own that no other node's value shares; a nil dst turns the
+// target off, and no run writes into the former target again.
+//
+// It reports whether p's gradient op takes the target: the ops of Linear,
+// Conv2d and the per-channel parameters of BatchNorm2d and LayerNorm do; for
+// the others, and for a dst that does not fit, the gradient stays in a
+// buffer of the executor's, unscaled (read it from the gradient node's
+// value). Call it after Backward, between runs.
+//
+// This is what a data-parallel wrapper uses to compute gradients into the
+// buckets it reduces (PyTorch's gradient_as_bucket_view), the scale being
+// its 1/world; the gradient then skips the copy into the bucket.
+func (b *Builder) SetGradTarget(prog *graph.Program, p *Param, dst *tensor.Dense, scale float64) bool {
+	if prog == nil || !b.sinks(p) {
 		return false
 	}
-	if dst == nil {
-		s.sinkSlot().retarget(nil, 0)
-		return true
+	n := b.grads[p]
+	cell := n.Op().(gradSinker).scaleCell()
+	if dst == nil || dst.Dtype() != p.Value.Dtype() || !dst.Shape().Eq(p.Value.Shape()) {
+		cell.f = 0
+		_ = prog.SetOutput(n, nil) // only fails for a node prog does not run
+		return dst == nil && prog.Has(n)
 	}
-	if dst.Dtype() != p.Value.Dtype() || !dst.Shape().Eq(p.Value.Shape()) || !n.Shape().Eq(dst.Shape()) || dst.IsView() || dst.RequiresIterator() {
-		s.sinkSlot().retarget(nil, 0)
+	if err := prog.SetOutput(n, dst); err != nil {
+		cell.f = 0
+		_ = prog.SetOutput(n, nil)
 		return false
 	}
-	s.sinkSlot().retarget(dst, scale)
+	cell.f = scale
 	return true
 }

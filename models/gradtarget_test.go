@@ -40,23 +40,23 @@ func TestSetGradTarget(t *testing.T) {
 				t.Fatal(err)
 			}
 			bd, _ := trainGraph(t, md, x, lab)
+			pt, err := graph.Compile(bt.Graph(), graph.Workers(1))
+			if err != nil {
+				t.Fatal(err)
+			}
 			targets := map[*Param]*tensor.Dense{}
 			for _, p := range mt.Params() {
 				dst := tensor.New(tensor.Of(dt), tensor.WithShape(p.Value.Shape().Clone()...))
-				if !bt.SetGradTarget(p, dst, scale) {
+				if !bt.SetGradTarget(pt, p, dst, scale) {
 					t.Fatalf("%s: the target was refused", p.Name)
 				}
 				targets[p] = dst
 			}
 			wrong := tensor.New(tensor.Of(dt), tensor.WithShape(7))
-			if bt.SetGradTarget(mt.Params()[0], wrong, 1) {
+			if bt.SetGradTarget(pt, mt.Params()[0], wrong, 1) {
 				t.Fatal("a target of the wrong shape was taken")
 			}
-			bt.SetGradTarget(mt.Params()[0], targets[mt.Params()[0]], scale)
-			pt, err := graph.Compile(bt.Graph(), graph.Workers(1))
-			if err != nil {
-				t.Fatal(err)
-			}
+			bt.SetGradTarget(pt, mt.Params()[0], targets[mt.Params()[0]], scale)
 			pd, err := graph.Compile(bd.Graph(), graph.Workers(1))
 			if err != nil {
 				t.Fatal(err)
@@ -81,7 +81,7 @@ func TestSetGradTarget(t *testing.T) {
 			}
 			// Off again: the gradients land elsewhere, unscaled.
 			for _, p := range mt.Params() {
-				if !bt.SetGradTarget(p, nil, 0) {
+				if !bt.SetGradTarget(pt, p, nil, 0) {
 					t.Fatalf("%s: clearing the target failed", p.Name)
 				}
 			}
@@ -108,26 +108,12 @@ func checkScaled(t *testing.T, name string, got, want *tensor.Dense, scale float
 	if got.Dtype() == tensor.Float32 {
 		tol = 1e-5
 	}
-	g, w := asF64(got), asF64(want)
+	g, w := toFloat64s(got), toFloat64s(want)
 	for i := range g {
 		if d := math.Abs(g[i] - scale*w[i]); d > tol*math.Max(1, math.Abs(w[i])) {
 			t.Fatalf("%s[%d] = %v, want %v·%v", name, i, g[i], scale, w[i])
 		}
 	}
-}
-
-func asF64(t *tensor.Dense) []float64 {
-	switch d := t.Data().(type) {
-	case []float64:
-		return d
-	case []float32:
-		out := make([]float64, len(d))
-		for i, v := range d {
-			out[i] = float64(v)
-		}
-		return out
-	}
-	return nil
 }
 
 var _ G.Value = (*tensor.Dense)(nil)

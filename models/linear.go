@@ -28,22 +28,13 @@ func NewLinear(in, out int, opts ...Option) (*Linear, error) {
 	if err := checkFloat(c.dtype); err != nil {
 		return nil, fmt.Errorf("%w: %w", errs.InvalidArgument, err)
 	}
-	bound := fanInBound(in)
 	l := &Linear{In: in, Out: out}
-	l.Weight = uniformParam("weight", c.dtype, c.rng, bound, out, in)
-	if c.bias {
-		l.Bias = uniformParam("bias", c.dtype, c.rng, bound, out)
-	}
+	l.Weight, l.Bias = weightBias(c, in, out, in)
 	return l, nil
 }
 
 // Params returns weight then bias.
-func (l *Linear) Params() []*Param {
-	if l.Bias == nil {
-		return []*Param{l.Weight}
-	}
-	return []*Param{l.Weight, l.Bias}
-}
+func (l *Linear) Params() []*Param { return paramsOf(l.Weight, l.Bias) }
 
 // Buffers returns nothing.
 func (l *Linear) Buffers() []*Param { return nil }
@@ -75,26 +66,52 @@ func (l *Linear) forward(b *Builder, x *G.Node, relu bool) (*G.Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("models: Linear(%d, %d): %w", l.In, l.Out, err)
 	}
-	if l.Bias != nil {
-		bn, err := b.Node(l.Bias)
-		if err != nil {
-			return nil, err
-		}
-		kind := chanAdd
-		if relu {
-			kind = chanAddReLU
-		}
-		if y, err = applyChan(kind, y, bn, 1); err != nil {
-			return nil, err
-		}
-	} else if relu {
-		if y, err = applyElt(eltReLU, y); err != nil {
-			return nil, err
-		}
+	if y, err = addBias(b, y, l.Bias, relu); err != nil {
+		return nil, err
 	}
 	if len(xs) != 2 {
 		out := append(xs.Clone()[:len(xs)-1], l.Out)
 		return G.Reshape(y, out)
 	}
 	return y, nil
+}
+
+// weightBias draws the weight of shape wShape and, when c asks for one, the
+// bias of shape [wShape[0]], both uniform in ±1/√fanIn, as PyTorch's Linear
+// and Conv2d initialise them (weight first, from c's generator).
+func weightBias(c config, fanIn int, wShape ...int) (weight, bias *Param) {
+	bound := fanInBound(fanIn)
+	weight = uniformParam("weight", c.dtype, c.rng, bound, wShape...)
+	if c.bias {
+		bias = uniformParam("bias", c.dtype, c.rng, bound, wShape[0])
+	}
+	return weight, bias
+}
+
+// paramsOf is the Params of a layer with a weight and an optional bias.
+func paramsOf(weight, bias *Param) []*Param {
+	if bias == nil {
+		return []*Param{weight}
+	}
+	return []*Param{weight, bias}
+}
+
+// addBias adds bias (nil for none) to y along axis 1, followed by a ReLU
+// in the same pass when relu is set: the tail of Linear's and Conv2d's
+// forward passes.
+func addBias(b *Builder, y *G.Node, bias *Param, relu bool) (*G.Node, error) {
+	if bias == nil {
+		if relu {
+			return applyElt(eltReLU, y)
+		}
+		return y, nil
+	}
+	bn, err := b.Node(bias)
+	if err != nil {
+		return nil, err
+	}
+	if relu {
+		return applyChan(chanAddReLU, y, bn, 1)
+	}
+	return applyChan(chanAdd, y, bn, 1)
 }

@@ -147,7 +147,14 @@ func TestMatMulTAllFlags(t *testing.T) {
 			gradCheck(t, []*Param{a, bb}, func(b *Builder) (*G.Node, error) {
 				an, _ := b.Node(a)
 				bn, _ := b.Node(bb)
-				c, err := MatMulT(an, bn, ta, tb)
+				var tr Transpose
+				if ta {
+					tr |= TransA
+				}
+				if tb {
+					tr |= TransB
+				}
+				c, err := MatMulT(an, bn, tr)
 				if err != nil {
 					return nil, err
 				}

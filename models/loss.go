@@ -11,6 +11,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
 // CrossEntropy returns the mean over the batch of the cross entropy between
@@ -91,7 +92,7 @@ func labels(t *tensor.Dense) ([]int, error) {
 
 // xentOp is mean cross entropy from logits (inputs: logits, target).
 type xentOp struct {
-	plainOp
+	opkit.Plain
 	soft  bool
 	tDims int
 	zType tensor.Dtype // dtype of the logits
@@ -215,7 +216,7 @@ func logSumExp[T float](row []T) float64 {
 }
 
 func (op xentOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op xentOp) Hashcode() uint32      { return hashOf(op) }
+func (op xentOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op xentOp) String() string {
 	return fmt.Sprintf("CrossEntropy{soft:%t,%v,%v}", op.soft, op.zType, op.tType)
 }
@@ -304,7 +305,7 @@ func (op xentGradOp) String() string {
 	return fmt.Sprintf("CrossEntropyGrad{soft:%t,%v,%v}", op.soft, op.zType, op.tType)
 }
 func (op xentGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op xentGradOp) Hashcode() uint32      { return hashOf(op) }
+func (op xentGradOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op xentGradOp) DiffWRT(int) []bool    { return []bool{false, false, false} }
 func (op xentGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, fmt.Errorf("models: second derivatives of cross entropy are not implemented: %w", errors.ErrUnsupported)

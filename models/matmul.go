@@ -11,6 +11,7 @@ import (
 
 	tblas "github.com/tandemml/tandem/internal/blas"
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
 // matMulOp computes op(A)·op(B) for row-major matrices, where op transposes
@@ -18,17 +19,29 @@ import (
 // GEMM as flags, so no transposed copy is ever made; its gradients are again
 // matMulOps with other flags (see SymDiff).
 type matMulOp struct {
-	plainOp
+	opkit.Plain
 	transA, transB bool
 	need           *inputGrads // which operands need gradients (nil: both)
-	out            *outSlot    // where a gradient product writes (see WithGradsInPlace)
+	scale          *gradScale  // multiplies a gradient product (see Builder.SetGradTarget)
 }
 
-// MatMulT returns op(a)·op(b) where op transposes a (b) when transA (transB)
-// is true. It is the product Linear uses (x·Wᵀ with W stored [out, in]) and
-// costs one GEMM forward and one per input gradient backward.
-func MatMulT(a, b *G.Node, transA, transB bool) (*G.Node, error) {
-	return matMulT(nil, a, b, transA, transB)
+// Transpose says which operands MatMulT transposes: TransA, TransB, both
+// (TransA|TransB) or neither (0).
+type Transpose uint8
+
+const (
+	// TransA transposes the first operand.
+	TransA Transpose = 1 << iota
+	// TransB transposes the second operand.
+	TransB
+)
+
+// MatMulT returns op(a)·op(b) where op transposes the operands t names:
+// MatMulT(x, w, TransB) is the product Linear uses (x·Wᵀ with W stored
+// [out, in]). The transposes are GEMM flags, not copies; the product costs
+// one GEMM forward and one per input gradient backward.
+func MatMulT(a, b *G.Node, t Transpose) (*G.Node, error) {
+	return matMulT(nil, a, b, t&TransA != 0, t&TransB != 0)
 }
 
 // matMulT is MatMulT for a layer built through bl (nil for none), whose
@@ -100,7 +113,7 @@ func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 	if err != nil {
 		return nil, err
 	}
-	out := outDense(op.out.pick(prealloc), a.Dtype(), []int{m, n}, a, b)
+	out := outDense(prealloc, a.Dtype(), []int{m, n}, a, b)
 	ta, tb := blas.NoTrans, blas.NoTrans
 	if op.transA {
 		ta = blas.Trans
@@ -109,10 +122,7 @@ func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 		tb = blas.Trans
 	}
 	lda, ldb := a.Shape()[1], b.Shape()[1]
-	alpha := 1.0
-	if op.out != nil && out == op.out.dst {
-		alpha = op.out.factor()
-	}
+	alpha := op.scale.factor()
 	switch a.Dtype() {
 	case tensor.Float64:
 		tblas.Dgemm(ta, tb, m, n, k, alpha, a.Float64s(), lda, b.Float64s(), ldb, 0, out.Float64s(), n)
@@ -125,7 +135,7 @@ func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 }
 
 func (op matMulOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op matMulOp) Hashcode() uint32      { return hashOf(op) }
+func (op matMulOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op matMulOp) String() string {
 	return fmt.Sprintf("MatMulT{a:%t,b:%t}", op.transA, op.transB)
 }
@@ -149,9 +159,9 @@ func (op matMulOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	var err error
 	if op.need.need(0) {
 		if !op.transA {
-			da, err = G.ApplyOp(matMulOp{transA: false, transB: !op.transB, out: &outSlot{}}, grad, b)
+			da, err = G.ApplyOp(matMulOp{transA: false, transB: !op.transB, scale: &gradScale{}}, grad, b)
 		} else {
-			da, err = G.ApplyOp(matMulOp{transA: op.transB, transB: true, out: &outSlot{}}, b, grad)
+			da, err = G.ApplyOp(matMulOp{transA: op.transB, transB: true, scale: &gradScale{}}, b, grad)
 		}
 		if err != nil {
 			return nil, err
@@ -159,9 +169,9 @@ func (op matMulOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	}
 	if op.need.need(1) {
 		if !op.transB {
-			db, err = G.ApplyOp(matMulOp{transA: !op.transA, transB: false, out: &outSlot{}}, a, grad)
+			db, err = G.ApplyOp(matMulOp{transA: !op.transA, transB: false, scale: &gradScale{}}, a, grad)
 		} else {
-			db, err = G.ApplyOp(matMulOp{transA: true, transB: op.transA, out: &outSlot{}}, grad, a)
+			db, err = G.ApplyOp(matMulOp{transA: true, transB: op.transA, scale: &gradScale{}}, grad, a)
 		}
 		if err != nil {
 			return nil, err
@@ -170,4 +180,4 @@ func (op matMulOp) SymDiff(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	return G.Nodes{da, db}, nil
 }
 
-func (op matMulOp) sinkSlot() *outSlot { return op.out }
+func (op matMulOp) scaleCell() *gradScale { return op.scale }

@@ -10,7 +10,7 @@ import (
 )
 
 func TestMLPNamesShapesOrder(t *testing.T) {
-	m, err := NewMLP([]int{12, 16, 8, 3}, ActTanh, true, rand.New(rand.NewPCG(1, 1)), WithDtype(tensor.Float64))
+	m, err := NewMLP([]int{12, 16, 8, 3}, WithActivation(ActTanh), WithRand(rand.New(rand.NewPCG(1, 1))), WithDtype(tensor.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,17 +35,17 @@ func TestMLPNamesShapesOrder(t *testing.T) {
 	if _, ok := m.Layers[1].(Tanh); !ok || len(m.Layers) != 5 {
 		t.Errorf("layers %v", m.Layers)
 	}
-	nb, err := NewMLP([]int{4, 3}, ActReLU, false, nil, WithDtype(tensor.Float32))
+	nb, err := NewMLP([]int{4, 3}, WithBias(false), WithDtype(tensor.Float32))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := names(StateDict(nb)); !reflect.DeepEqual(got, []string{"0.weight"}) || nb.Params()[0].Value.Dtype() != tensor.Float32 {
 		t.Errorf("no-bias float32 MLP: %v", got)
 	}
-	if _, err := NewMLP([]int{4}, ActReLU, true, nil, WithDtype(tensor.Float64)); err == nil {
+	if _, err := NewMLP([]int{4}, WithDtype(tensor.Float64)); err == nil {
 		t.Error("one-size MLP accepted")
 	}
-	if _, err := NewMLP([]int{4, 2, 2}, "sigmoid", true, nil, WithDtype(tensor.Float64)); err == nil {
+	if _, err := NewMLP([]int{4, 2, 2}, WithActivation("sigmoid"), WithDtype(tensor.Float64)); err == nil {
 		t.Error("unknown activation accepted")
 	}
 }
@@ -59,9 +59,9 @@ func names(ps []*Param) []string {
 }
 
 func TestMLPSameSeedSameWeights(t *testing.T) {
-	a, _ := NewMLP([]int{5, 4, 2}, ActReLU, true, rand.New(rand.NewPCG(42, 0)), WithDtype(tensor.Float64))
-	b, _ := NewMLP([]int{5, 4, 2}, ActReLU, true, rand.New(rand.NewPCG(42, 0)), WithDtype(tensor.Float64))
-	c, _ := NewMLP([]int{5, 4, 2}, ActReLU, true, rand.New(rand.NewPCG(43, 0)), WithDtype(tensor.Float64))
+	a, _ := NewMLP([]int{5, 4, 2}, WithRand(rand.New(rand.NewPCG(42, 0))), WithDtype(tensor.Float64))
+	b, _ := NewMLP([]int{5, 4, 2}, WithRand(rand.New(rand.NewPCG(42, 0))), WithDtype(tensor.Float64))
+	c, _ := NewMLP([]int{5, 4, 2}, WithRand(rand.New(rand.NewPCG(43, 0))), WithDtype(tensor.Float64))
 	pa, pb, pc := StateDict(a), StateDict(b), StateDict(c)
 	for i := range pa {
 		if !reflect.DeepEqual(pa[i].Value.Data(), pb[i].Value.Data()) {
@@ -76,7 +76,7 @@ func TestMLPSameSeedSameWeights(t *testing.T) {
 func TestMLPTrainingGradients(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2, 3))
 	for _, act := range []Activation{ActReLU, ActTanh, ActGELU} {
-		m, err := NewMLP([]int{5, 6, 4, 3}, act, true, rng, WithDtype(tensor.Float64))
+		m, err := NewMLP([]int{5, 6, 4, 3}, WithActivation(act), WithRand(rng), WithDtype(tensor.Float64))
 		if err != nil {
 			t.Fatal(err)
 		}

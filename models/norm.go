@@ -11,6 +11,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
 // LayerNorm normalises over the trailing axes given by Shape, like PyTorch's
@@ -191,7 +192,7 @@ const (
 // for batch statistics dx = (dy - mean(dy) - x̂·mean(dy·x̂))/σ over each
 // group, for running statistics dx = dy/σ.
 type normOp struct {
-	plainOp
+	opkit.Plain
 	kind normKind
 	eps  float64
 	d    int // LayerNorm group size
@@ -369,7 +370,7 @@ func (op *normOp) updateRunning(mean, variance []float64, n int) {
 }
 
 func (op *normOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op *normOp) Hashcode() uint32      { return hashOf(op) }
+func (op *normOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op *normOp) String() string {
 	names := [...]string{"LayerNorm", "BatchNormTrain", "BatchNormEval"}
 	return fmt.Sprintf("%s{eps:%v,d:%d,dims:%d,id:%d}", names[op.kind], op.eps, op.d, op.dims, op.id)
@@ -463,7 +464,7 @@ func normBackward[T float](op *normOp, s tensor.Shape, x, dy, out []T) error {
 }
 
 func (op normGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op normGradOp) Hashcode() uint32      { return hashOf(op) }
+func (op normGradOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op normGradOp) String() string        { return "Grad" + op.normOp.String() }
 func (op normGradOp) DiffWRT(int) []bool    { return []bool{false, false} }
 func (op normGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {

@@ -6,25 +6,18 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
-	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
-// This file holds what the package's gorgonia ops share: the arity test at
-// the top of InferShape, Do and UsePreallocDo, the unpacking of their shapes
-// and values, and the constant answers of plainOp. The helpers are generic
-// over the op's type so that the op is turned into an interface (and so
-// allocated) only on the error path, never in a hot Do.
+// This file holds what the package's gorgonia ops share beyond
+// internal/opkit: the arity test at the top of InferShape, Do and
+// UsePreallocDo, and the unpacking of their shapes and values. The helpers
+// are generic over the op's type so that the op is turned into an interface
+// (and so allocated) only on the error path, never in a hot Do.
 
 // checkArity reports an error naming op when it was handed got inputs but takes want.
 func checkArity[O fmt.Stringer](op O, got, want int) error {
-	switch {
-	case got == want:
-		return nil
-	case want == 1:
-		return fmt.Errorf("models: %v takes 1 input, got %d: %w", op, got, errs.InvalidArgument)
-	default:
-		return fmt.Errorf("models: %v takes %d inputs, got %d: %w", op, want, got, errs.InvalidArgument)
-	}
+	return opkit.CheckArity("models", op, got, want)
 }
 
 // firstShape is InferShape for an op of want inputs whose output has the
@@ -73,13 +66,3 @@ func twoValues[O fmt.Stringer](op O, in []G.Value) (a, b *tensor.Dense, err erro
 	}
 	return a, b, nil
 }
-
-// plainOp, embedded first in each of the package's ops, gives gorgonia the
-// answers they all share: an op returns a value of its own (a new tensor or
-// the reusable prealloc), not a pointer into an input; it runs in Go, calling
-// nothing external; and it overwrites none of its inputs.
-type plainOp struct{}
-
-func (plainOp) ReturnsPtr() bool     { return false }
-func (plainOp) CallsExtern() bool    { return false }
-func (plainOp) OverwritesInput() int { return -1 }

@@ -10,9 +10,10 @@ import (
 type Option func(*config)
 
 type config struct {
-	dtype tensor.Dtype
-	rng   *rand.Rand
-	bias  bool
+	dtype      tensor.Dtype
+	rng        *rand.Rand
+	bias       bool
+	activation Activation
 
 	kernel, stride, padding, dilation *[2]int
 
@@ -35,7 +36,7 @@ func (c config) affine() bool { return !c.noAffine }
 const DefaultSeed = 0
 
 func newConfig(opts []Option) config {
-	c := config{dtype: tensor.Float32, bias: true}
+	c := config{dtype: tensor.Float32, bias: true, activation: ActReLU}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -55,9 +56,13 @@ func WithDtype(dt tensor.Dtype) Option { return func(c *config) { c.dtype = dt }
 // from it in construction order, so one seeded generator reproduces a model.
 func WithRand(r *rand.Rand) Option { return func(c *config) { c.rng = r } }
 
-// WithBias sets whether Linear and Conv2d have a bias (default true), like
-// PyTorch's bias=... argument.
+// WithBias sets whether Linear, Conv2d and the layers of NewMLP have a bias
+// (default true), like PyTorch's bias=... argument.
 func WithBias(bias bool) Option { return func(c *config) { c.bias = bias } }
+
+// WithActivation sets the activation NewMLP puts between its Linear layers
+// (default ActReLU).
+func WithActivation(a Activation) Option { return func(c *config) { c.activation = a } }
 
 // WithKernel sets a rectangular kernel (height, width) for Conv2d and
 // MaxPool2d, overriding the square kernel argument.

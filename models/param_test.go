@@ -14,7 +14,7 @@ import (
 )
 
 func TestDefaultDtypeIsFloat32(t *testing.T) {
-	mlp, err := NewMLP([]int{3, 4, 2}, ActReLU, true, nil)
+	mlp, err := NewMLP([]int{3, 4, 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestDefaultDtypeIsFloat32(t *testing.T) {
 	}
 	// float64 is one option away, and the float32 model holds the float64
 	// model's values rounded.
-	m64, _ := NewMLP([]int{3, 4, 2}, ActReLU, true, nil, WithDtype(tensor.Float64))
+	m64, _ := NewMLP([]int{3, 4, 2}, WithDtype(tensor.Float64))
 	for i, p := range StateDict(m64) {
 		if p.Value.Dtype() != tensor.Float64 {
 			t.Fatalf("%s: dtype %v with WithDtype(Float64)", p.Name, p.Value.Dtype())

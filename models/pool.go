@@ -11,6 +11,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
 // MaxPool2d takes the maximum over kernel windows of an NCHW input, like
@@ -72,7 +73,7 @@ func (m *MaxPool2d) Forward(_ *Builder, x *G.Node) (*G.Node, error) {
 }
 
 type poolOp struct {
-	plainOp
+	opkit.Plain
 	k, s, p [2]int
 }
 
@@ -304,7 +305,7 @@ func firstNaN[T float](a, b, c, d T) int {
 }
 
 func (op poolOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op poolOp) Hashcode() uint32      { return hashOf(op) }
+func (op poolOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op poolOp) String() string {
 	return fmt.Sprintf("MaxPool2d{k:%v,s:%v,p:%v}", op.k, op.s, op.p)
 }
@@ -352,7 +353,7 @@ func (op poolGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, er
 	return dx, nil
 }
 func (op poolGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op poolGradOp) Hashcode() uint32      { return hashOf(op) }
+func (op poolGradOp) Hashcode() uint32      { return opkit.HashString(op) }
 func (op poolGradOp) String() string {
 	if op.relu {
 		return "GradReLU" + op.poolOp.String()

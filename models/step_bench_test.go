@@ -44,7 +44,7 @@ func newStepBench(tb testing.TB, model models.Module, xShape []int, classes int,
 	if err := b.Backward(loss); err != nil {
 		tb.Fatal(err)
 	}
-	prog, err := graph.Compile(b.Graph(), graph.Workers(1), graph.WithGrads(b.ParamNodes(), b.GradNodes()))
+	prog, err := b.Compile(graph.Workers(1))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func runStepBench(b *testing.B, model models.Module, xShape []int, classes int, 
 // batch 64, float32, one core, graph executor, ZeroGrad + forward +
 // backward + CopyGrads + optim.SGD.
 func BenchmarkMLPStep(b *testing.B) {
-	m, err := models.NewMLP([]int{784, 1024, 1024, 10}, models.ActReLU, true, rand.New(rand.NewPCG(0, 1)), models.WithDtype(tensor.Float32))
+	m, err := models.NewMLP([]int{784, 1024, 1024, 10}, models.WithRand(rand.New(rand.NewPCG(0, 1))), models.WithDtype(tensor.Float32))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func BenchmarkMLPStep(b *testing.B) {
 // BenchmarkMLPStepInPlace is BenchmarkMLPStep with models.WithGradsInPlace:
 // the run writes the gradients into Param.Grad and CopyGrads copies nothing.
 func BenchmarkMLPStepInPlace(b *testing.B) {
-	m, err := models.NewMLP([]int{784, 1024, 1024, 10}, models.ActReLU, true, rand.New(rand.NewPCG(0, 1)), models.WithDtype(tensor.Float32))
+	m, err := models.NewMLP([]int{784, 1024, 1024, 10}, models.WithRand(rand.New(rand.NewPCG(0, 1))), models.WithDtype(tensor.Float32))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func BenchmarkMLPStepInPlace(b *testing.B) {
 // BenchmarkMLPStepNoOptim is BenchmarkMLPStep without ZeroGrad and the SGD
 // update: the part of the step this package is responsible for.
 func BenchmarkMLPStepNoOptim(b *testing.B) {
-	m, err := models.NewMLP([]int{784, 1024, 1024, 10}, models.ActReLU, true, rand.New(rand.NewPCG(0, 1)), models.WithDtype(tensor.Float32))
+	m, err := models.NewMLP([]int{784, 1024, 1024, 10}, models.WithRand(rand.New(rand.NewPCG(0, 1))), models.WithDtype(tensor.Float32))
 	if err != nil {
 		b.Fatal(err)
 	}

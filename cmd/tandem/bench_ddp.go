@@ -242,7 +242,7 @@ func ddpBenchWorker(ctx context.Context, cfg ddpBenchConfig, stdout io.Writer) e
 		return err
 	}
 	defer pg.Close()
-	model, err := models.NewMLP(cfg.sizes, models.ActReLU, true, mrand.New(mrand.NewPCG(0, 0)), models.WithDtype(tensor.Float32))
+	model, err := models.NewMLP(cfg.sizes, models.WithRand(mrand.New(mrand.NewPCG(0, 0))), models.WithDtype(tensor.Float32))
 	if err != nil {
 		return err
 	}

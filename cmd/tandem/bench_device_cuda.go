@@ -76,7 +76,7 @@ func cudaDDPStep(ctx context.Context, pg *comm.ProcessGroup, model models.Module
 // warm-up steps.
 func timeTrainStepsCUDA(ctx context.Context, sizes []int, batch, steps int) (time.Duration, error) {
 	rng := rand.New(rand.NewPCG(0, 1))
-	model, err := models.NewMLP(sizes, models.ActReLU, true, rng, models.WithDtype(tensor.Float32))
+	model, err := models.NewMLP(sizes, models.WithRand(rng), models.WithDtype(tensor.Float32))
 	if err != nil {
 		return 0, err
 	}

@@ -86,7 +86,7 @@ func elasticMember(ctx context.Context, cfg elasticMemberConfig, stdout io.Write
 	}
 	defer m.Close()
 
-	model, err := models.NewMLP(cfg.sizes, models.ActReLU, true, mrand.New(mrand.NewPCG(cfg.seed, 1)), models.WithDtype(tensor.Float32))
+	model, err := models.NewMLP(cfg.sizes, models.WithRand(mrand.New(mrand.NewPCG(cfg.seed, 1))), models.WithDtype(tensor.Float32))
 	if err != nil {
 		return err
 	}

@@ -97,7 +97,7 @@ func benchTrain(ctx context.Context, args []string) error {
 // median wall time of steps timed steps after ten warm-up steps.
 func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int) (time.Duration, error) {
 	rng := rand.New(rand.NewPCG(0, 1))
-	model, err := models.NewMLP(sizes, models.ActReLU, true, rng, models.WithDtype(tensor.Float32))
+	model, err := models.NewMLP(sizes, models.WithRand(rng), models.WithDtype(tensor.Float32))
 	if err != nil {
 		return 0, err
 	}
@@ -125,7 +125,7 @@ func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int) (time.Du
 	if err := b.Backward(loss); err != nil {
 		return 0, err
 	}
-	prog, err := graph.Compile(b.Graph(), graph.Workers(1), graph.WithGrads(b.ParamNodes(), b.GradNodes()))
+	prog, err := b.Compile(graph.Workers(1))
 	if err != nil {
 		return 0, err
 	}

@@ -192,7 +192,7 @@ func TestHelperDebugRank(t *testing.T) {
 	}
 	defer pg.Close()
 	sizes := []int{32, 64, 10}
-	model, err := models.NewMLP(sizes, models.ActReLU, true, mrand.New(mrand.NewPCG(0, 0)), models.WithDtype(tensor.Float32))
+	model, err := models.NewMLP(sizes, models.WithRand(mrand.New(mrand.NewPCG(0, 0))), models.WithDtype(tensor.Float32))
 	if err != nil {
 		t.Fatal(err)
 	}

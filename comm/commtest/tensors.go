@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/internal/flat"
 	"gorgonia.org/tensor"
 )
 
@@ -82,52 +83,20 @@ func zeros(dt tensor.Dtype, shape []int) *tensor.Dense {
 // the magnitudes the suite uses).
 func values(t *tensor.Dense) []float64 {
 	if t.IsScalar() {
-		return []float64{toF(t.ScalarValue())}
+		b, ok := flat.New(t.Dtype(), 1)
+		if !ok || !b.SetFirst(t.ScalarValue()) {
+			panic(fmt.Sprintf("commtest: scalar of type %T", t.ScalarValue()))
+		}
+		return b.Float64s()
 	}
 	if t.Shape().TotalSize() == 0 {
 		return []float64{}
 	}
-	switch d := t.Data().(type) {
-	case []float32:
-		return conv(d)
-	case []float64:
-		return conv(d)
-	case []int8:
-		return conv(d)
-	case []uint8:
-		return conv(d)
-	case []int32:
-		return conv(d)
-	case []int64:
-		return conv(d)
+	b, ok := flat.Of(t.Data())
+	if !ok {
+		panic(fmt.Sprintf("commtest: data of type %T", t.Data()))
 	}
-	panic(fmt.Sprintf("commtest: data of type %T", t.Data()))
-}
-
-func toF(v any) float64 {
-	switch x := v.(type) {
-	case float32:
-		return float64(x)
-	case float64:
-		return x
-	case int8:
-		return float64(x)
-	case uint8:
-		return float64(x)
-	case int32:
-		return float64(x)
-	case int64:
-		return float64(x)
-	}
-	panic(fmt.Sprintf("commtest: scalar of type %T", v))
-}
-
-func conv[T int8 | uint8 | int32 | int64 | float32 | float64](s []T) []float64 {
-	out := make([]float64, len(s))
-	for i, v := range s {
-		out[i] = float64(v)
-	}
-	return out
+	return b.Float64s()
 }
 
 // expected computes, element by element, the reduction with op of inputs[r]

@@ -141,7 +141,7 @@ func TestRestoreRefusesForeignCheckpoints(t *testing.T) {
 	dir := t.TempDir()
 
 	// A checkpoint of another model: entries missing.
-	mlp, err := models.NewMLP([]int{784, 10}, models.ActReLU, true, nil, models.WithDtype(tensor.Float32))
+	mlp, err := models.NewMLP([]int{784, 10}, models.WithDtype(tensor.Float32))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func runMember(ctx context.Context, cfg config, w io.Writer) error {
 		Job: "fashion", ID: cfg.ID, MinSize: cfg.Min, MaxSize: cfg.Max,
 		// Each member keeps its batch; the learning rate follows the
 		// global batch (the linear scaling rule, from -base members).
-		Batch:       elastic.PerRankBatch(cfg.Batch, cfg.Base, true),
+		Batch:       elastic.PerRankBatchScaleLR(cfg.Batch, cfg.Base),
 		InitOptions: []comm.InitOption{comm.WithToken(cfg.Token)},
 		Logger:      logger,
 	})

@@ -26,7 +26,7 @@ func TestDDPMatchesConcatenatedBatch(t *testing.T) {
 	const half, steps, lr = 16, 50, 0.05
 	sizes := []int{32, 64, 10}
 	rng := rand.New(rand.NewPCG(5, 6))
-	model, err := models.NewMLP(sizes, models.ActReLU, true, rng, models.WithDtype(tensor.Float32))
+	model, err := models.NewMLP(sizes, models.WithRand(rng), models.WithDtype(tensor.Float32))
 	if err != nil {
 		t.Fatal(err)
 	}

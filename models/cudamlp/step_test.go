@@ -24,7 +24,7 @@ func TestStepMatchesCPU(t *testing.T) {
 	const batch, steps, lr = 32, 100, 0.01
 	sizes := []int{64, 128, 128, 10}
 	rng := rand.New(rand.NewPCG(3, 4))
-	model, err := models.NewMLP(sizes, models.ActReLU, true, rng, models.WithDtype(tensor.Float32))
+	model, err := models.NewMLP(sizes, models.WithRand(rng), models.WithDtype(tensor.Float32))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestStepMatchesCPU(t *testing.T) {
 	if err := b.Backward(lossNode); err != nil {
 		t.Fatal(err)
 	}
-	prog, err := graph.Compile(b.Graph(), graph.Workers(1), graph.WithGrads(b.ParamNodes(), b.GradNodes()))
+	prog, err := b.Compile(graph.Workers(1))
 	if err != nil {
 		t.Fatal(err)
 	}

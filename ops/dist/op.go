@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash"
-	"hash/fnv"
 	"strings"
 
 	"github.com/chewxy/hm"
@@ -12,6 +11,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
 // kind names what a collective node computes.
@@ -91,6 +91,8 @@ func (k kind) perRankInputs() bool {
 // hash: gorgonia merges nodes whose ops hash alike, and two collectives on the
 // same input are two different communications.
 type collective struct {
+	opkit.Plain // computes in Go into memory of its own
+
 	kind kind
 	pg   *comm.ProcessGroup
 	seq  int
@@ -135,15 +137,6 @@ func (op *collective) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return op.outShape.Clone(), nil
 }
 
-// ReturnsPtr is false: the output never aliases an input.
-func (op *collective) ReturnsPtr() bool { return false }
-
-// CallsExtern is false: collectives run in Go.
-func (op *collective) CallsExtern() bool { return false }
-
-// OverwritesInput is -1: inputs are only read.
-func (op *collective) OverwritesInput() int { return -1 }
-
 // WriteHash writes everything that makes this collective what it is,
 // including its group and sequence number.
 func (op *collective) WriteHash(h hash.Hash) {
@@ -153,11 +146,7 @@ func (op *collective) WriteHash(h hash.Hash) {
 }
 
 // Hashcode is the FNV-1a hash of WriteHash.
-func (op *collective) Hashcode() uint32 {
-	h := fnv.New32a()
-	op.WriteHash(h)
-	return h.Sum32()
-}
+func (op *collective) Hashcode() uint32 { return opkit.Hash(op) }
 
 // String names the op as errors and graph dumps show it, for example
 // "all_reduce(sum)#3@world" or "broadcast(src=1)#0@tp".

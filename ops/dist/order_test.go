@@ -15,6 +15,7 @@ import (
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/graph"
+	"github.com/tandemml/tandem/internal/opkit"
 )
 
 // delayOp is a test op that waits (honouring the context) and then returns a
@@ -37,9 +38,9 @@ func (op delayOp) ReturnsPtr() bool      { return false }
 func (op delayOp) CallsExtern() bool     { return false }
 func (op delayOp) OverwritesInput() int  { return -1 }
 func (op delayOp) WriteHash(h hash.Hash) { fmt.Fprintf(h, "delay:%s", op.name) }
-func (op delayOp) Hashcode() uint32      { return hashOf(op) }
+func (op delayOp) Hashcode() uint32      { return opkit.Hash(op) }
 func (op delayOp) String() string        { return "delay:" + op.name }
-func (op delayOp) DiffWRT(n int) []bool  { return trues(n) }
+func (op delayOp) DiffWRT(n int) []bool  { return opkit.AllDiff(n) }
 func (op delayOp) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	return G.Nodes{grad}, nil // the identity
 }

@@ -6,134 +6,58 @@ import (
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/flat"
 )
 
 // This file holds the plumbing between gorgonia values and the flat,
 // contiguous buffers that comm's collectives move.
 
-// number is every element type comm can move.
-type number interface {
-	~float32 | ~float64 | ~int8 | ~uint8 | ~int32 | ~int64
-}
+// The buffers are raw slices ([]float32, []int64, ...) held as any, so that
+// they go straight into tensor.WithBacking; internal/flat does the typed
+// work on them.
 
 // supported reports whether comm can move tensors of dtype dt.
-func supported(dt tensor.Dtype) bool {
-	switch dt {
-	case tensor.Float32, tensor.Float64, tensor.Int8, tensor.Uint8, tensor.Int32, tensor.Int64:
-		return true
-	}
-	return false
-}
+func supported(dt tensor.Dtype) bool { return flat.Supported(dt) }
 
 // isFloat reports whether dt has gradients.
 func isFloat(dt tensor.Dtype) bool { return dt == tensor.Float32 || dt == tensor.Float64 }
 
 // newFlat returns a zeroed buffer of n elements of dtype dt.
 func newFlat(dt tensor.Dtype, n int) any {
-	switch dt {
-	case tensor.Float32:
-		return make([]float32, n)
-	case tensor.Float64:
-		return make([]float64, n)
-	case tensor.Int8:
-		return make([]int8, n)
-	case tensor.Uint8:
-		return make([]uint8, n)
-	case tensor.Int32:
-		return make([]int32, n)
-	case tensor.Int64:
-		return make([]int64, n)
+	b, ok := flat.New(dt, n)
+	if !ok {
+		panic(fmt.Sprintf("dist: unsupported dtype %v", dt)) // construction refuses these
 	}
-	panic(fmt.Sprintf("dist: unsupported dtype %v", dt)) // construction refuses these
+	return b.Data()
 }
 
-// flatLen returns the number of elements of a buffer made by newFlat.
+// flatLen returns the number of elements of a buffer made by newFlat, or -1
+// for anything else.
 func flatLen(buf any) int {
-	switch b := buf.(type) {
-	case []float32:
-		return len(b)
-	case []float64:
-		return len(b)
-	case []int8:
-		return len(b)
-	case []uint8:
-		return len(b)
-	case []int32:
-		return len(b)
-	case []int64:
-		return len(b)
+	if b, ok := flat.Of(buf); ok {
+		return b.Len()
 	}
 	return -1
 }
 
 // subFlat returns buf[lo:hi], sharing memory.
-func subFlat(buf any, lo, hi int) any {
-	switch b := buf.(type) {
-	case []float32:
-		return b[lo:hi]
-	case []float64:
-		return b[lo:hi]
-	case []int8:
-		return b[lo:hi]
-	case []uint8:
-		return b[lo:hi]
-	case []int32:
-		return b[lo:hi]
-	case []int64:
-		return b[lo:hi]
-	}
-	panic(fmt.Sprintf("dist: unsupported buffer %T", buf))
-}
+func subFlat(buf any, lo, hi int) any { return flat.Must(buf).Slice(lo, hi).Data() }
 
 // copyFlat copies src into dst[off:] and reports how many elements it copied.
-func copyFlat(dst any, off int, src any) int {
-	switch d := dst.(type) {
-	case []float32:
-		return copy(d[off:], src.([]float32))
-	case []float64:
-		return copy(d[off:], src.([]float64))
-	case []int8:
-		return copy(d[off:], src.([]int8))
-	case []uint8:
-		return copy(d[off:], src.([]uint8))
-	case []int32:
-		return copy(d[off:], src.([]int32))
-	case []int64:
-		return copy(d[off:], src.([]int64))
-	}
-	panic(fmt.Sprintf("dist: unsupported buffer %T", dst))
-}
+func copyFlat(dst any, off int, src any) int { return flat.Must(dst).CopyFrom(off, flat.Must(src)) }
 
 // zeroFlat sets every element of buf to zero.
 func zeroFlat(buf any) {
-	switch b := buf.(type) {
-	case []float32:
-		clear(b)
-	case []float64:
-		clear(b)
-	case []int8:
-		clear(b)
-	case []uint8:
-		clear(b)
-	case []int32:
-		clear(b)
-	case []int64:
-		clear(b)
+	if b, ok := flat.Of(buf); ok {
+		b.Zero()
 	}
 }
 
 // scaleFlat multiplies every element of a float buffer by s.
 func scaleFlat(buf any, s float64) {
-	switch b := buf.(type) {
-	case []float32:
-		f := float32(s)
-		for i := range b {
-			b[i] *= f
-		}
-	case []float64:
-		for i := range b {
-			b[i] *= s
-		}
+	if b, ok := flat.Of(buf); ok {
+		b.Scale(s)
 	}
 }
 
@@ -187,37 +111,8 @@ func flatOf(v G.Value) (any, tensor.Dtype, error) {
 
 // setScalar stores x (a Go number of buf's element type) into buf[0].
 func setScalar(buf any, x any) error {
-	switch b := buf.(type) {
-	case []float32:
-		if v, ok := x.(float32); ok {
-			b[0] = v
-			return nil
-		}
-	case []float64:
-		if v, ok := x.(float64); ok {
-			b[0] = v
-			return nil
-		}
-	case []int8:
-		if v, ok := x.(int8); ok {
-			b[0] = v
-			return nil
-		}
-	case []uint8:
-		if v, ok := x.(uint8); ok {
-			b[0] = v
-			return nil
-		}
-	case []int32:
-		if v, ok := x.(int32); ok {
-			b[0] = v
-			return nil
-		}
-	case []int64:
-		if v, ok := x.(int64); ok {
-			b[0] = v
-			return nil
-		}
+	if b, ok := flat.Of(buf); ok && b.SetFirst(x) {
+		return nil
 	}
 	return fmt.Errorf("scalar %v (%T) does not fit a %T buffer", x, x, buf)
 }
