@@ -102,7 +102,7 @@ bench:
 	$(GO) run $(TAGFLAG) ./cmd/tandem bench allreduce -nproc 2 -json
 	$(GO) run $(TAGFLAG) ./cmd/tandem bench allreduce -nproc 4 -json
 	$(GO) run $(TAGFLAG) ./cmd/tandem bench rpc -json
-	$(GO) run $(TAGFLAG) ./cmd/tandem bench train -json -peer ../shared/peers/torch_ddp.py
+	$(GO) run $(TAGFLAG) ./cmd/tandem bench train -json -peer
 	$(GO) run $(TAGFLAG) ./cmd/tandem bench ddp -nproc 2 -json
 
 # The CUDA build (build tag tandemcuda; see comm/devstage): installs the
