@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,12 +23,8 @@ import (
 )
 
 func init() {
-	benches["allreduce"] = command{
-		summary: "all-reduce latency and bandwidth: tandem bench allreduce -nproc N [-backend tcp|shm|auto|local] [-dtype float32] [-sizes 4K,64K,...] [-iters K] [-json]",
-		run: func(ctx context.Context, args []string) error {
-			return benchAllReduce(ctx, args, os.Stdout, selfLauncher("allreduce"))
-		},
-	}
+	addWorkerBench("allreduce", "all-reduce latency and bandwidth: tandem bench allreduce -nproc N [-backend tcp|shm|auto|local] [-dtype float32] [-sizes 4K,64K,...] [-iters K] [-json]",
+		benchAllReduce)
 }
 
 // allreduceResult is one line of `tandem bench allreduce -json`.

@@ -37,12 +37,8 @@ import (
 )
 
 func init() {
-	benches["ddp"] = command{
-		summary: "DDP training step of an MLP, one single-core process per rank over TCP: tandem bench ddp -nproc N [-batch 64] [-steps 60] [-warmup 10] [-json]",
-		run: func(ctx context.Context, args []string) error {
-			return benchDDP(ctx, args, os.Stdout, selfLauncher("ddp"))
-		},
-	}
+	addWorkerBench("ddp", "DDP training step of an MLP, one single-core process per rank over TCP: tandem bench ddp -nproc N [-batch 64] [-steps 60] [-warmup 10] [-json]",
+		benchDDP)
 }
 
 // ddpBenchResult is one line of `tandem bench ddp -json`: one world size.
