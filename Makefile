@@ -39,10 +39,12 @@ STATICCHECK          = $(TOOLS_DIR)/staticcheck-$(STATICCHECK_VERSION)
 GOVULNCHECK          = $(TOOLS_DIR)/govulncheck-$(GOVULNCHECK_VERSION)
 INDEXDB              = $(TOOLS_DIR)/indexdb-$(VULNDB_VERSION)
 VULNDB               = $(TOOLS_DIR)/vulndb-$(VULNDB_VERSION)
-# Packages staticcheck checks in `make test`: every package whose findings
-# have been fixed. Add the rest as they are; STATICCHECK_PKGS=./... make
-# staticcheck lists everything it finds today.
-STATICCHECK_PKGS    ?= ./cmd/... ./launch/... ./examples/... ./data/...
+# staticcheck checks every package but those in STATICCHECK_TODO, whose
+# findings are still to fix (unused code, a -0.0 literal, an assignment to
+# a nil map in a test...): take each out of the list as it is fixed, and
+# STATICCHECK_TODO= make staticcheck shows what remains.
+STATICCHECK_TODO    ?= comm graph ops/dist rpc rref
+STATICCHECK_PKGS     = $$($(GO) list ./... | grep -vxF -e _ $(addprefix -e github.com/tandemml/tandem/,$(STATICCHECK_TODO)))
 
 .PHONY: check-cuda demo-elastic all build vet fmt-check tidy-check staticcheck vulncheck tools test test-race test-plain test-blas test-purego fuzz demo demo-collectives bench clean
 
