@@ -1,29 +1,45 @@
 // Package comm is Tandem's collective communication layer: the user-facing
 // ProcessGroup with PyTorch c10d semantics (all-reduce, broadcast, reduce,
 // all-gather, gather, scatter, reduce-scatter, all-to-all, barriers,
-// point-to-point messages, object collectives and subgroups), written once over
-// the small point-to-point interface in comm/transport.
+// point-to-point messages, object collectives and subgroups).
+//
+// A program started by a launcher (tandem run, torchrun, mpirun, srun,
+// Kubernetes) joins its job with one call, InitFromEnv, and then runs
+// collectives on the group it returns:
+//
+//	pg, err := comm.InitFromEnv(ctx)
+//	if err != nil {
+//		return err
+//	}
+//	defer pg.Close()
+//	err = pg.AllReduce(ctx, grad, comm.Sum).Wait(ctx) // grad is now the sum over the ranks
+//
+// InitFromEnv is torch.distributed.init_process_group with
+// init_method="env://": it reads the rank, the world size and where rank 0
+// is from the launcher's environment, meets the other ranks there and picks
+// the transport (see "Joining a job" below). Init does the same from a
+// tcp:// or file:// URL, or WithStore from a store of the caller's.
+//
+// # Backends
 //
 // comm is to its backends what database/sql is to its drivers: a backend
 // (comm/tcp for processes over sockets, comm/shm for processes of one host,
-// comm/local for goroutine ranks in one process) provides a transport.Transport and registers itself by name with
-// Register; the algorithms (ring, recursive doubling, binomial trees,
-// pairwise exchange) live here and know nothing of sockets.
-//
-// # Use
+// comm/local for goroutine ranks in one process) provides a
+// transport.Transport, the small point-to-point interface in comm/transport,
+// and registers itself by name with Register; the algorithms (ring,
+// recursive doubling, binomial trees, pairwise exchange) are written once,
+// here, and know nothing of sockets. A group can also be built on a
+// transport connected by hand:
 //
 //	t, _ := backend.Connect(ctx, transport.Config{Rank: r, Size: n, Store: st})
 //	pg, err := comm.NewProcessGroup(ctx, t)
-//	defer pg.Close()
-//	err = pg.AllReduce(ctx, grad, comm.Sum).Wait(ctx)
 //
 // In tests and single-process programs, local.NewGroups(ctx, n) returns n
 // groups whose ranks are goroutines.
 //
 // # Joining a job
 //
-// A program started by a launcher joins its job with one call,
-// comm.InitFromEnv(ctx), whatever the launcher: package launch reads the
+// InitFromEnv works the same whatever the launcher: package launch reads the
 // environment of tandem run, torchrun, Kubeflow's PyTorchJob and TrainJob,
 // Kubernetes indexed Jobs and JobSets, Open MPI's mpirun, MPICH's mpiexec
 // (PMI) and Slurm's srun, by one set of rules that rpc.InitFromEnv and

@@ -715,45 +715,52 @@ func (j *Job) fix(generic string) string {
 	if j.hint != "" {
 		return j.hint
 	}
-	switch j.Launcher {
-	case Manual, Unknown:
+	return j.advice(nil, generic)
+}
+
+// advice returns the advice byLauncher gives for this job's launcher, else
+// generic, with how to start the ranks when no launcher was recognised.
+func (j *Job) advice(byLauncher map[Launcher]string, generic string) string {
+	if s, ok := byLauncher[j.Launcher]; ok {
+		return s
+	}
+	if j.Launcher == Manual || j.Launcher == Unknown {
 		return generic + "; " + startHelp
 	}
 	return generic
+}
+
+const (
+	addrGeneric = "set MASTER_ADDR to the host name or address of rank 0's machine (it defaults to 127.0.0.1 only when LOCAL_WORLD_SIZE equals WORLD_SIZE)"
+	portGeneric = "set MASTER_PORT to a free TCP port on rank 0's machine, the same on every rank"
+)
+
+// addrAdvice says how to name rank 0's host under the launchers that do
+// not say it themselves.
+var addrAdvice = map[Launcher]string{
+	OpenMPI:    "the ranks span several hosts and Open MPI does not say which runs rank 0: pass its name to every rank, `mpirun -x MASTER_ADDR=HOST ...` (on one host the ranks meet at 127.0.0.1 by themselves)",
+	PMI:        "the ranks span several hosts and the process manager does not say which runs rank 0: pass its name to every rank, `mpiexec -genv MASTER_ADDR HOST ...`",
+	Slurm:      "Slurm gave no node list (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST): set MASTER_ADDR, e.g. `export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)`",
+	Kubeflow:   "a PyTorchJob sets MASTER_ADDR only when it has a Master replica: add one (replica type Master), or set MASTER_ADDR to rank 0's pod",
+	IndexedJob: "set MASTER_ADDR in the pod template to the stable name of index 0's pod: `JOB-0.SUBDOMAIN` for an indexed Job with a headless Service as spec.subdomain, `JOBSET-REPLICATEDJOB-0-0.JOBSET` for a JobSet",
+}
+
+// portAdvice says how to pick the rendezvous port under the launchers
+// that give no job id to derive one from.
+var portAdvice = map[Launcher]string{
+	OpenMPI: "Open MPI gave no job id (OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE) to derive one from: pass a free port to every rank, `mpirun -x MASTER_PORT=PORT ...`",
+	PMI:     "the process manager gives no job id (PMI_JOBID, PMIX_NAMESPACE) to derive one from: pass a free port to every rank, `mpiexec -genv MASTER_PORT PORT ...`",
+	Slurm:   "Slurm gave no job id (SLURM_JOB_ID) to derive one from: " + portGeneric,
 }
 
 // addrFix says how to name rank 0's host under this launcher.
 func (j *Job) addrFix() string {
-	const generic = "set MASTER_ADDR to the host name or address of rank 0's machine (it defaults to 127.0.0.1 only when LOCAL_WORLD_SIZE equals WORLD_SIZE)"
-	switch j.Launcher {
-	case OpenMPI:
-		return "the ranks span several hosts and Open MPI does not say which runs rank 0: pass its name to every rank, `mpirun -x MASTER_ADDR=HOST ...` (on one host the ranks meet at 127.0.0.1 by themselves)"
-	case PMI:
-		return "the ranks span several hosts and the process manager does not say which runs rank 0: pass its name to every rank, `mpiexec -genv MASTER_ADDR HOST ...`"
-	case Slurm:
-		return "Slurm gave no node list (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST): set MASTER_ADDR, e.g. `export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)`"
-	case Kubeflow:
-		return "a PyTorchJob sets MASTER_ADDR only when it has a Master replica: add one (replica type Master), or set MASTER_ADDR to rank 0's pod"
-	case IndexedJob:
-		return "set MASTER_ADDR in the pod template to the stable name of index 0's pod: `JOB-0.SUBDOMAIN` for an indexed Job with a headless Service as spec.subdomain, `JOBSET-REPLICATEDJOB-0-0.JOBSET` for a JobSet" + j.addrHint
-	case Manual, Unknown:
-		return generic + "; " + startHelp
+	s := j.advice(addrAdvice, addrGeneric)
+	if j.Launcher == IndexedJob {
+		s += j.addrHint
 	}
-	return generic
+	return s
 }
 
 // portFix says how to pick the rendezvous port under this launcher.
-func (j *Job) portFix() string {
-	const generic = "set MASTER_PORT to a free TCP port on rank 0's machine, the same on every rank"
-	switch j.Launcher {
-	case OpenMPI:
-		return "Open MPI gave no job id (OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE) to derive one from: pass a free port to every rank, `mpirun -x MASTER_PORT=PORT ...`"
-	case PMI:
-		return "the process manager gives no job id (PMI_JOBID, PMIX_NAMESPACE) to derive one from: pass a free port to every rank, `mpiexec -genv MASTER_PORT PORT ...`"
-	case Slurm:
-		return "Slurm gave no job id (SLURM_JOB_ID) to derive one from: " + generic
-	case Manual, Unknown:
-		return generic + "; " + startHelp
-	}
-	return generic
-}
+func (j *Job) portFix() string { return j.advice(portAdvice, portGeneric) }

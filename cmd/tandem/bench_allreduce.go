@@ -3,7 +3,7 @@ package main
 // `tandem bench allreduce`: all-reduce latency and bandwidth on this machine,
 // over the TCP or shared-memory backend (or Init's automatic choice) with
 // one real process per rank (children of this binary, started in a hidden
-// worker mode) or over the local backend with goroutine ranks. Comparable with /work/shared/peers/torch_allreduce.py
+// worker mode) or over the local backend with goroutine ranks. Comparable with peers/torch_allreduce.py
 // (PyTorch gloo): same sizes, same iteration counts, rank 0's median.
 
 import (
@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,12 +23,8 @@ import (
 )
 
 func init() {
-	benches["allreduce"] = command{
-		summary: "all-reduce latency and bandwidth: tandem bench allreduce -nproc N [-backend tcp|shm|auto|local] [-dtype float32] [-sizes 4K,64K,...] [-iters K] [-json]",
-		run: func(ctx context.Context, args []string) error {
-			return benchAllReduce(ctx, args, os.Stdout, selfLauncher("allreduce"))
-		},
-	}
+	addWorkerBench("allreduce", "all-reduce latency and bandwidth: tandem bench allreduce -nproc N [-backend tcp|shm|auto|local] [-dtype float32] [-sizes 4K,64K,...] [-iters K] [-json]",
+		benchAllReduce)
 }
 
 // allreduceResult is one line of `tandem bench allreduce -json`.
@@ -267,7 +262,13 @@ func allreducePeer(ctx context.Context, cfg allreduceConfig, n int, backend stri
 			return ms, nil
 		},
 		peer: func(ctx context.Context) ([]peerMetric, []byte, error) {
-			out, err := runPeerScript(ctx, script, func(port string) []string { return []string{strconv.Itoa(n), port} })
+			out, err := runPeerScript(ctx, script, func(port string) []string {
+				args := []string{strconv.Itoa(n), port}
+				for _, b := range cfg.sizes {
+					args = append(args, strconv.Itoa(b))
+				}
+				return args
+			})
 			if err != nil {
 				return nil, out, err
 			}

@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"math"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,31 +11,13 @@ import (
 
 // TestHelperBenchAllReduceWorker is not a test: it is the worker process that
 // the benchmark tests start (in place of the tandem binary's hidden mode).
-func TestHelperBenchAllReduceWorker(t *testing.T) {
-	runAsBenchWorker(t, func(ctx context.Context, args []string) error {
-		return benchAllReduce(ctx, args, os.Stdout, nil)
-	})
-}
+func TestHelperBenchAllReduceWorker(t *testing.T) { runAsWorkerOf(t, benchAllReduce) }
 
 var testWorker = testLauncher("TestHelperBenchAllReduceWorker")
 
 func runAllReduceBench(t *testing.T, args ...string) []allreduceResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	if err := benchAllReduce(ctx, args, &out, testWorker); err != nil {
-		t.Fatal(err)
-	}
-	var res []allreduceResult
-	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		var r allreduceResult
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("line %q: %v", line, err)
-		}
-		res = append(res, r)
-	}
-	return res
+	return runWorkerBench[allreduceResult](t, benchAllReduce, "TestHelperBenchAllReduceWorker", 2*time.Minute, args...)
 }
 
 func checkResults(t *testing.T, res []allreduceResult, backend string, world int, sizes ...int) {

@@ -6,7 +6,7 @@ package main
 // (784-1024-1024-10, float32, batch 64 a rank by default), one process per
 // rank with one core each (GOMAXPROCS=1) over the default backend (shared
 // memory on one host; TANDEM_BACKEND=tcp picks TCP), at world 1
-// and at world N. Comparable with /work/shared/peers/torch_ddp.py (PyTorch
+// and at world N. Comparable with peers/torch_ddp.py (PyTorch
 // DDP over gloo, one thread a rank): same model, batch, optimizer and step
 // count; rank 0's median step time. As in that script, world 1 runs the same
 // step without DDP, the baseline of the scaling efficiency.
@@ -37,12 +37,8 @@ import (
 )
 
 func init() {
-	benches["ddp"] = command{
-		summary: "DDP training step of an MLP, one single-core process per rank over TCP: tandem bench ddp -nproc N [-batch 64] [-steps 60] [-warmup 10] [-json]",
-		run: func(ctx context.Context, args []string) error {
-			return benchDDP(ctx, args, os.Stdout, selfLauncher("ddp"))
-		},
-	}
+	addWorkerBench("ddp", "DDP training step of an MLP, one single-core process per rank over TCP: tandem bench ddp -nproc N [-batch 64] [-steps 60] [-warmup 10] [-json]",
+		benchDDP)
 }
 
 // ddpBenchResult is one line of `tandem bench ddp -json`: one world size.

@@ -38,12 +38,8 @@ import (
 )
 
 func init() {
-	benches["elastic"] = command{
-		summary: "faults in an elastic DDP job: detect, resume, steps lost, throughput vs fault-free: tandem bench elastic [-nproc 3] [-duration 60s] [-fault-every 15s] [-faults kill,stop] [-json]",
-		run: func(ctx context.Context, args []string) error {
-			return benchElastic(ctx, args, os.Stdout, selfLauncher("elastic"))
-		},
-	}
+	addWorkerBench("elastic", "faults in an elastic DDP job: detect, resume, steps lost, throughput vs fault-free: tandem bench elastic [-nproc 3] [-duration 60s] [-fault-every 15s] [-faults kill,stop] [-json]",
+		benchElastic)
 }
 
 // elasticBenchConfig is the parent's view of the flags.

@@ -3,22 +3,14 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"os"
-	"strings"
 	"testing"
 	"time"
 )
 
 // TestHelperElasticBenchMember is not a test: it is a member process of
 // the job that TestBenchElastic starts by re-executing this test binary.
-func TestHelperElasticBenchMember(t *testing.T) {
-	runAsBenchWorker(t, func(ctx context.Context, args []string) error {
-		return benchElastic(ctx, args, os.Stdout, nil)
-	})
-}
+func TestHelperElasticBenchMember(t *testing.T) { runAsWorkerOf(t, benchElastic) }
 
 // TestBenchElastic runs the benchmark end to end on a small model: three
 // member processes, a fault-free run, then a kill -9 and a SIGSTOP. Every
@@ -29,22 +21,15 @@ func TestBenchElastic(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts member processes for about 15 s")
 	}
-	launch := testLauncher("TestHelperElasticBenchMember")
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	var out bytes.Buffer
-	err := benchElastic(ctx, []string{"-duration", "5s", "-fault-every", "2s", "-rejoin-after", "500ms", "-stop-for", "2s",
-		"-settle", "1s", "-sizes", "32,16,4", "-batch", "12", "-json"}, &out, launch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	lines := runWorkerBench[json.RawMessage](t, benchElastic, "TestHelperElasticBenchMember", 90*time.Second,
+		"-duration", "5s", "-fault-every", "2s", "-rejoin-after", "500ms", "-stop-for", "2s",
+		"-settle", "1s", "-sizes", "32,16,4", "-batch", "12", "-json")
 	if len(lines) != 3 {
-		t.Fatalf("want a line per fault (2) and a summary, got %q", out.String())
+		t.Fatalf("want a line per fault (2) and a summary, got %q", lines)
 	}
 	for i, l := range lines[:2] {
 		var f elasticFaultResult
-		if err := json.Unmarshal([]byte(l), &f); err != nil {
+		if err := json.Unmarshal(l, &f); err != nil {
 			t.Fatalf("line %q: %v", l, err)
 		}
 		want := []string{"kill", "stop"}[i]
@@ -70,7 +55,7 @@ func TestBenchElastic(t *testing.T) {
 			f.Kind, f.Victim, f.DetectS, f.ResumeS, f.StepsLost, f.Rejoiner, f.Rejoined, f.RejoinS)
 	}
 	var s elasticSummary
-	if err := json.Unmarshal([]byte(lines[2]), &s); err != nil {
+	if err := json.Unmarshal(lines[2], &s); err != nil {
 		t.Fatal(err)
 	}
 	if !s.Summary || s.Faults != 2 || s.FaultFree.StepsPerS <= 0 || s.Faulty.StepsPerS <= 0 || s.Ratio <= 0 ||

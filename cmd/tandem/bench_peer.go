@@ -1,7 +1,8 @@
 package main
 
 // The peer runner shared by the benchmarks that have a PyTorch counterpart
-// (/work/shared/peers: torch_allreduce.py, torch_ddp.py, torch_rpc.py).
+// (the repository's peers/ directory: torch_allreduce.py, torch_ddp.py,
+// torch_rpc.py; see peers/README.md).
 // With -peer a benchmark runs Tandem and the peer script in turns, round
 // after round in one command (T P, then P T, then T P...: whichever goes
 // first has the machine in a different state, so the order alternates),
@@ -36,8 +37,8 @@ import (
 )
 
 const (
-	// defaultPeerDir holds the peer scripts on the development machines.
-	defaultPeerDir = "/work/shared/peers"
+	// peerDirName is the repository's directory of peer programs.
+	peerDirName = "peers"
 	// peerPython is Debian's python3, the one python3-torch installs for
 	// (the python3 first on PATH may be another).
 	peerPython = "/usr/bin/python3"
@@ -49,7 +50,7 @@ const (
 )
 
 // peerFlag is -peer: a switch that also takes the peer script's path
-// (-peer=PATH) for a script elsewhere than defaultPeerDir.
+// (-peer=PATH) for a script elsewhere than the repository's peers/.
 type peerFlag struct {
 	on     bool
 	script string
@@ -87,12 +88,13 @@ type peerOptions struct {
 }
 
 // addPeerFlags defines -peer, -rounds and -allow-reference-blas on fs for a
-// benchmark whose peer is script (a file in defaultPeerDir). rounds is the
+// benchmark whose peer is script (a file in the repository's peers/,
+// found by findPeerDir). rounds is the
 // default of -rounds; a benchmark that has -rounds already passes 0 and
 // sets opts.rounds itself.
 func addPeerFlags(fs *flag.FlagSet, script string, rounds int) *peerOptions {
 	o := &peerOptions{}
-	fs.Var(&o.peer, "peer", "also run PyTorch's "+script+" (from "+defaultPeerDir+", or -peer=PATH) in turns with Tandem over -rounds, and print the ratios")
+	fs.Var(&o.peer, "peer", "also run PyTorch's "+script+" (from the repository's "+peerDirName+"/ directory, or -peer=PATH) in turns with Tandem over -rounds, and print the ratios")
 	if rounds > 0 {
 		o.rounds = fs.Int("rounds", rounds, "with -peer: rounds of Tandem and the peer, taken in turns")
 	}
@@ -100,12 +102,56 @@ func addPeerFlags(fs *flag.FlagSet, script string, rounds int) *peerOptions {
 	return o
 }
 
-// scriptPath is the peer script to run.
+// scriptPath is the peer script to run: -peer=PATH, else script in the
+// repository's peers/ directory (findPeerDir), else script in peers/ under
+// the working directory, which the run then reports missing.
 func (o *peerOptions) scriptPath(script string) string {
 	if o.peer.script != "" {
 		return o.peer.script
 	}
-	return filepath.Join(defaultPeerDir, script)
+	dir := findPeerDir(os.Getwd, sourceDir())
+	if dir == "" {
+		dir = peerDirName
+	}
+	return filepath.Join(dir, script)
+}
+
+// findPeerDir returns the repository's peers/ directory: the first one
+// found in the working directory or above it (a command run inside a
+// clone), else the one beside the source tree this binary was built from
+// (src, this file's directory: cmd/tandem in a clone or in the module
+// cache, which `go install` fills). "" when there is neither.
+func findPeerDir(getwd func() (string, error), src string) string {
+	isPeerDir := func(dir string) bool {
+		fi, err := os.Stat(filepath.Join(dir, "torch_ddp.py"))
+		return err == nil && fi.Mode().IsRegular()
+	}
+	if wd, err := getwd(); err == nil {
+		for dir := wd; ; dir = filepath.Dir(dir) {
+			if p := filepath.Join(dir, peerDirName); isPeerDir(p) {
+				return p
+			}
+			if filepath.Dir(dir) == dir {
+				break
+			}
+		}
+	}
+	if src != "" && filepath.IsAbs(src) {
+		if p := filepath.Join(src, "..", "..", peerDirName); isPeerDir(p) {
+			return filepath.Clean(p)
+		}
+	}
+	return ""
+}
+
+// sourceDir is the directory this file was compiled from ("" when the
+// binary was built with -trimpath, which leaves module-relative paths).
+func sourceDir() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return ""
+	}
+	return filepath.Dir(file)
 }
 
 // joinPeerPath rewrites "-peer X.py" as "-peer=X.py", so that the form with
@@ -527,7 +573,7 @@ const peerRunTimeout = 10 * time.Minute
 // on another port; a run that hangs is killed, its ranks with it.
 func runPeerScript(ctx context.Context, script string, args func(port string) []string) ([]byte, error) {
 	if _, err := os.Stat(script); err != nil {
-		return nil, fmt.Errorf("peer script: %w (the scripts live in %s; -peer=PATH names another)", err, defaultPeerDir)
+		return nil, fmt.Errorf("peer script: %w (the scripts are in the repository's %s/ directory: run tandem inside a clone, or name the script with -peer=PATH)", err, peerDirName)
 	}
 	var out []byte
 	var err error

@@ -258,7 +258,7 @@ func TestPeerFlag(t *testing.T) {
 		{[]string{"-peer"}, true, ""},
 		{[]string{"-peer=false"}, false, ""},
 		{[]string{"-peer=/x/torch_ddp.py"}, true, "/x/torch_ddp.py"},
-		{[]string{"-peer", "../shared/peers/torch_ddp.py", "-rounds", "5"}, true, "../shared/peers/torch_ddp.py"},
+		{[]string{"-peer", "../elsewhere/torch_ddp.py", "-rounds", "5"}, true, "../elsewhere/torch_ddp.py"},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		o := addPeerFlags(fs, "torch_ddp.py", 3)
@@ -271,7 +271,12 @@ func TestPeerFlag(t *testing.T) {
 		}
 		want := c.script
 		if want == "" {
-			want = filepath.Join(defaultPeerDir, "torch_ddp.py")
+			// The test runs in cmd/tandem: the repository's peers/ is two up.
+			abs, err := filepath.Abs(filepath.Join("..", "..", "peers", "torch_ddp.py"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = abs
 		}
 		if got := o.scriptPath("torch_ddp.py"); got != want {
 			t.Errorf("%q: script %q, want %q", c.args, got, want)
@@ -301,5 +306,46 @@ func TestParsePeerOutputs(t *testing.T) {
 	}
 	if w := peerWarning([]byte("# WARNING: libblas.so.3 is /l/blas/libblas.so.3, not OpenBLAS\nworld=1\n")); warnedBLASKind(w) != "reference" {
 		t.Errorf("warning %q", w)
+	}
+}
+
+func TestFindPeerDir(t *testing.T) {
+	root := t.TempDir()
+	peers := filepath.Join(root, "peers")
+	deep := filepath.Join(root, "cmd", "tandem")
+	for _, d := range []string{peers, deep} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(peers, "torch_ddp.py"), []byte("# peer\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := t.TempDir()
+	wd := func(dir string) func() (string, error) { return func() (string, error) { return dir, nil } }
+	noWD := func() (string, error) { return "", errors.New("no working directory") }
+	for _, c := range []struct {
+		name  string
+		getwd func() (string, error)
+		src   string
+		want  string
+	}{
+		{"working directory is the root", wd(root), "", peers},
+		{"working directory below the root", wd(deep), "", peers},
+		{"source tree when the working directory has none", wd(elsewhere), deep, peers},
+		{"source tree without a working directory", noWD, deep, peers},
+		{"module-relative source path (-trimpath)", wd(elsewhere), "github.com/tandemml/tandem/cmd/tandem", ""},
+		{"neither", wd(elsewhere), elsewhere, ""},
+	} {
+		if got := findPeerDir(c.getwd, c.src); got != c.want {
+			t.Errorf("%s: findPeerDir = %q, want %q", c.name, got, c.want)
+		}
+	}
+	// A directory named peers without the programs is not the one.
+	if err := os.MkdirAll(filepath.Join(elsewhere, "peers"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := findPeerDir(wd(elsewhere), ""); got != "" {
+		t.Errorf("empty peers/: findPeerDir = %q, want \"\"", got)
 	}
 }

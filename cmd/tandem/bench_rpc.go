@@ -1,7 +1,7 @@
 package main
 
 // `tandem bench rpc`: RPC latency and throughput between two workers on
-// loopback, comparable with /work/shared/peers/torch_rpc.py (PyTorch's
+// loopback, comparable with peers/torch_rpc.py (PyTorch's
 // TensorPipe agent): echo round trips of float32 tensors, async calls per
 // second with many in flight, and Remote + ToHere. By default the callee is
 // a second process (this binary in a hidden callee mode); -inproc runs both
@@ -406,7 +406,7 @@ type torchRPCResults struct {
 	remoteToHere float64
 }
 
-// parseTorchRPC reads the output of /work/shared/peers/torch_rpc.py.
+// parseTorchRPC reads the output of peers/torch_rpc.py.
 func parseTorchRPC(r io.Reader) (torchRPCResults, error) {
 	res := torchRPCResults{echo: map[int]float64{}}
 	sc := bufio.NewScanner(r)

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +25,22 @@ import (
 // workerLauncher builds the command that runs one worker process of a
 // benchmark (args are the worker's flags); env is added to its environment.
 type workerLauncher func(args, env []string) (*exec.Cmd, error)
+
+// workerBenchFunc is a benchmark that starts processes of this binary: it
+// writes its results to stdout and starts its workers with launch (tests
+// pass a launcher of their own).
+type workerBenchFunc func(ctx context.Context, args []string, stdout io.Writer, launch workerLauncher) error
+
+// addWorkerBench lists the benchmark run under `tandem bench name`, its
+// workers started as `tandem bench name -worker ...` (selfLauncher).
+func addWorkerBench(name, summary string, run workerBenchFunc) {
+	benches[name] = command{
+		summary: summary,
+		run: func(ctx context.Context, args []string) error {
+			return run(ctx, args, os.Stdout, selfLauncher(name))
+		},
+	}
+}
 
 // selfLauncher returns the launcher that re-executes this binary as
 // `tandem bench <bench> args...`.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,6 +53,36 @@ func runAsBenchWorker(t *testing.T, run func(ctx context.Context, args []string)
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// runAsWorkerOf is the body of the test helper that stands for `tandem
+// bench NAME -worker`: run as one worker of bench (see runAsBenchWorker).
+func runAsWorkerOf(t *testing.T, bench workerBenchFunc) {
+	runAsBenchWorker(t, func(ctx context.Context, args []string) error {
+		return bench(ctx, args, os.Stdout, nil)
+	})
+}
+
+// runWorkerBench runs bench with args (which ask for -json) within timeout,
+// its workers started by re-executing this test binary as helper, and
+// decodes each line it prints as a T.
+func runWorkerBench[T any](t *testing.T, bench workerBenchFunc, helper string, timeout time.Duration, args ...string) []T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out bytes.Buffer
+	if err := bench(ctx, args, &out, testLauncher(helper)); err != nil {
+		t.Fatal(err)
+	}
+	var res []T
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var r T
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		res = append(res, r)
+	}
+	return res
 }
 
 // fakeWorkerReport is what the fake worker's rank 0 prints.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -30,20 +29,13 @@ func init() {
 // since when, and which send or receive did not finish and whether the
 // peer issued its match, and prints each rank's last operations.
 func runDebug(_ context.Context, args []string) error {
-	fs := flag.NewFlagSet("debug", flag.ContinueOnError)
+	fs := commandFlags("debug", "usage: tandem debug [-n N] FILE...|DIR\n\nReads the flight records that the ranks dumped (rankR.json in $TANDEM_FLIGHT_DIR,\nor the directory their logs name) and says which rank held the others up.")
 	last := fs.Int("n", 5, "operations to list per rank and group")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: tandem debug [-n N] FILE...|DIR\n\nReads the flight records that the ranks dumped (rankR.json in $TANDEM_FLIGHT_DIR,\nor the directory their logs name) and says which rank held the others up.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	files, err := parseFileArgs(fs, args, "the flight records or their directory")
+	if err != nil {
 		return err
 	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return fmt.Errorf("name the flight records or their directory: %w", flag.ErrHelp)
-	}
-	recs, err := loadFlightRecords(fs.Args())
+	recs, err := loadFlightRecords(files)
 	if err != nil {
 		return err
 	}

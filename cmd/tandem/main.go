@@ -92,3 +92,28 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	return benches[args[0]].run(ctx, args[1:])
 }
+
+// commandFlags returns the flag set of `tandem name`, whose usage message
+// is usage (a synopsis, a blank line, a paragraph) followed by the flags.
+func commandFlags(name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet("tandem "+name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFileArgs parses args with fs and returns the files they name after
+// the flags; without any it prints the usage and says that the files,
+// described by what, are missing.
+func parseFileArgs(fs *flag.FlagSet, args []string, what string) ([]string, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return nil, fmt.Errorf("name %s: %w", what, flag.ErrHelp)
+	}
+	return fs.Args(), nil
+}

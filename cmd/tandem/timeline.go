@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"os"
 
@@ -18,21 +17,14 @@ func init() {
 // files that ddp.Timeline wrote into one file naming each rank, for
 // chrome://tracing or ui.perfetto.dev.
 func runTimeline(_ context.Context, args []string) error {
-	fs := flag.NewFlagSet("timeline", flag.ContinueOnError)
+	fs := commandFlags("timeline", "usage: tandem timeline [-o OUT] FILE...\n\nMerges the ranks' DDP timelines (ddp.Timeline's Chrome-trace JSON, one file per\nrank) into one trace with a process per rank, for chrome://tracing or ui.perfetto.dev.")
 	out := fs.String("o", "", "write the merged trace here (default: standard output)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: tandem timeline [-o OUT] FILE...\n\nMerges the ranks' DDP timelines (ddp.Timeline's Chrome-trace JSON, one file per\nrank) into one trace with a process per rank, for chrome://tracing or ui.perfetto.dev.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	files, err := parseFileArgs(fs, args, "the ranks' timeline files")
+	if err != nil {
 		return err
 	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return fmt.Errorf("name the ranks' timeline files: %w", flag.ErrHelp)
-	}
 	var buf bytes.Buffer
-	if err := ddp.MergeTimelines(&buf, fs.Args()...); err != nil {
+	if err := ddp.MergeTimelines(&buf, files...); err != nil {
 		return err
 	}
 	if *out == "" {

@@ -1,249 +1,149 @@
 package main
 
 import (
-	"fmt"
 	"image"
 	"image/color"
-	"image/png"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// The training curves are drawn with the standard library alone: an RGBA
-// image, axes, tick marks and labels in the 5×7 font of font.go, and line
-// series drawn pixel by pixel, saved with image/png.
+// The training curves and the timeline's picture are drawn with
+// gonum.org/v1/plot, rendered to an image by its vgimg back end and saved
+// as PNG (writePNG).
 
 var (
-	colBackground = color.RGBA{255, 255, 255, 255}
-	colAxis       = color.RGBA{40, 40, 40, 255}
-	colGrid       = color.RGBA{225, 225, 225, 255}
-	colText       = color.RGBA{20, 20, 20, 255}
-	colTrain      = color.RGBA{31, 119, 180, 255} // blue
-	colTest       = color.RGBA{255, 127, 14, 255} // orange
-	colAcc        = color.RGBA{44, 160, 44, 255}  // green
+	colTrain = color.RGBA{31, 119, 180, 255} // blue
+	colTest  = color.RGBA{255, 127, 14, 255} // orange
+	colAcc   = color.RGBA{44, 160, 44, 255}  // green
+	colOther = color.RGBA{40, 40, 40, 255}   // an event without a colour of its own
 )
 
 const (
-	plotW     = 1000
-	plotH     = 440
-	textScale = 2
+	plotW   = 1000 // pixels
+	plotH   = 440
+	plotDPI = 100
 )
 
-// series is one line of a panel: a label, a colour and a y value per epoch.
+// pixels converts a length in pixels at plotDPI into gonum/plot's points.
+func pixels(n float64) vg.Length { return vg.Length(n) * vg.Inch / plotDPI }
+
+// series is one line of a chart: a label, a colour and a y value per epoch.
 type series struct {
 	label string
 	color color.RGBA
 	y     []float64
 }
 
-// panel is one chart: a title, an x axis of epochs 1..n, and its series.
-type panel struct {
-	title  string
-	series []series
-}
-
 // writePlot draws the loss and accuracy curves of hist into a PNG file at
-// path, written to a temporary file first and renamed, so a reader never
-// sees half an image.
+// path (through a temporary file, so a reader never sees half an image).
 func writePlot(path string, hist []epochStats) error {
-	img := renderPlot(hist)
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".plot-*.png")
-	if err != nil {
-		return fmt.Errorf("writing the plot: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if err := png.Encode(tmp, img); err != nil {
-		tmp.Close()
-		return fmt.Errorf("encoding the plot: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing the plot: %w", err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return fmt.Errorf("writing the plot: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing the plot: %w", err)
-	}
-	return nil
+	return writePNG(path, renderPlot(hist))
 }
 
-// renderPlot draws two panels side by side: train and test loss on the
+// renderPlot draws two charts side by side: train and test loss on the
 // left, test accuracy in percent on the right.
-func renderPlot(hist []epochStats) *image.RGBA {
-	img := image.NewRGBA(image.Rect(0, 0, plotW, plotH))
-	fillRect(img, 0, 0, plotW, plotH, colBackground)
+func renderPlot(hist []epochStats) image.Image {
 	n := len(hist)
 	trainLoss, testLoss, acc := make([]float64, n), make([]float64, n), make([]float64, n)
 	for i, h := range hist {
 		trainLoss[i], testLoss[i], acc[i] = h.TrainLoss, h.TestLoss, 100*h.TestAcc
 	}
-	loss := panel{title: "LOSS", series: []series{
-		{label: "TRAIN", color: colTrain, y: trainLoss},
-		{label: "TEST", color: colTest, y: testLoss},
-	}}
-	accuracy := panel{title: "TEST ACCURACY %", series: []series{
-		{label: "TEST", color: colAcc, y: acc},
-	}}
-	half := plotW / 2
-	drawPanel(img, image.Rect(0, 0, half, plotH), loss)
-	drawPanel(img, image.Rect(half, 0, plotW, plotH), accuracy)
-	return img
+	loss := curvesPlot("Loss", "cross-entropy", n, []series{
+		{label: "train", color: colTrain, y: trainLoss},
+		{label: "test", color: colTest, y: testLoss},
+	})
+	accuracy := curvesPlot("Test accuracy", "%", n, []series{
+		{label: "test", color: colAcc, y: acc},
+	})
+	c := vgimg.NewWith(vgimg.UseWH(pixels(plotW), pixels(plotH)), vgimg.UseDPI(plotDPI), vgimg.UseBackgroundColor(color.White))
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: pixels(40), PadTop: pixels(10), PadBottom: pixels(10), PadLeft: pixels(10), PadRight: pixels(20)}
+	canvases := plot.Align([][]*plot.Plot{{loss, accuracy}}, tiles, draw.New(c))
+	loss.Draw(canvases[0][0])
+	accuracy.Draw(canvases[0][1])
+	return c.Image()
 }
 
-// drawPanel draws p inside r: the title above, the axes with ticks and
-// labels, a light grid, the series with a marker per epoch, and a legend.
-func drawPanel(img *image.RGBA, r image.Rectangle, p panel) {
-	th := textHeight(textScale)
-	// Plot area, leaving room for the title, the y labels and the x labels.
-	area := image.Rect(r.Min.X+90, r.Min.Y+20+th+16, r.Max.X-24, r.Max.Y-(2*th+36))
-	drawText(img, area.Min.X+(area.Dx()-textWidth(p.title, textScale))/2, r.Min.Y+16, p.title, textScale, colText)
-
-	n := 0
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, s := range p.series {
-		n = max(n, len(s.y))
-		for _, v := range s.y {
-			if !math.IsNaN(v) && !math.IsInf(v, 0) {
-				lo, hi = min(lo, v), max(hi, v)
+// curvesPlot is one chart of per-epoch values over epochs 1..n: a line
+// with a marker per epoch for each series (broken where a value is not
+// finite), a grid, and a legend in the top-right corner.
+func curvesPlot(title, yLabel string, n int, ss []series) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "epoch"
+	p.Y.Label.Text = yLabel
+	p.X.Tick.Marker = epochTicks{}
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	empty := true
+	for _, s := range ss {
+		var first *plotter.Line
+		for _, run := range finiteRuns(s.y) {
+			line, points, err := plotter.NewLinePoints(run)
+			if err != nil { // finiteRuns keeps NaN and Inf out
+				panic(err)
 			}
-		}
-	}
-	if lo > hi { // no data yet
-		lo, hi = 0, 1
-	}
-	yTicks, yStep := niceTicks(lo, hi, 5)
-	yMin, yMax := yTicks[0], yTicks[len(yTicks)-1]
-
-	// x: epochs 1..n; a single epoch sits in the middle of [0, 2].
-	xMin, xMax := 1.0, float64(max(n, 2))
-	if n <= 1 {
-		xMin = 0
-	}
-	// Points keep a margin from the left and right edges of the area.
-	const inset = 20
-	px := func(x float64) int {
-		return area.Min.X + inset + int(math.Round((x-xMin)/(xMax-xMin)*float64(area.Dx()-2*inset)))
-	}
-	py := func(y float64) int {
-		return area.Max.Y - int(math.Round((y-yMin)/(yMax-yMin)*float64(area.Dy())))
-	}
-
-	// Grid and y ticks with labels.
-	decimals := max(0, -int(math.Floor(math.Log10(yStep)+1e-9)))
-	for _, t := range yTicks {
-		y := py(t)
-		fillRect(img, area.Min.X, y, area.Dx(), 1, colGrid)
-		fillRect(img, area.Min.X-6, y, 6, 1, colAxis)
-		label := strconv.FormatFloat(t, 'f', decimals, 64)
-		drawText(img, area.Min.X-10-textWidth(label, textScale), y-th/2, label, textScale, colText)
-	}
-	// x ticks: at most ten integer epochs.
-	xStep := max(1, int(math.Ceil(float64(int(xMax)-int(xMin))/10)))
-	for e := int(math.Ceil(xMin)); e <= int(xMax); e += xStep {
-		x := px(float64(e))
-		fillRect(img, x, area.Min.Y, 1, area.Dy(), colGrid)
-		fillRect(img, x, area.Max.Y, 1, 6, colAxis)
-		label := strconv.Itoa(e)
-		drawText(img, x-textWidth(label, textScale)/2, area.Max.Y+10, label, textScale, colText)
-	}
-	xTitle := "EPOCH"
-	drawText(img, area.Min.X+(area.Dx()-textWidth(xTitle, textScale))/2, area.Max.Y+th+22, xTitle, textScale, colText)
-
-	// Axes.
-	fillRect(img, area.Min.X, area.Min.Y, 2, area.Dy()+1, colAxis)
-	fillRect(img, area.Min.X, area.Max.Y, area.Dx()+1, 2, colAxis)
-
-	// Series: segments between consecutive epochs, a square per point.
-	for _, s := range p.series {
-		prevOK := false
-		var x0, y0 int
-		for i, v := range s.y {
-			if math.IsNaN(v) || math.IsInf(v, 0) {
-				prevOK = false
-				continue
+			line.Color, line.Width = s.color, vg.Points(2)
+			points.Color, points.Shape, points.Radius = s.color, draw.BoxGlyph{}, vg.Points(2.5)
+			p.Add(line, points)
+			if first == nil {
+				first = line
+				p.Legend.Add(s.label, line, points)
 			}
-			x, y := px(float64(i+1)), py(v)
-			if prevOK {
-				drawLine(img, x0, y0, x, y, s.color)
+			empty = false
+		}
+	}
+	// Epochs 1..n, half an epoch of margin on either side; a single epoch
+	// sits in the middle.
+	p.X.Min, p.X.Max = 0.5, float64(max(n, 1))+0.5
+	if empty {
+		p.Y.Min, p.Y.Max = 0, 1
+	}
+	// A margin above and below, so that no marker sits on the frame.
+	pad := 0.08 * (p.Y.Max - p.Y.Min)
+	p.Y.Min, p.Y.Max = p.Y.Min-pad, p.Y.Max+pad
+	return p
+}
+
+// finiteRuns splits y (epoch i+1's value at i) into runs of consecutive
+// finite values.
+func finiteRuns(y []float64) []plotter.XYs {
+	var runs []plotter.XYs
+	var cur plotter.XYs
+	for i, v := range y {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			if len(cur) > 0 {
+				runs, cur = append(runs, cur), nil
 			}
-			fillRect(img, x-3, y-3, 7, 7, s.color)
-			x0, y0, prevOK = x, y, true
+			continue
 		}
+		cur = append(cur, plotter.XY{X: float64(i + 1), Y: v})
 	}
-
-	// Legend in the top-right corner of the area.
-	ly := area.Min.Y + 8
-	for _, s := range p.series {
-		lx := area.Max.X - 12 - textWidth(s.label, textScale)
-		drawText(img, lx, ly, s.label, textScale, colText)
-		fillRect(img, lx-30, ly+th/2-1, 22, 3, s.color)
-		ly += th + 8
+	if len(cur) > 0 {
+		runs = append(runs, cur)
 	}
+	return runs
 }
 
-// drawLine draws a 3-pixel-thick line from (x0, y0) to (x1, y1)
-// (Bresenham's algorithm, a 3×3 square per step).
-func drawLine(img *image.RGBA, x0, y0, x1, y1 int, c color.Color) {
-	dx, dy := abs(x1-x0), -abs(y1-y0)
-	sx, sy := 1, 1
-	if x0 > x1 {
-		sx = -1
-	}
-	if y0 > y1 {
-		sy = -1
-	}
-	e := dx + dy
-	for {
-		fillRect(img, x0-1, y0-1, 3, 3, c)
-		if x0 == x1 && y0 == y1 {
-			return
-		}
-		if e2 := 2 * e; e2 >= dy {
-			e += dy
-			x0 += sx
-		} else {
-			e += dx
-			y0 += sy
-		}
-	}
-}
+// epochTicks marks whole epochs only, at most ten of them labelled.
+type epochTicks struct{}
 
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
-
-// niceTicks returns about want+1 evenly spaced round tick values (steps of
-// 1, 2 or 5 times a power of ten) covering [lo, hi], and the step.
-func niceTicks(lo, hi float64, want int) ([]float64, float64) {
-	if hi-lo < 1e-12*max(1, math.Abs(hi)) {
-		pad := max(math.Abs(hi)*0.05, 1e-3)
-		lo, hi = lo-pad, hi+pad
-	}
-	raw := (hi - lo) / float64(want)
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	step := mag
-	for _, m := range []float64{1, 2, 5, 10} {
-		step = m * mag
-		if step >= raw*(1-1e-9) {
-			break
+// Ticks returns the ticks of the epochs in [lo, hi].
+func (epochTicks) Ticks(lo, hi float64) []plot.Tick {
+	first, last := int(math.Ceil(lo)), int(math.Floor(hi))
+	step := max(1, (last-first+9)/10)
+	var ticks []plot.Tick
+	for e := first; e <= last; e++ {
+		t := plot.Tick{Value: float64(e)}
+		if (e-first)%step == 0 {
+			t.Label = strconv.Itoa(e)
 		}
+		ticks = append(ticks, t)
 	}
-	first := math.Floor(lo/step) * step
-	last := math.Ceil(hi/step) * step
-	var ticks []float64
-	for i := 0; ; i++ {
-		t := first + float64(i)*step
-		if t > last+step/2 {
-			break
-		}
-		// Snap away float noise such as 0.30000000000000004.
-		ticks = append(ticks, math.Round(t/step)*step)
-	}
-	return ticks, step
+	return ticks
 }

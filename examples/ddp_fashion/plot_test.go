@@ -8,96 +8,81 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"gonum.org/v1/plot/plotter"
+
+	"github.com/tandemml/tandem/ddp"
 )
 
-func TestGlyphsWellFormed(t *testing.T) {
-	for r, g := range glyphs {
-		for i, row := range g {
-			if len(row) != glyphW {
-				t.Errorf("glyph %q row %d is %q, want %d characters", r, i, row, glyphW)
+func TestEpochTicks(t *testing.T) {
+	ticks := epochTicks{}.Ticks(0.5, 4.5)
+	if len(ticks) != 4 {
+		t.Fatalf("ticks over 4 epochs: %+v", ticks)
+	}
+	for i, tk := range ticks {
+		if tk.Value != float64(i+1) || tk.Label != string(rune('1'+i)) {
+			t.Errorf("tick %d = %+v, want epoch %d labelled", i, tk, i+1)
+		}
+	}
+	// Thirty epochs: every epoch ticked, every third labelled.
+	ticks = epochTicks{}.Ticks(0.5, 30.5)
+	labelled := 0
+	for _, tk := range ticks {
+		if tk.Label != "" {
+			labelled++
+		}
+	}
+	if len(ticks) != 30 || labelled != 10 || ticks[3].Label != "4" || ticks[1].Label != "" {
+		t.Errorf("ticks over 30 epochs: %d, %d labelled: %+v", len(ticks), labelled, ticks)
+	}
+}
+
+func TestFiniteRuns(t *testing.T) {
+	runs := finiteRuns([]float64{1, math.NaN(), 2, 3, math.Inf(1)})
+	want := []plotter.XYs{{{X: 1, Y: 1}}, {{X: 3, Y: 2}, {X: 4, Y: 3}}}
+	if len(runs) != len(want) {
+		t.Fatalf("runs %v, want %v", runs, want)
+	}
+	for i := range want {
+		if len(runs[i]) != len(want[i]) {
+			t.Fatalf("runs %v, want %v", runs, want)
+		}
+		for j := range want[i] {
+			if runs[i][j] != want[i][j] {
+				t.Errorf("runs %v, want %v", runs, want)
 			}
 		}
 	}
-	// Every digit and capital has a glyph of its own, with some ink.
-	for _, r := range "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ.%-" {
-		g, ok := glyphs[r]
-		if !ok {
-			t.Errorf("no glyph for %q", r)
-			continue
-		}
-		ink := 0
-		for _, row := range g {
-			for _, c := range row {
-				if c == '#' {
-					ink++
-				}
-			}
-		}
-		if ink == 0 {
-			t.Errorf("glyph %q is blank", r)
-		}
-	}
-	if glyphFor('e') != glyphs['E'] {
-		t.Error("lower case is not drawn as upper case")
-	}
-	if glyphFor('~') != unknownGlyph {
-		t.Error("a missing character is not drawn as the box")
+	if finiteRuns(nil) != nil || finiteRuns([]float64{math.NaN()}) != nil {
+		t.Error("no finite value should give no run")
 	}
 }
 
-func TestDrawText(t *testing.T) {
-	img := image.NewRGBA(image.Rect(0, 0, 20, 10))
-	ink := color.RGBA{255, 0, 0, 255}
-	drawText(img, 1, 1, "1", 1, ink)
-	// '1' = "  #  " / " ##  " / ... / " ### ": its stem is column 2.
-	for row := range glyphH {
-		if img.RGBAAt(1+2, 1+row) != ink {
-			t.Errorf("stem pixel of '1' at row %d not inked", row)
-		}
-	}
-	if img.RGBAAt(1, 1) == ink || img.RGBAAt(1+4, 1) == ink {
-		t.Error("pixels outside the glyph inked")
-	}
-	if w := textWidth("12", 2); w != (2*glyphAdvance-1)*2 {
-		t.Errorf("textWidth = %d", w)
-	}
+// near reports whether c is within a small distance of want in every
+// channel: the plots are anti-aliased, so only the middle of a line has
+// its exact colour.
+func near(c color.Color, want color.RGBA) bool {
+	r, g, b, _ := c.RGBA()
+	d := func(x uint32, y uint8) bool { return math.Abs(float64(x>>8)-float64(y)) <= 24 }
+	return d(r, want.R) && d(g, want.G) && d(b, want.B)
 }
 
-func TestNiceTicks(t *testing.T) {
-	cases := []struct {
-		lo, hi, step float64
-		first, last  float64
-	}{
-		{0.23, 0.71, 0.1, 0.2, 0.8},
-		{72.4, 91.3, 5, 70, 95},
-		{0.5, 0.5, 0.01, 0.47, 0.53}, // a flat series gets a small range
-		{1, 2000, 500, 0, 2000},
-	}
-	for _, c := range cases {
-		ticks, step := niceTicks(c.lo, c.hi, 5)
-		if math.Abs(step-c.step) > 1e-12 {
-			t.Errorf("niceTicks(%v, %v): step %v, want %v", c.lo, c.hi, step, c.step)
-		}
-		if math.Abs(ticks[0]-c.first) > 1e-9 || math.Abs(ticks[len(ticks)-1]-c.last) > 1e-9 {
-			t.Errorf("niceTicks(%v, %v) = %v, want %v..%v", c.lo, c.hi, ticks, c.first, c.last)
-		}
-		if ticks[0] > c.lo || ticks[len(ticks)-1] < c.hi {
-			t.Errorf("niceTicks(%v, %v) = %v does not cover the range", c.lo, c.hi, ticks)
-		}
-	}
-}
-
-// countColor counts the pixels of colour c in the rectangle r of img.
-func countColor(img *image.RGBA, r image.Rectangle, c color.RGBA) int {
-	n := 0
+// inkOf returns the pixels of img in r near colour c: their count and the
+// mean of their x and y.
+func inkOf(img image.Image, r image.Rectangle, c color.RGBA) (n int, meanX, meanY float64) {
 	for y := r.Min.Y; y < r.Max.Y; y++ {
 		for x := r.Min.X; x < r.Max.X; x++ {
-			if img.RGBAAt(x, y) == c {
+			if near(img.At(x, y), c) {
 				n++
+				meanX += float64(x)
+				meanY += float64(y)
 			}
 		}
 	}
-	return n
+	if n > 0 {
+		meanX, meanY = meanX/float64(n), meanY/float64(n)
+	}
+	return n, meanX, meanY
 }
 
 func TestRenderPlot(t *testing.T) {
@@ -108,43 +93,44 @@ func TestRenderPlot(t *testing.T) {
 		{Epoch: 4, TrainLoss: 0.28, TestLoss: 0.29, TestAcc: 0.90},
 	}
 	img := renderPlot(hist)
+	if b := img.Bounds(); b.Dx() != plotW || b.Dy() != plotH {
+		t.Fatalf("picture %v, want %dx%d", b, plotW, plotH)
+	}
 	left := image.Rect(0, 0, plotW/2, plotH)
 	right := image.Rect(plotW/2, 0, plotW, plotH)
 	// Loss curves on the left only, the accuracy curve on the right only.
-	if countColor(img, left, colTrain) < 100 || countColor(img, left, colTest) < 100 {
-		t.Error("the loss panel lacks a series")
+	if n, _, _ := inkOf(img, left, colTrain); n < 100 {
+		t.Errorf("the loss chart lacks the train series (%d pixels)", n)
 	}
-	if countColor(img, right, colAcc) < 100 {
-		t.Error("the accuracy panel lacks its series")
+	if n, _, _ := inkOf(img, left, colTest); n < 100 {
+		t.Errorf("the loss chart lacks the test series (%d pixels)", n)
 	}
-	if countColor(img, right, colTrain) != 0 || countColor(img, left, colAcc) != 0 {
-		t.Error("a series is drawn in the wrong panel")
+	if n, _, _ := inkOf(img, right, colAcc); n < 100 {
+		t.Errorf("the accuracy chart lacks its series (%d pixels)", n)
 	}
-	if countColor(img, img.Bounds(), colText) < 500 {
-		t.Error("too little text: labels missing")
+	if n, _, _ := inkOf(img, right, colTrain); n != 0 {
+		t.Errorf("the train loss is drawn in the accuracy chart (%d pixels)", n)
 	}
-	// The accuracy line rises: its ink in the area's top half lies to the
-	// right of its ink in the bottom half.
-	meanX := func(r image.Rectangle) float64 {
-		var sum, n float64
-		for y := r.Min.Y; y < r.Max.Y; y++ {
-			for x := r.Min.X; x < r.Max.X; x++ {
-				if img.RGBAAt(x, y) == colAcc {
-					sum += float64(x)
-					n++
-				}
-			}
-		}
-		return sum / n
+	if n, _, _ := inkOf(img, left, colAcc); n != 0 {
+		t.Errorf("the accuracy is drawn in the loss chart (%d pixels)", n)
 	}
+	if n, _, _ := inkOf(img, img.Bounds(), color.RGBA{0, 0, 0, 255}); n < 300 {
+		t.Errorf("too little black ink (%d pixels): axes or labels missing", n)
+	}
+	// The accuracy line rises: its ink in the chart's top half lies to the
+	// right of its ink in the bottom half (the legend's sample, top right,
+	// is left out).
 	mid := plotH / 2
-	if top, bottom := meanX(image.Rect(plotW/2, 40, plotW-120, mid)), meanX(image.Rect(plotW/2, mid, plotW, plotH)); !(top > bottom) {
+	_, top, _ := inkOf(img, image.Rect(plotW/2, 60, plotW-150, mid), colAcc)
+	_, bottom, _ := inkOf(img, image.Rect(plotW/2, mid, plotW, plotH), colAcc)
+	if !(top > bottom) {
 		t.Errorf("accuracy ink: top half at x=%.0f, bottom half at x=%.0f; a rising line has the top to the right", top, bottom)
 	}
 
-	// No data (and a single epoch) still draw without trouble.
+	// No data, a single epoch and a diverged epoch still draw.
 	_ = renderPlot(nil)
 	_ = renderPlot(hist[:1])
+	_ = renderPlot([]epochStats{{Epoch: 1, TrainLoss: math.NaN(), TestLoss: math.Inf(1)}, hist[1]})
 
 	path := filepath.Join(t.TempDir(), "curves.png")
 	if err := writePlot(path, hist); err != nil {
@@ -158,4 +144,53 @@ func TestRenderPlot(t *testing.T) {
 	if _, err := png.Decode(f); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The timeline's picture puts rank 0's lanes above rank 1's, each event in
+// its colour, and grows a lane's height for every lane.
+func TestRenderTimeline(t *testing.T) {
+	ev := func(name string, pid, tid int, ts, dur, step int64) ddp.TraceEvent {
+		return ddp.TraceEvent{Name: name, Ph: "X", Pid: pid, Tid: tid, Ts: ts, Dur: dur, Args: map[string]int64{"step": step}}
+	}
+	tr := ddp.Trace{TraceEvents: []ddp.TraceEvent{
+		{Name: "process_name", Ph: "M", Pid: 0, Label: "rank 0"},
+		ev(ddp.EventStep, 0, ddp.LaneCompute, 1000, 9000, 3),
+		ev(ddp.EventForward, 0, ddp.LaneCompute, 1000, 4000, 3),
+		ev(ddp.EventBackward, 1, ddp.LaneCompute, 1000, 4000, 3),
+		ev(ddp.EventAllReduce, 1, ddp.LaneBucket0, 5000, 3000, 3),
+		ev(ddp.EventForward, 0, ddp.LaneCompute, 20000, 4000, 9), // past the window of 2 steps
+	}}
+	img := renderTimeline(tr, 2)
+	b := img.Bounds()
+	if b.Dx() != tlWidth || b.Dy() != tlExtra+tlLaneH*len(timelineLegend) {
+		t.Fatalf("picture %v", b)
+	}
+	// The bars lie left of the legend's margin (the last fifth).
+	bars := image.Rect(0, 0, tlWidth*3/4, b.Dy())
+	nF, xF, yF := inkOf(img, bars, timelineColors[ddp.EventForward])
+	nB, _, yB := inkOf(img, bars, timelineColors[ddp.EventBackward])
+	nA, xA, _ := inkOf(img, bars, timelineColors[ddp.EventAllReduce])
+	if nF < 200 || nB < 200 || nA < 200 {
+		t.Fatalf("bars missing: forward %d, backward %d, all-reduce %d pixels", nF, nB, nA)
+	}
+	if !(yF < yB) {
+		t.Errorf("rank 0's forward (y=%.0f) is not above rank 1's backward (y=%.0f)", yF, yB)
+	}
+	if !(xA > xF) {
+		t.Errorf("the all-reduce (x=%.0f) does not follow the forward (x=%.0f)", xA, xF)
+	}
+	// Forward and backward take as long: as many pixels, give or take the
+	// edges; the step 9 forward outside the window is not drawn.
+	if math.Abs(float64(nF-nB)) > 0.1*float64(nB) {
+		t.Errorf("forward %d pixels, backward %d: the event past the window was drawn?", nF, nB)
+	}
+
+	// Many lanes make a taller picture; no events still draw.
+	for i := range 8 {
+		tr.TraceEvents = append(tr.TraceEvents, ev(ddp.EventAllReduce, 0, ddp.LaneBucket0+i, 5000, 1000, 3))
+	}
+	if h := renderTimeline(tr, 2).Bounds().Dy(); h != tlExtra+tlLaneH*(1+8+2) {
+		t.Errorf("11 lanes: %d pixels high, want %d", h, tlExtra+tlLaneH*11)
+	}
+	_ = renderTimeline(ddp.Trace{}, 5)
 }

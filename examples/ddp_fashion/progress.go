@@ -8,6 +8,15 @@ import (
 	"time"
 )
 
+// The progress display is written here rather than with a progress-bar
+// library (github.com/schollz/progressbar/v3 was weighed): under tandem run,
+// the way this example is meant to run, stdout is a pipe that the launcher
+// prefixes line by line, and what is wanted there is a compact line every
+// few percent, which no such library prints (they redraw one line with
+// '\r'); they also read the wall clock themselves, where these tests give
+// the display a fake one to check its rate and ETA exactly. The bar itself
+// is one Fprintf.
+
 // progressMode says how training progress is shown.
 type progressMode int
 

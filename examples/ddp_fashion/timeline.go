@@ -6,11 +6,18 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/ddp"
@@ -34,12 +41,9 @@ var timelineColors = map[string]color.RGBA{
 var timelineLegend = []string{ddp.EventForward, ddp.EventBackward, ddp.EventAllReduce, ddp.EventWait, ddp.EventOptimizer}
 
 const (
-	tlWidth   = 1000
-	tlLaneH   = 16
-	tlLaneGap = 4
-	tlRankGap = 14
-	tlLeft    = 160
-	tlRight   = 20
+	tlWidth = 1000 // pixels
+	tlLaneH = 22   // pixels a lane
+	tlExtra = 130  // pixels of title, time axis and margins
 )
 
 // writeTimeline gathers the ranks' timelines on rank 0, which writes the
@@ -78,16 +82,17 @@ func writeTimeline(ctx context.Context, pg *comm.ProcessGroup, tl *ddp.Timeline,
 
 // renderTimeline draws the first steps steps of tr: per rank a compute
 // lane (forward, backward, wait, optimizer) and a lane per bucket (its
-// all-reduce), over a shared time axis in milliseconds.
-func renderTimeline(tr ddp.Trace, steps int) *image.RGBA {
-	type lane struct{ pid, tid int }
-	var evs []ddp.TraceEvent
+// all-reduce), over a shared time axis in milliseconds, with a legend in
+// the margin on the right.
+func renderTimeline(tr ddp.Trace, steps int) image.Image {
 	first := int64(math.MaxInt64)
 	for _, e := range tr.TraceEvents {
 		if e.Ph == "X" {
 			first = min(first, e.Args["step"])
 		}
 	}
+	bars := &timelineBars{lane: map[[2]int]int{}}
+	var evs []ddp.TraceEvent
 	lanesOf := map[int][]int{}
 	t0, t1 := int64(math.MaxInt64), int64(math.MinInt64)
 	for _, e := range tr.TraceEvents {
@@ -100,77 +105,106 @@ func renderTimeline(tr ddp.Trace, steps int) *image.RGBA {
 		}
 		t0, t1 = min(t0, e.Ts), max(t1, e.Ts+e.Dur)
 	}
-	var pids []int
-	for p := range lanesOf {
-		pids = append(pids, p)
+	pids := slices.Sorted(maps.Keys(lanesOf))
+	// Lanes from the top: rank 0's compute lane, its buckets, rank 1's...
+	// gonum/plot counts y upwards, so the first lane gets the highest y.
+	var labels []string
+	for _, p := range pids {
 		slices.Sort(lanesOf[p])
-	}
-	slices.Sort(pids)
-	top := 20 + 2*textHeight(textScale) + 30
-	y := top
-	laneY := map[lane]int{}
-	for _, p := range pids {
 		for _, l := range lanesOf[p] {
-			laneY[lane{p, l}] = y
-			y += tlLaneH + tlLaneGap
-		}
-		y += tlRankGap
-	}
-	axisY := y
-	h := axisY + 20 + textHeight(textScale) + 10
-	img := image.NewRGBA(image.Rect(0, 0, tlWidth, h))
-	fillRect(img, 0, 0, tlWidth, h, colBackground)
-	title := fmt.Sprintf("DDP TIMELINE: %d RANKS, STEPS %d-%d", len(pids), first, first+int64(steps)-1)
-	drawText(img, tlLeft, 12, title, textScale, colText)
-	// Legend.
-	lx := tlLeft
-	ly := 12 + textHeight(textScale) + 10
-	for _, name := range timelineLegend {
-		fillRect(img, lx, ly, 14, textHeight(textScale), timelineColors[name])
-		drawText(img, lx+20, ly, strings.ToUpper(name), textScale, colText)
-		lx += 20 + textWidth(name, textScale) + 24
-	}
-	if len(evs) == 0 {
-		return img
-	}
-	span := float64(max(t1-t0, 1))
-	plotW := tlWidth - tlLeft - tlRight
-	xOf := func(ts int64) int { return tlLeft + int(float64(ts-t0)/span*float64(plotW)) }
-	// Grid and time axis in milliseconds.
-	ticks, _ := niceTicks(0, span/1000, 8)
-	for _, tk := range ticks {
-		x := tlLeft + int(tk*1000/span*float64(plotW))
-		if x > tlWidth-tlRight {
-			break
-		}
-		for yy := top - 4; yy < axisY; yy++ {
-			img.Set(x, yy, colGrid)
-		}
-		label := fmt.Sprintf("%g", tk)
-		drawText(img, x-textWidth(label, textScale)/2, axisY+6, label, textScale, colText)
-	}
-	drawLine(img, tlLeft, axisY, tlWidth-tlRight, axisY, colAxis)
-	drawText(img, 10, axisY+6, "MS", textScale, colText)
-	// Lane labels.
-	for _, p := range pids {
-		for _, l := range lanesOf[p] {
-			label := fmt.Sprintf("R%d COMPUTE", p)
+			bars.lane[[2]int{p, l}] = len(labels)
+			label := fmt.Sprintf("rank %d compute", p)
 			if l >= ddp.LaneBucket0 {
-				label = fmt.Sprintf("R%d BUCKET %d", p, l-ddp.LaneBucket0)
+				label = fmt.Sprintf("rank %d bucket %d", p, l-ddp.LaneBucket0)
 			}
-			drawText(img, 10, laneY[lane{p, l}]+(tlLaneH-textHeight(textScale))/2, label, textScale, colText)
+			labels = append(labels, label)
 		}
 	}
-	// Events, at least a pixel wide so short ones still show.
+	bars.lanes = len(labels)
+	slices.Reverse(labels)
 	for _, e := range evs {
-		c, ok := timelineColors[e.Name]
-		if !ok {
-			c = colAxis
-		}
-		x0, x1 := xOf(e.Ts), xOf(e.Ts+e.Dur)
-		fillRect(img, x0, laneY[lane{e.Pid, e.Tid}], max(x1-x0, 1), tlLaneH, c)
+		bars.bars = append(bars.bars, timelineBar{
+			lane: bars.lane[[2]int{e.Pid, e.Tid}], name: e.Name,
+			from: float64(e.Ts-t0) / 1000, to: float64(e.Ts+e.Dur-t0) / 1000,
+		})
 	}
-	return img
+
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("DDP timeline: %d ranks, steps %d-%d", len(pids), first, first+int64(steps)-1)
+	p.X.Label.Text = "ms"
+	p.Add(plotter.NewGrid())
+	p.Add(bars)
+	if len(labels) > 0 {
+		p.NominalY(labels...)
+	}
+	// The legend sits in a margin a fifth of the time span wide.
+	span := max(float64(t1-t0)/1000, 1e-3)
+	p.X.Min, p.X.Max = 0, span*1.25
+	if len(evs) == 0 {
+		p.X.Min, p.X.Max = 0, 1
+	}
+	p.Legend.Top = true
+	for _, name := range timelineLegend {
+		p.Legend.Add(name, swatch{timelineColors[name]})
+	}
+	h := tlExtra + tlLaneH*max(len(labels), len(timelineLegend))
+	c := vgimg.NewWith(vgimg.UseWH(pixels(tlWidth), pixels(float64(h))), vgimg.UseDPI(plotDPI), vgimg.UseBackgroundColor(color.White))
+	p.Draw(draw.Crop(draw.New(c), pixels(10), -pixels(20), pixels(10), -pixels(10)))
+	return c.Image()
+}
+
+// timelineBar is one event of the timeline: its lane, its name (which
+// gives its colour) and its span in milliseconds from the window's start.
+type timelineBar struct {
+	lane     int
+	name     string
+	from, to float64
+}
+
+// timelineBars draws the timeline's events as bars, one lane a row, lane
+// 0 at the top. It is a gonum/plot Plotter and DataRanger.
+type timelineBars struct {
+	lanes int
+	lane  map[[2]int]int // (pid, tid) -> lane
+	bars  []timelineBar
+}
+
+// Plot draws the bars, each at least a pixel wide so that short events
+// still show.
+func (b *timelineBars) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, trY := p.Transforms(&c)
+	for _, bar := range b.bars {
+		col, ok := timelineColors[bar.name]
+		if !ok {
+			col = colOther
+		}
+		y := float64(b.lanes - 1 - bar.lane)
+		x0, x1 := trX(bar.from), trX(bar.to)
+		x1 = max(x1, x0+pixels(1))
+		y0, y1 := trY(y-0.4), trY(y+0.4)
+		c.FillPolygon(col, c.ClipPolygonXY([]vg.Point{{X: x0, Y: y0}, {X: x1, Y: y0}, {X: x1, Y: y1}, {X: x0, Y: y1}}))
+	}
+}
+
+// DataRange is the time span and the lanes.
+func (b *timelineBars) DataRange() (xmin, xmax, ymin, ymax float64) {
+	xmin, xmax = math.Inf(1), math.Inf(-1)
+	for _, bar := range b.bars {
+		xmin, xmax = min(xmin, bar.from), max(xmax, bar.to)
+	}
+	if xmin > xmax {
+		xmin, xmax = 0, 1
+	}
+	return xmin, xmax, -0.5, float64(b.lanes) - 0.5
+}
+
+// swatch is a legend's square of colour.
+type swatch struct{ color color.Color }
+
+// Thumbnail fills the legend entry's box.
+func (s swatch) Thumbnail(c *draw.Canvas) {
+	r := c.Rectangle
+	c.FillPolygon(s.color, []vg.Point{r.Min, {X: r.Max.X, Y: r.Min.Y}, r.Max, {X: r.Min.X, Y: r.Max.Y}})
 }
 
 // writePNG writes img to path through a temporary file renamed into place,

@@ -21,8 +21,11 @@
 //
 // The functions are Broadcast, Reduce, AllReduce, AllGather,
 // AllGatherIntoTensor, Gather, Scatter, ReduceScatter, ReduceScatterTensor,
-// AllToAll and AllToAllSingle. Their arguments follow PyTorch's (roots and
-// ranks are ranks of the group). Functions with one output per rank (AllGather,
+// AllToAll and AllToAllSingle. Their arguments follow PyTorch's, with one
+// difference: roots and ranks are ranks of the group (0 to pg.Size()-1),
+// where torch.distributed takes global ranks even on a subgroup. On a
+// subgroup, pass the root's position in the group; pg.Ranks() lists the
+// members' global ranks in group order (pg.WorldRank converts one). Functions with one output per rank (AllGather,
 // Gather, AllToAll) return one node per rank: each is a block of one stacked
 // node of shape [world, ...] that a single collective fills. A block's
 // gradient is placed into zeros of the stacked shape, and gorgonia adds the
@@ -46,6 +49,20 @@
 // shares a few constant nodes between all graphs (the 1 that gorgonia.Grad
 // seeds the backward pass with, for one) and caches their hashes on first
 // use without synchronisation.
+//
+// # Gradients accumulate in dual values
+//
+// gorgonia's TapeMachine option BindDualValues, and graph.BindDualValues
+// which copies it, add each run's gradient to what the node's dual value
+// (n.Grad()) already holds. gorgonia's solvers zero the dual values after
+// their step, so a loop that runs the graph and then a solver step sees one
+// run's gradient. A loop that reads n.Grad() itself, runs the graph twice
+// before a step, or averages the gradients over the ranks by hand, gets the
+// sum of every run since the last zeroing: dividing that by the world size
+// trains the wrong model, silently. The gradients these functions build are
+// already exact (an all-reduce of the output gradients for sum, and so on:
+// see below); read them from the gradient nodes (graph.WithGrads), or zero
+// the dual values before each run.
 //
 // # Semantics of the gradients
 //
