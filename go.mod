@@ -2,6 +2,8 @@ module github.com/tandemml/tandem
 
 go 1.26
 
+toolchain go1.26.10
+
 require (
 	github.com/chewxy/hm v1.0.0
 	github.com/prometheus/client_golang v1.20.5

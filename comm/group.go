@@ -321,9 +321,6 @@ func (pg *ProcessGroup) usable(desc string) error {
 	return nil
 }
 
-// peerWorld returns the world rank of group rank peer.
-func (pg *ProcessGroup) peerWorld(peer int) int { return pg.members[peer] }
-
 func (pg *ProcessGroup) checkPeer(peer int, what string) error {
 	if peer < 0 || peer >= len(pg.members) {
 		return errorf(ErrInvalidArgument, "%s %d is not a rank of group %q (size %d)", what, peer, pg.name, len(pg.members))

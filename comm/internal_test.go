@@ -39,7 +39,7 @@ func TestReduceKernels(t *testing.T) {
 			}
 		}
 	}
-	f := []float32{1, float32(math.NaN()), -0.0, 2}
+	f := []float32{1, float32(math.NaN()), float32(math.Copysign(0, -1)), 2}
 	g := []float32{2, 1, 0, float32(math.Inf(1))}
 	reduceInto(asBytes(f), asBytes(g), dtFloat32, KindMax)
 	if f[0] != 2 || !math.IsNaN(float64(f[1])) || f[3] != float32(math.Inf(1)) {

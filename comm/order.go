@@ -29,5 +29,6 @@ package comm
 // issues a collective on a group (see above); it is checked only under the
 // race detector.
 type issueOrder struct {
+	//lint:ignore U1000 written and read by order_race.go, under the race detector only
 	n uint64
 }

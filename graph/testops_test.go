@@ -21,7 +21,6 @@ import (
 type probeOp struct {
 	name string
 	do   func(ctx context.Context) error
-	ctx  bool // implement ContextDoer (see ctxProbeOp)
 }
 
 func (op *probeOp) Arity() int { return 1 }

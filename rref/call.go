@@ -111,8 +111,7 @@ func invokeMethod(ctx context.Context, v any, id ID, method string, args []rpc.A
 		}
 		in = append(in, x)
 	}
-	var out []reflect.Value
-	out = m.Call(in)
+	out := m.Call(in)
 	switch mt.NumOut() {
 	case 0:
 		return struct{}{}, nil

@@ -22,8 +22,6 @@ type ID struct {
 
 func (id ID) String() string { return fmt.Sprintf("%d:%d", id.Worker, id.Seq) }
 
-func (id ID) isZero() bool { return id == ID{} }
-
 // refContext is one worker's reference tables (PyTorch's RRefContext).
 type refContext struct {
 	agent *rpc.Agent

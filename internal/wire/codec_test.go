@@ -87,6 +87,7 @@ type inner struct {
 	A    int8
 	B    []string
 	T    *tensor.Dense
+	//lint:ignore U1000 an unexported field, which the codec must skip
 	skip int
 	Hide int `rpc:"-"`
 }

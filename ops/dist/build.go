@@ -125,7 +125,7 @@ func checkReduceOp(red comm.ReduceOp, dt tensor.Dtype) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("invalid reduce op %v (the zero ReduceOp); use comm.Sum, comm.Avg, comm.Max, ...", red)
+	return fmt.Errorf("invalid reduce op %v (the zero ReduceOp); use comm.Sum, comm.Avg, comm.Max or another of comm's ReduceOps", red)
 }
 
 // shapes works out op.block and op.outShape (and the splits) from the inputs.

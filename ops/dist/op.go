@@ -75,16 +75,6 @@ func (k kind) rooted() bool {
 	return false
 }
 
-// perRankInputs reports whether the kind's data input is one block per rank
-// (given as a list of nodes or as one packed node).
-func (k kind) perRankInputs() bool {
-	switch k {
-	case kindScatter, kindReduceScatter, kindAllToAll, kindReduceScatterGrad:
-		return true
-	}
-	return false
-}
-
 // collective is the gorgonia op behind every node this package builds. It is
 // bound to one process group and carries a sequence number unique among the
 // collectives of that group in its graph (see order.go), which is part of its
