@@ -19,6 +19,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/store/torchstore"
+	"github.com/tandemml/tandem/internal/testkit"
 	"gorgonia.org/tensor"
 )
 
@@ -292,14 +293,7 @@ func TestInitCloseLeavesNoGoroutines(t *testing.T) {
 		checkAllReduce(t, pgs)
 		closeAll(pgs)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if g := runtime.NumGoroutine(); g > base {
-		buf := make([]byte, 1<<20)
-		t.Errorf("%d goroutines before, %d after closing the groups\n%s", base, g, buf[:runtime.Stack(buf, true)])
-	}
+	testkit.AssertNoLeak(t, base)
 }
 
 // helperEnv selects the role of a re-executed test binary (see

@@ -3,7 +3,6 @@ package data
 import (
 	"context"
 	"errors"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/testkit"
 	"gorgonia.org/tensor"
 )
 
@@ -27,22 +27,6 @@ func indexSet(t testing.TB, n int) *InMemory {
 		t.Fatal(err)
 	}
 	return ds
-}
-
-// checkNoLeak fails if goroutines started during the test are still running
-// once it ends (waiting up to a few seconds for them to exit).
-func checkNoLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<16)
-			t.Errorf("%d goroutines leaked:\n%s", n-before, buf[:runtime.Stack(buf, true)])
-		}
-	})
 }
 
 // collect runs one epoch and returns its batches.
@@ -72,7 +56,7 @@ func checkBatch(t *testing.T, b *Batch) {
 }
 
 func TestLoaderBatches(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	ds := indexSet(t, 10)
 	for _, c := range []struct {
 		drop  bool
@@ -102,7 +86,7 @@ func TestLoaderBatches(t *testing.T) {
 }
 
 func TestLoaderShuffleAndWorkers(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	ds := indexSet(t, 103)
 	orderOf := func(l *Loader, epoch int) []int {
 		var o []int
@@ -132,7 +116,7 @@ func TestLoaderShuffleAndWorkers(t *testing.T) {
 }
 
 func TestLoaderWithDistributedSampler(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	ds := indexSet(t, 50)
 	var all []int
 	for r := 0; r < 3; r++ {
@@ -192,7 +176,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestLoaderPrefetchIsBounded(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	g := &gated{InMemory: indexSet(t, 100), gate: make(chan struct{})}
 	close(g.gate)
 	l, _ := NewLoader(g, 1, Prefetch(3))
@@ -216,7 +200,7 @@ func TestLoaderPrefetchIsBounded(t *testing.T) {
 }
 
 func TestLoaderCancel(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	g := &gated{InMemory: indexSet(t, 100), gate: make(chan struct{})} // never opens
 	l, _ := NewLoader(g, 10, Workers(3))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -241,7 +225,7 @@ func TestLoaderCancel(t *testing.T) {
 }
 
 func TestLoaderDeadline(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	g := &gated{InMemory: indexSet(t, 100), gate: make(chan struct{})}
 	l, _ := NewLoader(g, 10)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -258,7 +242,7 @@ func TestLoaderDeadline(t *testing.T) {
 }
 
 func TestLoaderBreakAndClose(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	l, _ := NewLoader(indexSet(t, 1000), 3, Workers(4), Prefetch(8))
 	for b, err := range l.Epoch(context.Background(), 0) {
 		if err != nil {
@@ -298,7 +282,7 @@ func (f failing) Get(i int, x []float32) (int, error) {
 }
 
 func TestLoaderDatasetError(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	l, _ := NewLoader(failing{indexSet(t, 40), 17}, 5, Workers(2))
 	var got []int
 	var last error
@@ -320,7 +304,7 @@ func TestLoaderDatasetError(t *testing.T) {
 }
 
 func TestLoaderConcurrentEpochs(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	l, _ := NewLoader(indexSet(t, 200), 16, Shuffle(1), Workers(2))
 	var wg sync.WaitGroup
 	for e := 0; e < 4; e++ {

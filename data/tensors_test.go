@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemml/tandem/internal/testkit"
 	"gorgonia.org/tensor"
 )
 
@@ -66,7 +67,7 @@ func checkRegressionBatch(t *testing.T, b *Batch) {
 }
 
 func TestTensorLoaderBatches(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	ds := regressionSet(t, 10)
 	if ds.Len() != 10 || len(ds.Fields()) != 4 || !slices.Equal(ds.Fields()[1].Shape, []int{2, 2}) || ds.Fields()[3].Dtype != tensor.Int64 {
 		t.Fatalf("fields %+v", ds.Fields())
@@ -120,7 +121,7 @@ func mustLoader(t *testing.T, ds Dataset, bs int) *Loader {
 // each rank gets its sampler's indices, batches carry those rows, and the
 // ranks together cover the data set (padded to a multiple of the world).
 func TestTensorLoaderDistributedSampler(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	ds := regressionSet(t, 50)
 	const world, epoch = 3, 4
 	var all []int
@@ -175,7 +176,7 @@ func (g *gatedTensors) Read(i int, dst []any) error {
 }
 
 func TestTensorLoaderPrefetchIsBounded(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	g := &gatedTensors{TensorDataset: regressionSet(t, 100), gate: make(chan struct{})}
 	close(g.gate)
 	l, _ := NewTensorLoader(g, 1, Prefetch(3))
@@ -199,7 +200,7 @@ func TestTensorLoaderPrefetchIsBounded(t *testing.T) {
 
 // A Read blocked in the data set does not keep a cancelled epoch waiting.
 func TestTensorLoaderCancel(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	g := &gatedTensors{TensorDataset: regressionSet(t, 100), gate: make(chan struct{})}
 	l, _ := NewTensorLoader(g, 10, Workers(2))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -2,11 +2,8 @@ package ddp_test
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
-	"runtime/debug"
 	"sync"
 	"testing"
 	"time"
@@ -94,58 +91,6 @@ func closeAll(pgs []*comm.ProcessGroup) {
 		}
 	}
 	wg.Wait()
-}
-
-// eachRank runs fn for every rank on its own goroutine and returns the
-// errors, indexed by rank.
-func eachRank(n int, fn func(r int) error) []error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				if p := recover(); p != nil {
-					errs[r] = fmt.Errorf("rank %d panicked: %v\n%s", r, p, debug.Stack())
-				}
-			}()
-			errs[r] = fn(r)
-		}()
-	}
-	wg.Wait()
-	return errs
-}
-
-func mustEachRank(t *testing.T, n int, fn func(r int) error) {
-	t.Helper()
-	for r, err := range eachRank(n, fn) {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
-}
-
-// checkNoLeak fails when goroutines started during the test are still
-// running after a grace period.
-func checkNoLeak(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= before {
-			return
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // newMLP builds an MLP whose weights depend on seed.

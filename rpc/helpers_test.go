@@ -3,7 +3,6 @@ package rpc
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -92,23 +91,4 @@ func shutdownAll(agents []*Agent) []error {
 	}
 	wg.Wait()
 	return errs
-}
-
-// checkGoroutines fails if the goroutine count does not come back to about
-// before within a grace period.
-func checkGoroutines(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= before+2 {
-			return
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Fatalf("goroutines: %d before, %d after shutdown\n%s", before, n, buf)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

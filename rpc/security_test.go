@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/testkit"
 	"gorgonia.org/tensor"
 )
 
@@ -310,7 +311,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 			}
 		}
 	}()
-	checkGoroutines(t, before)
+	testkit.RequireNoLeak(t, before, testkit.Slack(2))
 }
 
 // TestInitFromEnvReadsLaunch: InitFromEnv reads the job through package

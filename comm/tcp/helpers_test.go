@@ -3,7 +3,6 @@ package tcp
 import (
 	"context"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -106,12 +105,6 @@ func settle(cond func() bool) bool {
 		}
 	}
 	return cond()
-}
-
-// goroutineDump returns the stacks of every goroutine, for leak reports.
-func goroutineDump() string {
-	buf := make([]byte, 1<<20)
-	return string(buf[:runtime.Stack(buf, true)])
 }
 
 func mustContain(t *testing.T, err error, parts ...string) {

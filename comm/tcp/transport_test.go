@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // payload returns n pseudo-random bytes determined by seed.
@@ -436,9 +437,7 @@ func TestCloseLeavesNoGoroutinesOrSockets(t *testing.T) {
 		wg.Wait()
 		st.Close()
 	}
-	if !settle(func() bool { return runtime.NumGoroutine() <= baseG }) {
-		t.Errorf("goroutines: %d before, %d after Close\n%s", baseG, runtime.NumGoroutine(), goroutineDump())
-	}
+	testkit.AssertNoLeak(t, baseG)
 	if baseFD >= 0 && !settle(func() bool { return openFDs() <= baseFD }) {
 		t.Errorf("file descriptors: %d before, %d after Close", baseFD, openFDs())
 	}

@@ -12,12 +12,14 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/stretchr/testify/require"
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/tcp"
 	"github.com/tandemml/tandem/comm/transport"
 	"github.com/tandemml/tandem/graph"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // backend builds the world groups of n goroutine ranks.
@@ -91,36 +93,23 @@ func closeAll(pgs []*comm.ProcessGroup) {
 }
 
 // onRanks runs fn for every rank on its own goroutine and returns the
-// errors, one per rank.
+// errors, one per rank. A rank whose fn fails aborts its group, so that the
+// other ranks fail at once instead of waiting for their timeout.
 func onRanks(pgs []*comm.ProcessGroup, fn func(r int, pg *comm.ProcessGroup) error) []error {
-	errs := make([]error, len(pgs))
-	var wg sync.WaitGroup
-	for r, pg := range pgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				if p := recover(); p != nil {
-					errs[r] = fmt.Errorf("panic: %v", p)
-				}
-			}()
-			errs[r] = fn(r, pg)
-			if errs[r] != nil {
-				pg.Abort(errs[r]) // the other ranks fail at once instead of waiting for their timeout
-			}
-		}()
-	}
-	wg.Wait()
-	return errs
+	return testkit.EachRank(len(pgs), func(r int) error {
+		err := fn(r, pgs[r])
+		if err != nil {
+			pgs[r].Abort(err)
+		}
+		return err
+	})
 }
 
 // mustRanks is onRanks failing the test on any rank's error.
 func mustRanks(t testing.TB, pgs []*comm.ProcessGroup, fn func(r int, pg *comm.ProcessGroup) error) {
 	t.Helper()
 	for r, err := range onRanks(pgs, fn) {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
+		require.NoErrorf(t, err, "rank %d", r)
 	}
 }
 
