@@ -20,6 +20,7 @@ import (
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/store/torchstore"
 	"github.com/tandemml/tandem/internal/testkit"
+	"github.com/tandemml/tandem/internal/testlog"
 	"gorgonia.org/tensor"
 )
 
@@ -455,7 +456,7 @@ func TestInitJoinsTorchrunAgentStore(t *testing.T) {
 	go func() { served <- srv.Serve(ctx) }()
 	defer func() { srv.Close(); <-served }()
 
-	var logs safeBuffer
+	var logs testlog.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	const n = 2
 	pgs, errs := initAll(n, func(r int) (*ProcessGroup, error) {
@@ -507,22 +508,4 @@ func TestInitAgentStoreUnreachable(t *testing.T) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}
 	}
-}
-
-// safeBuffer is a bytes.Buffer for concurrent writers.
-type safeBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

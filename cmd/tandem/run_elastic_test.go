@@ -21,6 +21,7 @@ import (
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/internal/netns"
+	"github.com/tandemml/tandem/internal/testlog"
 	"gorgonia.org/tensor"
 )
 
@@ -115,7 +116,7 @@ func elasticStore(t *testing.T, addr string) string {
 type elasticAgent struct {
 	id     string
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testlog.Buffer
 	exited chan error
 }
 

@@ -20,33 +20,15 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/internal/testkit"
+	"github.com/tandemml/tandem/internal/testlog"
 	"github.com/tandemml/tandem/launch"
 )
-
-// syncBuffer is an io.Writer the launcher writes to while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // noEnv is a getenv that finds nothing.
 func noEnv(string) string { return "" }
@@ -58,7 +40,7 @@ func launchArgs(t *testing.T, ctx context.Context, signals <-chan os.Signal, arg
 	cfg, err := parseRunFlags(args, noEnv, io.Discard)
 	mustNoErr(t, err)
 	mustNoErr(t, cfg.defaultMaster())
-	var out, errOut syncBuffer
+	var out, errOut testlog.Buffer
 	err = startWorkers(ctx, cfg, &out, &errOut, signals)
 	return out.String(), errOut.String(), err
 }
@@ -299,7 +281,7 @@ func runArgsSignals(t *testing.T, ctx context.Context, signals <-chan os.Signal,
 	cfg, err := parseRunFlags(args, noEnv, io.Discard)
 	mustNoErr(t, err)
 	mustNoErr(t, cfg.defaultMaster())
-	var out, errOut syncBuffer
+	var out, errOut testlog.Buffer
 	err = runJob(ctx, cfg, &out, &errOut, signals)
 	return out.String(), errOut.String(), err
 }
@@ -549,14 +531,14 @@ func TestHelperTandem(t *testing.T) {
 }
 
 // tandemProcess prepares `tandem ARGS...` as a child process.
-func tandemProcess(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+func tandemProcess(t *testing.T, args ...string) (*exec.Cmd, *testlog.Buffer, *testlog.Buffer) {
 	t.Helper()
 	enc, err := json.Marshal(args)
 	mustNoErr(t, err)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperTandem$")
 	// GORACE: a race-enabled binary otherwise sleeps 1 s before exiting 0.
 	cmd.Env = append(os.Environ(), helperEnv+"=1", helperEnv+"_ARGS="+string(enc), "GORACE=atexit_sleep_ms=0")
-	var out, errOut syncBuffer
+	var out, errOut testlog.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	return cmd, &out, &errOut
 }

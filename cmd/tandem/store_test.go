@@ -17,12 +17,13 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/store/torchstore"
+	"github.com/tandemml/tandem/internal/testlog"
 )
 
 // storeProcess starts `tandem store` with args and environment entries env
 // (TANDEM_TOKEN is cleared unless env sets it) and returns it with the
 // address it printed, once it listens.
-func storeProcess(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, addr string, out, errOut *syncBuffer) {
+func storeProcess(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, addr string, out, errOut *testlog.Buffer) {
 	t.Helper()
 	cmd, out, errOut = tandemProcess(t, append([]string{"store"}, args...)...)
 	cmd.Env = append(append(cmd.Env, store.TokenEnv+"="), env...)

@@ -4,6 +4,7 @@
 package testkit
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -118,4 +119,12 @@ func RequireEachRank(t testing.TB, n int, fn func(rank int) error) {
 	if failed {
 		t.FailNow()
 	}
+}
+
+// Context returns a context that ends after d or when the test ends,
+// whichever comes first.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -14,10 +14,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/comm/commtest"
 	"github.com/tandemml/tandem/comm/local"
-	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/tcp"
-	"github.com/tandemml/tandem/comm/transport"
 	"github.com/tandemml/tandem/graph"
 	"github.com/tandemml/tandem/internal/testkit"
 )
@@ -45,38 +44,9 @@ func localGroups(t testing.TB, ctx context.Context, n int) []*comm.ProcessGroup 
 
 // tcpGroups connects n goroutine ranks over loopback TCP sockets through one
 // in-memory store.
-func tcpGroups(t testing.TB, ctx context.Context, n int) []*comm.ProcessGroup {
+func tcpGroups(t testing.TB, _ context.Context, n int) []*comm.ProcessGroup {
 	t.Helper()
-	st := store.NewMemory()
-	t.Cleanup(func() { st.Close() })
-	be := tcp.NewBackend(tcp.WithHost("127.0.0.1"))
-	pgs := make([]*comm.ProcessGroup, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tr, err := be.Connect(ctx, transport.Config{Rank: r, Size: n, Store: st, Timeout: 30 * time.Second, Token: "ops-dist-test"})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			pgs[r], errs[r] = comm.NewProcessGroup(ctx, tr, comm.WithTimeout(time.Minute))
-			if errs[r] != nil {
-				tr.Close()
-			}
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			closeAll(pgs)
-			t.Fatalf("tcp rank %d of %d: %v", r, n, err)
-		}
-	}
-	t.Cleanup(func() { closeAll(pgs) })
-	return pgs
+	return commtest.Groups(t, tcp.NewBackend(tcp.WithHost("127.0.0.1")), n, comm.WithTimeout(time.Minute))
 }
 
 // closeAll closes every group concurrently (a world's ranks close together).

@@ -1,0 +1,43 @@
+package commtest
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"testing"
+
+	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/comm/local"
+	"github.com/tandemml/tandem/internal/testkit"
+)
+
+// LocalRanks runs fn on every rank of a world of n goroutine ranks
+// (comm/local) at once, each with its own world group and its own output,
+// and closes a rank's group when its fn returns. It fails t with every
+// failing rank's error and what that rank wrote, and otherwise returns what
+// each rank wrote, indexed by rank.
+func LocalRanks(t testing.TB, ctx context.Context, n int, fn func(pg *comm.ProcessGroup, out io.Writer) error) []string {
+	t.Helper()
+	pgs, err := local.NewGroups(ctx, n)
+	if err != nil {
+		t.Fatalf("local groups of %d: %v", n, err)
+	}
+	bufs := make([]bytes.Buffer, n)
+	errs := testkit.EachRank(n, func(r int) error {
+		defer pgs[r].Close()
+		return fn(pgs[r], &bufs[r])
+	})
+	outs := make([]string, n)
+	failed := false
+	for r := range outs {
+		outs[r] = bufs[r].String()
+		if errs[r] != nil {
+			t.Errorf("rank %d: %v\noutput:\n%s", r, errs[r], outs[r])
+			failed = true
+		}
+	}
+	if failed {
+		t.FailNow()
+	}
+	return outs
+}
