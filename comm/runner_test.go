@@ -17,8 +17,7 @@ import (
 // context ends, not when the one before it gives up; the group is aborted,
 // so the one before it fails too instead of waiting for its deadline.
 func TestQueuedCollectiveFailsAtItsOwnDeadline(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testkit.Context(t, 30*time.Second)
 	pgs, err := local.NewGroups(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -53,8 +52,7 @@ func TestQueuedCollectiveFailsAtItsOwnDeadline(t *testing.T) {
 // closing the group stops it.
 func TestRunnerStopsWithTheGroup(t *testing.T) {
 	before := runtime.NumGoroutine()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testkit.Context(t, 30*time.Second)
 	pgs, err := local.NewGroups(ctx, 3)
 	if err != nil {
 		t.Fatal(err)

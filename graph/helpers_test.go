@@ -23,6 +23,18 @@ type model struct {
 	grads   G.Nodes
 }
 
+// withGrads adds the gradients of the cost with respect to the parameters
+// to m and returns it.
+func (m *model) withGrads(t testing.TB) *model {
+	t.Helper()
+	grads, err := G.Grad(m.cost, m.params...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.grads = grads
+	return m
+}
+
 type builder func(t testing.TB, dt tensor.Dtype) *model
 
 func randDense(rng *rand.Rand, dt tensor.Dtype, shape ...int) *tensor.Dense {
@@ -100,12 +112,7 @@ func buildMLP(sizes []int, batch int, logSoftmax bool) builder {
 		ce := G.Must(G.Sum(G.Must(G.HadamardProd(y, logp)), 1))
 		m.cost = G.Must(G.Neg(G.Must(G.Mean(ce))))
 		m.outputs = []*G.Node{h, logp, m.cost}
-		grads, err := G.Grad(m.cost, m.params...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.grads = grads
-		return m
+		return m.withGrads(t)
 	}
 }
 
@@ -126,12 +133,7 @@ func buildMatmul(t testing.TB, dt tensor.Dtype) *model {
 	m.cost = G.Must(G.Sum(sq))
 	m.params = []*G.Node{b, c}
 	m.outputs = []*G.Node{m.cost}
-	grads, err := G.Grad(m.cost, m.params...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.grads = grads
-	return m
+	return m.withGrads(t)
 }
 
 // buildBroadcast adds a row vector and a column vector to a matrix by
@@ -153,12 +155,7 @@ func buildBroadcast(t testing.TB, dt tensor.Dtype) *model {
 	m.cost = G.Must(G.Sum(G.Must(G.HadamardProd(p, p))))
 	m.params = []*G.Node{row, col, w}
 	m.outputs = []*G.Node{m.cost}
-	grads, err := G.Grad(m.cost, m.params...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.grads = grads
-	return m
+	return m.withGrads(t)
 }
 
 // bindData gives the model's data inputs fresh values from rng.

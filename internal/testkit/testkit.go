@@ -6,8 +6,10 @@ package testkit
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,4 +129,24 @@ func Context(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// ReadEnvFile reads an environment recorded in a file: NAME=VALUE lines,
+// blank lines and # comments passed over. It fails t on a line of any other
+// form.
+func ReadEnvFile(t testing.TB, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	vars := map[string]string{}
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSuffix(line, "\r")
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		require.Truef(t, ok, "%s:%d: %q is not NAME=VALUE", path, n+1, line)
+		vars[k] = v
+	}
+	return vars
 }

@@ -1,8 +1,11 @@
 package testkit_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -100,4 +103,26 @@ func TestEachRank(t *testing.T) {
 	assert.True(t, r.stopped, "RequireEachRank stops the test when a rank fails")
 	assert.Len(t, r.msgs, 2, "both failing ranks are reported")
 	assert.False(t, run(t, func(tb testing.TB) { testkit.RequireEachRank(tb, 3, func(int) error { return nil }) }).failed)
+}
+
+func TestReadEnvFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rank0.env")
+	require.NoError(t, os.WriteFile(path, []byte("# srun -n 3\nRANK=0\r\n\nMASTER_ADDR=a=b\n"), 0o644))
+	assert.Equal(t, map[string]string{"RANK": "0", "MASTER_ADDR": "a=b"}, testkit.ReadEnvFile(t, path))
+
+	require.NoError(t, os.WriteFile(path, []byte("RANK=0\nnot a pair\n"), 0o644))
+	r := run(t, func(tb testing.TB) { testkit.ReadEnvFile(tb, path) })
+	assert.True(t, r.stopped, "a line that is not NAME=VALUE stops the test")
+	assert.Contains(t, strings.Join(r.msgs, "\n"), "rank0.env:2")
+}
+
+func TestContextEndsWithTheTest(t *testing.T) {
+	var ctx context.Context
+	t.Run("inner", func(t *testing.T) {
+		ctx = testkit.Context(t, time.Minute)
+		require.NoError(t, ctx.Err())
+		_, ok := ctx.Deadline()
+		assert.True(t, ok)
+	})
+	assert.ErrorIs(t, ctx.Err(), context.Canceled)
 }
