@@ -182,19 +182,28 @@ func TestLoaderPrefetchIsBounded(t *testing.T) {
 	l, _ := NewLoader(g, 1, Prefetch(3))
 	it := l.Iterate(context.Background(), 0)
 	defer it.Close()
-	// With nobody consuming, the worker fills the 3 slots and builds one
-	// more batch, which it cannot deliver.
-	waitFor(t, "4 batches built", func() bool { return g.calls.Load() >= 4 })
+	checkPrefetchBounded(t, &g.calls, func() {
+		if !it.Next() || it.Batch().Indices[0] != 0 {
+			t.Fatal("first batch missing")
+		}
+	})
+}
+
+// checkPrefetchBounded checks a loader with Prefetch(3) and batches of one:
+// with nobody consuming, the worker fills the 3 slots and builds one more
+// batch, which it cannot deliver; after read takes the first batch, it
+// builds exactly one more. calls counts the batches built.
+func checkPrefetchBounded(t *testing.T, calls *atomic.Int64, read func()) {
+	t.Helper()
+	waitFor(t, "4 batches built", func() bool { return calls.Load() >= 4 })
 	time.Sleep(50 * time.Millisecond)
-	if n := g.calls.Load(); n != 4 {
+	if n := calls.Load(); n != 4 {
 		t.Fatalf("%d batches built ahead with Prefetch(3), want 4", n)
 	}
-	if !it.Next() || it.Batch().Indices[0] != 0 {
-		t.Fatal("first batch missing")
-	}
-	waitFor(t, "one more batch after a read", func() bool { return g.calls.Load() >= 5 })
+	read()
+	waitFor(t, "one more batch after a read", func() bool { return calls.Load() >= 5 })
 	time.Sleep(50 * time.Millisecond)
-	if n := g.calls.Load(); n != 5 {
+	if n := calls.Load(); n != 5 {
 		t.Fatalf("%d batches built after one read, want 5", n)
 	}
 }

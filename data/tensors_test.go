@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/tandemml/tandem/internal/testkit"
 	"gorgonia.org/tensor"
@@ -182,20 +181,12 @@ func TestTensorLoaderPrefetchIsBounded(t *testing.T) {
 	l, _ := NewTensorLoader(g, 1, Prefetch(3))
 	it := l.Iterate(context.Background(), 0)
 	defer it.Close()
-	waitFor(t, "4 batches built", func() bool { return g.calls.Load() >= 4 })
-	time.Sleep(50 * time.Millisecond)
-	if n := g.calls.Load(); n != 4 {
-		t.Fatalf("%d batches built ahead with Prefetch(3), want 4", n)
-	}
-	if !it.Next() || it.Batch().Indices[0] != 0 {
-		t.Fatal("first batch missing")
-	}
-	checkRegressionBatch(t, it.Batch())
-	waitFor(t, "one more batch after a read", func() bool { return g.calls.Load() >= 5 })
-	time.Sleep(50 * time.Millisecond)
-	if n := g.calls.Load(); n != 5 {
-		t.Fatalf("%d batches built after one read, want 5", n)
-	}
+	checkPrefetchBounded(t, &g.calls, func() {
+		if !it.Next() || it.Batch().Indices[0] != 0 {
+			t.Fatal("first batch missing")
+		}
+		checkRegressionBatch(t, it.Batch())
+	})
 }
 
 // A Read blocked in the data set does not keep a cancelled epoch waiting.

@@ -3,11 +3,11 @@ package rpc
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // startGroup starts n agents in this process over loopback sockets, meeting
@@ -28,15 +28,7 @@ func startGroup(t testing.TB, n int, setup func(rank int, reg *Registry), opts .
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		var wg sync.WaitGroup
-		for _, a := range agents {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a.Shutdown(ctx, false)
-			}()
-		}
-		wg.Wait()
+		testkit.EachRank(len(agents), func(r int) error { return agents[r].Shutdown(ctx, false) })
 		st.Close()
 	})
 	return agents
@@ -46,13 +38,11 @@ func startGroup(t testing.TB, n int, setup func(rank int, reg *Registry), opts .
 // only once all have joined); setup gives rank r its name and options.
 func initEach(ctx context.Context, n int, setup func(r int) (string, []Option)) ([]*Agent, []error) {
 	agents := make([]*Agent, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
+	errs := testkit.EachRank(n, func(r int) (err error) {
 		name, opts := setup(r)
-		wg.Go(func() { agents[r], errs[r] = Init(ctx, name, r, n, opts...) })
-	}
-	wg.Wait()
+		agents[r], err = Init(ctx, name, r, n, opts...)
+		return err
+	})
 	return agents, errs
 }
 
@@ -80,15 +70,5 @@ func basics(r int) *Registry {
 func shutdownAll(agents []*Agent) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	errs := make([]error, len(agents))
-	var wg sync.WaitGroup
-	for i, a := range agents {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = a.Shutdown(ctx, true)
-		}()
-	}
-	wg.Wait()
-	return errs
+	return testkit.EachRank(len(agents), func(i int) error { return agents[i].Shutdown(ctx, true) })
 }

@@ -8,18 +8,15 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/tandemml/tandem/internal/childtest"
 	"github.com/tandemml/tandem/internal/peercred"
@@ -44,17 +41,7 @@ const attackerEnv = "TANDEM_RPC_TEST_ATTACKER"
 
 // TestHelperVictim is the victim process of the same-host copy attack
 // tests; it does nothing in a normal test run.
-func TestHelperVictim(t *testing.T) {
-	if os.Getenv(victimEnv) == "" {
-		t.Skip("runs only as the victim process of TestSameHostCopyTrustsOnlyTheKernel")
-	}
-	buf := make([]byte, 64)
-	rand.Read(buf)
-	fmt.Printf("%d %d %x %x\n", os.Getpid(), uintptr(unsafe.Pointer(&buf[0])), buf[:16], buf[16:])
-	io.Copy(io.Discard, os.Stdin)
-	runtime.KeepAlive(buf)
-	os.Exit(0)
-}
+func TestHelperVictim(t *testing.T) { childtest.Victim(victimEnv) }
 
 // TestHelperAttacker is the attacker process of the same-host copy attack
 // tests; it does nothing in a normal test run.

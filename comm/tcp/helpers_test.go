@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"strings"
@@ -116,5 +117,18 @@ func mustContain(t *testing.T, err error, parts ...string) {
 		if !strings.Contains(err.Error(), p) {
 			t.Errorf("error %q does not mention %q", err, p)
 		}
+	}
+}
+
+// exchange sends msg from rank src to rank dst of ts under tag and fails the
+// test, saying what the exchange was, unless it arrives intact.
+func exchange(t *testing.T, ctx context.Context, ts []*Transport, src, dst int, tag transport.Tag, msg []byte, what string) {
+	t.Helper()
+	if err := ts[src].Send(ctx, dst, tag, msg); err != nil {
+		t.Fatalf("%s: send: %v", what, err)
+	}
+	got := make([]byte, len(msg))
+	if err := ts[dst].Recv(ctx, src, tag, got); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("%s: receive: %v (intact: %v)", what, err, bytes.Equal(got, msg))
 	}
 }

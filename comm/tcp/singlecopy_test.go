@@ -67,14 +67,7 @@ func TestSingleCopyIsNegotiated(t *testing.T) {
 		}
 	}
 	ctx := ctxTimeout(t, 20*time.Second)
-	msg := transporttest.Payload(9, 2*refMin)
-	if err := mixed[1].Send(ctx, 0, 1, msg); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, len(msg))
-	if err := mixed[0].Recv(ctx, 1, 1, got); err != nil || !bytes.Equal(got, msg) {
-		t.Fatalf("stream fallback: %v", err)
-	}
+	exchange(t, ctx, mixed, 1, 0, 1, transporttest.Payload(9, 2*refMin), "stream fallback")
 }
 
 // Many large messages in both directions at once, on several tags: every
@@ -166,14 +159,7 @@ func TestSingleCopyWrongSizeAndTooLarge(t *testing.T) {
 	if err := ts[1].Recv(ctx, 0, 2, make([]byte, 6*refMin)); !errors.Is(err, transport.ErrTooLarge) {
 		t.Fatalf("oversized message by reference: want ErrTooLarge, got %v", err)
 	}
-	want := transporttest.Payload(3, 2*refMin)
-	if err := ts[0].Send(ctx, 1, 3, want); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, len(want))
-	if err := ts[1].Recv(ctx, 0, 3, got); err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("after the failed receives: %v", err)
-	}
+	exchange(t, ctx, ts, 0, 1, 3, transporttest.Payload(3, 2*refMin), "after the failed receives")
 }
 
 // A send by reference to a rank that aborted fails with ErrPeerLost
@@ -356,17 +342,7 @@ const victimEnv = "TANDEM_TCP_TEST_VICTIM"
 
 // TestHelperSingleCopyVictim is not a test: it is the victim process of
 // TestSingleCopyTrustsOnlyTheKernel.
-func TestHelperSingleCopyVictim(t *testing.T) {
-	if os.Getenv(victimEnv) == "" {
-		t.Skip("victim process for TestSingleCopyTrustsOnlyTheKernel")
-	}
-	buf := make([]byte, 64)
-	rand.Read(buf)
-	fmt.Printf("%d %d %x %x\n", os.Getpid(), uintptr(unsafe.Pointer(&buf[0])), buf[:16], buf[16:])
-	io.Copy(io.Discard, os.Stdin)
-	runtime.KeepAlive(buf)
-	os.Exit(0)
-}
+func TestHelperSingleCopyVictim(t *testing.T) { childtest.Victim(victimEnv) }
 
 // tcpVictim is what the victim process printed.
 type tcpVictim struct {
