@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -71,4 +72,18 @@ func shutdownAll(agents []*Agent) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	return testkit.EachRank(len(agents), func(i int) error { return agents[i].Shutdown(ctx, true) })
+}
+
+// masterStore starts a TCP store master on a free port of 127.0.0.1 that
+// asks for token, closed when the test ends, and returns it and its port,
+// for worker processes to reach as MASTER_ADDR and MASTER_PORT.
+func masterStore(t *testing.T, ctx context.Context, token string) (*store.TCPStore, string) {
+	t.Helper()
+	st, err := store.NewTCP(ctx, "127.0.0.1:0", true, store.WithToken(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	_, port, _ := net.SplitHostPort(st.Addr())
+	return st, port
 }

@@ -3,6 +3,7 @@ package commtest
 import (
 	"fmt"
 	"math"
+	"reflect"
 
 	"github.com/tandemml/tandem/comm"
 	"gorgonia.org/tensor"
@@ -46,20 +47,7 @@ func newTensor(dt tensor.Dtype, shape []int, f func(i int) int64) *tensor.Dense 
 		panic(fmt.Sprintf("commtest: dtype %v", dt))
 	}
 	if len(shape) == 0 {
-		switch b := backing.(type) {
-		case []float32:
-			return tensor.New(tensor.FromScalar(b[0]))
-		case []float64:
-			return tensor.New(tensor.FromScalar(b[0]))
-		case []int8:
-			return tensor.New(tensor.FromScalar(b[0]))
-		case []uint8:
-			return tensor.New(tensor.FromScalar(b[0]))
-		case []int32:
-			return tensor.New(tensor.FromScalar(b[0]))
-		case []int64:
-			return tensor.New(tensor.FromScalar(b[0]))
-		}
+		return tensor.New(tensor.FromScalar(reflect.ValueOf(backing).Index(0).Interface()))
 	}
 	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing))
 }
@@ -87,21 +75,12 @@ func values(t *tensor.Dense) []float64 {
 	if t.Shape().TotalSize() == 0 {
 		return []float64{}
 	}
-	switch d := t.Data().(type) {
-	case []float32:
-		return conv(d)
-	case []float64:
-		return conv(d)
-	case []int8:
-		return conv(d)
-	case []uint8:
-		return conv(d)
-	case []int32:
-		return conv(d)
-	case []int64:
-		return conv(d)
+	d := reflect.ValueOf(t.Data())
+	out := make([]float64, d.Len())
+	for i := range out {
+		out[i] = toF(d.Index(i).Interface())
 	}
-	panic(fmt.Sprintf("commtest: data of type %T", t.Data()))
+	return out
 }
 
 func toF(v any) float64 {
@@ -120,14 +99,6 @@ func toF(v any) float64 {
 		return float64(x)
 	}
 	panic(fmt.Sprintf("commtest: scalar of type %T", v))
-}
-
-func conv[T int8 | uint8 | int32 | int64 | float32 | float64](s []T) []float64 {
-	out := make([]float64, len(s))
-	for i, v := range s {
-		out[i] = float64(v)
-	}
-	return out
 }
 
 // expected computes, element by element, the reduction with op of inputs[r]
