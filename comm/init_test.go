@@ -41,13 +41,10 @@ func noEnv() InitOption { return withLookupEnv(lookupMap(map[string]string{})) }
 // initAll runs init for ranks 0..n-1 concurrently and returns what each got.
 func initAll(n int, init func(rank int) (*ProcessGroup, error)) ([]*ProcessGroup, []error) {
 	pgs := make([]*ProcessGroup, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() { defer wg.Done(); pgs[r], errs[r] = init(r) }()
-	}
-	wg.Wait()
+	errs := testkit.EachRank(n, func(r int) (err error) {
+		pgs[r], err = init(r)
+		return err
+	})
 	return pgs, errs
 }
 

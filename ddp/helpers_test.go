@@ -11,10 +11,9 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/comm/commtest"
 	"github.com/tandemml/tandem/comm/local"
-	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/tcp"
-	"github.com/tandemml/tandem/comm/transport"
 	"github.com/tandemml/tandem/models"
 )
 
@@ -48,38 +47,7 @@ func localWorld(t *testing.T, n int) []*comm.ProcessGroup {
 // loopback sockets.
 func tcpWorld(t *testing.T, n int) []*comm.ProcessGroup {
 	t.Helper()
-	st := store.NewMemory()
-	t.Cleanup(func() { st.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	backend := tcp.NewBackend(tcp.WithHost("127.0.0.1"))
-	pgs := make([]*comm.ProcessGroup, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tr, err := backend.Connect(ctx, transport.Config{Rank: r, Size: n, Store: st, Token: "ddp-test", Timeout: 30 * time.Second})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			pgs[r], errs[r] = comm.NewProcessGroup(ctx, tr, comm.WithTimeout(30*time.Second))
-			if errs[r] != nil {
-				tr.Close()
-			}
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			closeAll(pgs)
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	t.Cleanup(func() { closeAll(pgs) })
-	return pgs
+	return commtest.Groups(t, tcp.NewBackend(tcp.WithHost("127.0.0.1")), n, comm.WithTimeout(30*time.Second))
 }
 
 func closeAll(pgs []*comm.ProcessGroup) {

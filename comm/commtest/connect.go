@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
@@ -47,9 +48,7 @@ func Groups(t testing.TB, b transport.Backend, n int, opts ...comm.Option) []*co
 	})
 	closeOnCleanup(t, pgs)
 	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
+		require.NoErrorf(t, err, "rank %d", r)
 	}
 	return pgs
 }
@@ -77,9 +76,7 @@ func InitGroups(t testing.TB, n int, opts func(rank int) []comm.InitOption) []*c
 	})
 	closeOnCleanup(t, pgs)
 	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
+		require.NoErrorf(t, err, "rank %d", r)
 	}
 	return pgs
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/internal/testkit"
@@ -19,9 +21,7 @@ import (
 func LocalRanks(t testing.TB, ctx context.Context, n int, fn func(pg *comm.ProcessGroup, out io.Writer) error) []string {
 	t.Helper()
 	pgs, err := local.NewGroups(ctx, n)
-	if err != nil {
-		t.Fatalf("local groups of %d: %v", n, err)
-	}
+	require.NoErrorf(t, err, "local groups of %d", n)
 	bufs := make([]bytes.Buffer, n)
 	errs := testkit.EachRank(n, func(r int) error {
 		defer pgs[r].Close()
@@ -31,8 +31,7 @@ func LocalRanks(t testing.TB, ctx context.Context, n int, fn func(pg *comm.Proce
 	failed := false
 	for r := range outs {
 		outs[r] = bufs[r].String()
-		if errs[r] != nil {
-			t.Errorf("rank %d: %v\noutput:\n%s", r, errs[r], outs[r])
+		if !assert.NoErrorf(t, errs[r], "rank %d; its output:\n%s", r, outs[r]) {
 			failed = true
 		}
 	}

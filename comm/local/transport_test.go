@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
 	"github.com/tandemml/tandem/comm/transport/transporttest"
 )
@@ -51,25 +50,7 @@ func TestAbortWrapsCause(t *testing.T) {
 
 func TestConnectThroughStore(t *testing.T) {
 	ctx := ctxT(t)
-	st := store.NewMemory()
-	defer st.Close()
-	const n = 3
-	ts := make([]transport.Transport, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ts[r], errs[r] = Backend{}.Connect(ctx, transport.Config{Rank: r, Size: n, Store: st})
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	ts := transporttest.Connect(t, Backend{}, 3, nil)
 	if err := ts[2].Send(ctx, 0, 1, []byte{5}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,12 +5,12 @@ import (
 	"context"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // loopback is the backend every test uses: 127.0.0.1 only.
@@ -66,20 +66,14 @@ func connectWorld(n int, st store.Store, mutate func(rank int, cfg *transport.Co
 
 func connectWorldWith(backend func(rank int) Backend, n int, st store.Store, mutate func(rank int, cfg *transport.Config)) ([]*Transport, []error) {
 	ts := make([]*Transport, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := transport.Config{Rank: r, Size: n, Store: st, Timeout: 20 * time.Second, Token: "secret"}
-			if mutate != nil {
-				mutate(r, &cfg)
-			}
-			ts[r], errs[r] = backend(r).ConnectTCP(context.Background(), cfg)
-		}()
-	}
-	wg.Wait()
+	errs := testkit.EachRank(n, func(r int) (err error) {
+		cfg := transport.Config{Rank: r, Size: n, Store: st, Timeout: 20 * time.Second, Token: "secret"}
+		if mutate != nil {
+			mutate(r, &cfg)
+		}
+		ts[r], err = backend(r).ConnectTCP(context.Background(), cfg)
+		return err
+	})
 	return ts, errs
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // Ranks runs the test binary again as a world of n processes, with only the
@@ -23,9 +25,7 @@ import (
 func Ranks(t testing.TB, n int, within time.Duration, helper string, env ...string) []string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	outs := make([]string, n)
@@ -39,9 +39,7 @@ func Ranks(t testing.TB, n int, within time.Duration, helper string, env ...stri
 		cmd.Stderr = os.Stderr
 		var out strings.Builder
 		cmd.Stdout = &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoErrorf(t, cmd.Start(), "rank %d", r)
 		t.Cleanup(func() { cmd.Process.Kill(); wg.Wait() })
 		wg.Go(func() {
 			err := cmd.Wait()
@@ -56,7 +54,7 @@ func Ranks(t testing.TB, n int, within time.Duration, helper string, env ...stri
 	select {
 	case <-done:
 	case <-time.After(within):
-		t.Fatalf("the %d processes did not finish within %v", n, within)
+		require.FailNowf(t, "processes hung", "the %d processes did not finish within %v", n, within)
 	}
 	return outs
 }
