@@ -25,32 +25,22 @@ func Connect(b transport.Backend) NewGroups {
 
 // Groups makes a world of n process groups over backend b, for tests and
 // benchmarks: each rank is a goroutine that connects its own transport with
-// b through one in-memory store (token "conformance", 30 s to connect) and
-// makes the world group over it with opts. It fails t if any rank cannot,
-// and closes the groups when t ends.
+// b through one in-memory store (token "conformance") and makes the world
+// group over it with opts. It fails t if any rank cannot within 30 s, and
+// closes the groups when t ends.
 func Groups(t testing.TB, b transport.Backend, n int, opts ...comm.Option) []*comm.ProcessGroup {
 	t.Helper()
-	st := store.NewMemory()
-	t.Cleanup(func() { st.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pgs := make([]*comm.ProcessGroup, n)
-	errs := testkit.EachRank(n, func(r int) error {
+	return world(t, n, func(ctx context.Context, st store.Store, r int) (*comm.ProcessGroup, error) {
 		tr, err := b.Connect(ctx, transport.Config{Rank: r, Size: n, Store: st, Token: "conformance"})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		pgs[r], err = comm.NewProcessGroup(ctx, tr, opts...)
+		pg, err := comm.NewProcessGroup(ctx, tr, opts...)
 		if err != nil {
 			tr.Close()
 		}
-		return err
+		return pg, err
 	})
-	closeOnCleanup(t, pgs)
-	for r, err := range errs {
-		require.NoErrorf(t, err, "rank %d", r)
-	}
-	return pgs
 }
 
 // InitGroups makes a world of n process groups the way a job does, with
@@ -60,30 +50,29 @@ func Groups(t testing.TB, b transport.Backend, n int, opts ...comm.Option) []*co
 // t if any rank cannot join within 30 s, and closes the groups when t ends.
 func InitGroups(t testing.TB, n int, opts func(rank int) []comm.InitOption) []*comm.ProcessGroup {
 	t.Helper()
+	return world(t, n, func(ctx context.Context, st store.Store, r int) (*comm.ProcessGroup, error) {
+		o := []comm.InitOption{comm.WithStore(st), comm.WithRank(r), comm.WithWorldSize(n), comm.WithoutDefault()}
+		if opts != nil {
+			o = append(o, opts(r)...)
+		}
+		return comm.Init(ctx, "env://", o...)
+	})
+}
+
+// world runs join for every rank of a world of n at once, with a fresh
+// in-memory store and 30 s, fails t if any rank's join failed, and closes
+// the groups made when t ends (a world's ranks close together).
+func world(t testing.TB, n int, join func(ctx context.Context, st store.Store, rank int) (*comm.ProcessGroup, error)) []*comm.ProcessGroup {
+	t.Helper()
 	st := store.NewMemory()
 	t.Cleanup(func() { st.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pgs := make([]*comm.ProcessGroup, n)
-	errs := testkit.EachRank(n, func(r int) error {
-		o := []comm.InitOption{comm.WithStore(st), comm.WithRank(r), comm.WithWorldSize(n), comm.WithoutDefault()}
-		if opts != nil {
-			o = append(o, opts(r)...)
-		}
-		var err error
-		pgs[r], err = comm.Init(ctx, "env://", o...)
+	errs := testkit.EachRank(n, func(r int) (err error) {
+		pgs[r], err = join(ctx, st, r)
 		return err
 	})
-	closeOnCleanup(t, pgs)
-	for r, err := range errs {
-		require.NoErrorf(t, err, "rank %d", r)
-	}
-	return pgs
-}
-
-// closeOnCleanup closes every group of pgs that was made, concurrently (a
-// world's ranks close together), when t ends.
-func closeOnCleanup(t testing.TB, pgs []*comm.ProcessGroup) {
 	t.Cleanup(func() {
 		var wg sync.WaitGroup
 		for _, pg := range pgs {
@@ -93,4 +82,8 @@ func closeOnCleanup(t testing.TB, pgs []*comm.ProcessGroup) {
 		}
 		wg.Wait()
 	})
+	for r, err := range errs {
+		require.NoErrorf(t, err, "rank %d", r)
+	}
+	return pgs
 }
