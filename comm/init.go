@@ -529,6 +529,9 @@ func (v *agentStoreView) until(ctx context.Context, keys []string, timeout time.
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) { // cancelled: no timeout
+				return fmt.Errorf("comm: waiting for keys %q in torchrun's agent store: %w", keys, context.Cause(ctx))
+			}
 			return fmt.Errorf("%w: comm: waiting for keys %q in torchrun's agent store: %w", store.ErrTimeout, keys, context.Cause(ctx))
 		case <-t.C:
 		}
