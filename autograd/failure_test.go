@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"gorgonia.org/tensor"
 
-	"github.com/tandemml/tandem/internal/rpctest"
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/rpc"
 )
 
@@ -89,8 +88,7 @@ func partErr(a *rpc.Agent, id ContextID) error {
 // A backward function failing on one worker fails the pass on every
 // worker, promptly, and the context is released everywhere.
 func TestBackwardHandlerErrorReachesEveryone(t *testing.T) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() { rpctest.CheckGoroutines(t, before) })
+	testkit.CheckLeaks(t, testkit.Slack(2))
 	agents := startGroup(t, 3, registerFaulty(func(context.Context) error { return errors.New("boom in backward") }))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -122,8 +120,7 @@ func TestBackwardHandlerErrorReachesEveryone(t *testing.T) {
 // on every worker left, with ErrPeerLost (or ErrClosed), well within the
 // timeout; the others release the context.
 func TestBackwardWorkerLost(t *testing.T) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() { rpctest.CheckGoroutines(t, before) })
+	testkit.CheckLeaks(t, testkit.Slack(2))
 	started := make(chan struct{}, 1)
 	agents := startGroup(t, 3, registerFaulty(func(ctx context.Context) error {
 		started <- struct{}{}
@@ -167,8 +164,7 @@ func TestBackwardWorkerLost(t *testing.T) {
 
 // A pass that does not finish in time ends with ErrTimeout on every worker.
 func TestBackwardTimeout(t *testing.T) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() { rpctest.CheckGoroutines(t, before) })
+	testkit.CheckLeaks(t, testkit.Slack(2))
 	agents := startGroup(t, 3, registerFaulty(func(ctx context.Context) error {
 		<-ctx.Done()
 		return context.Cause(ctx)

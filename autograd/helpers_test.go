@@ -100,6 +100,20 @@ func maxAbsDiff(t *testing.T, a, b *tensor.Dense) float64 {
 	return m
 }
 
+// runBackward adds the backward pass of loss to b's graph and runs the
+// whole graph once on a tape machine.
+func runBackward(t *testing.T, b *models.Builder, loss *G.Node) {
+	t.Helper()
+	if err := b.Backward(loss); err != nil {
+		t.Fatal(err)
+	}
+	vm := G.NewTapeMachine(b.Graph())
+	defer vm.Close()
+	if err := vm.RunAll(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // referenceGrads computes, in one gorgonia graph, the loss and the
 // gradients of build's scalar output with respect to params.
 func referenceGrads(t *testing.T, build func(b *models.Builder) (*G.Node, error)) (float64, map[*models.Param]*tensor.Dense) {
@@ -109,14 +123,7 @@ func referenceGrads(t *testing.T, build func(b *models.Builder) (*G.Node, error)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Backward(loss); err != nil {
-		t.Fatal(err)
-	}
-	vm := G.NewTapeMachine(b.Graph())
-	defer vm.Close()
-	if err := vm.RunAll(); err != nil {
-		t.Fatal(err)
-	}
+	runBackward(t, b, loss)
 	out := map[*models.Param]*tensor.Dense{}
 	for _, p := range b.GradParams() {
 		g, err := valueDense(b.GradNode(p).Value(), p.Value.Shape())

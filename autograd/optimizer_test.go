@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	G "gorgonia.org/gorgonia"
-
 	"github.com/tandemml/tandem/models"
 	"github.com/tandemml/tandem/optim"
 	"github.com/tandemml/tandem/rref"
@@ -51,14 +49,7 @@ func TestDistributedOptimizer(t *testing.T) {
 		h, _ := r0.Forward(b, b.Bind("x", x))
 		y, _ := r1.Forward(b, h)
 		l, _ := models.MSE(y, b.Bind("t", target))
-		if err := b.Backward(l); err != nil {
-			t.Fatal(err)
-		}
-		vm := G.NewTapeMachine(b.Graph())
-		if err := vm.RunAll(); err != nil {
-			t.Fatal(err)
-		}
-		vm.Close()
+		runBackward(t, b, l)
 		if err := b.CopyGrads(); err != nil {
 			t.Fatal(err)
 		}

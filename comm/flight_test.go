@@ -17,6 +17,7 @@ import (
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/local"
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/launch"
 	"gorgonia.org/tensor"
 )
@@ -46,21 +47,10 @@ func flightWorld(t testing.TB, n int, opts ...comm.Option) []*comm.ProcessGroup 
 	return pgs
 }
 
-// onEach runs fn on every rank concurrently and fails on the first error.
+// onEach runs fn on every rank concurrently and fails on any rank's error.
 func onEach(t testing.TB, pgs []*comm.ProcessGroup, fn func(r int, pg *comm.ProcessGroup) error) {
 	t.Helper()
-	errs := make([]error, len(pgs))
-	var wg sync.WaitGroup
-	for r, pg := range pgs {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[r] = fn(r, pg) }()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	testkit.RequireEachRank(t, len(pgs), func(r int) error { return fn(r, pgs[r]) })
 }
 
 // The ring keeps the last N operations, oldest first, with their sequence

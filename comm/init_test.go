@@ -19,6 +19,8 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/store/torchstore"
+	"github.com/tandemml/tandem/internal/testkit"
+	"github.com/tandemml/tandem/internal/testlog"
 	"gorgonia.org/tensor"
 )
 
@@ -39,13 +41,10 @@ func noEnv() InitOption { return withLookupEnv(lookupMap(map[string]string{})) }
 // initAll runs init for ranks 0..n-1 concurrently and returns what each got.
 func initAll(n int, init func(rank int) (*ProcessGroup, error)) ([]*ProcessGroup, []error) {
 	pgs := make([]*ProcessGroup, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() { defer wg.Done(); pgs[r], errs[r] = init(r) }()
-	}
-	wg.Wait()
+	errs := testkit.EachRank(n, func(r int) (err error) {
+		pgs[r], err = init(r)
+		return err
+	})
 	return pgs, errs
 }
 
@@ -292,14 +291,7 @@ func TestInitCloseLeavesNoGoroutines(t *testing.T) {
 		checkAllReduce(t, pgs)
 		closeAll(pgs)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if g := runtime.NumGoroutine(); g > base {
-		buf := make([]byte, 1<<20)
-		t.Errorf("%d goroutines before, %d after closing the groups\n%s", base, g, buf[:runtime.Stack(buf, true)])
-	}
+	testkit.AssertNoLeak(t, base)
 }
 
 // helperEnv selects the role of a re-executed test binary (see
@@ -461,7 +453,7 @@ func TestInitJoinsTorchrunAgentStore(t *testing.T) {
 	go func() { served <- srv.Serve(ctx) }()
 	defer func() { srv.Close(); <-served }()
 
-	var logs safeBuffer
+	var logs testlog.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	const n = 2
 	pgs, errs := initAll(n, func(r int) (*ProcessGroup, error) {
@@ -513,22 +505,4 @@ func TestInitAgentStoreUnreachable(t *testing.T) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}
 	}
-}
-
-// safeBuffer is a bytes.Buffer for concurrent writers.
-type safeBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/local"
+	"github.com/tandemml/tandem/internal/testkit"
 	"gorgonia.org/tensor"
 )
 
@@ -16,8 +17,7 @@ import (
 // context ends, not when the one before it gives up; the group is aborted,
 // so the one before it fails too instead of waiting for its deadline.
 func TestQueuedCollectiveFailsAtItsOwnDeadline(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testkit.Context(t, 30*time.Second)
 	pgs, err := local.NewGroups(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -52,8 +52,7 @@ func TestQueuedCollectiveFailsAtItsOwnDeadline(t *testing.T) {
 // closing the group stops it.
 func TestRunnerStopsWithTheGroup(t *testing.T) {
 	before := runtime.NumGoroutine()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testkit.Context(t, 30*time.Second)
 	pgs, err := local.NewGroups(ctx, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -95,12 +94,5 @@ func TestRunnerStopsWithTheGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines before, %d after Close:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.RequireNoLeak(t, before)
 }

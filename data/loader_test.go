@@ -3,7 +3,6 @@ package data
 import (
 	"context"
 	"errors"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/testkit"
 	"gorgonia.org/tensor"
 )
 
@@ -27,22 +27,6 @@ func indexSet(t testing.TB, n int) *InMemory {
 		t.Fatal(err)
 	}
 	return ds
-}
-
-// checkNoLeak fails if goroutines started during the test are still running
-// once it ends (waiting up to a few seconds for them to exit).
-func checkNoLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<16)
-			t.Errorf("%d goroutines leaked:\n%s", n-before, buf[:runtime.Stack(buf, true)])
-		}
-	})
 }
 
 // collect runs one epoch and returns its batches.
@@ -72,7 +56,7 @@ func checkBatch(t *testing.T, b *Batch) {
 }
 
 func TestLoaderBatches(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	ds := indexSet(t, 10)
 	for _, c := range []struct {
 		drop  bool
@@ -102,7 +86,7 @@ func TestLoaderBatches(t *testing.T) {
 }
 
 func TestLoaderShuffleAndWorkers(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	ds := indexSet(t, 103)
 	orderOf := func(l *Loader, epoch int) []int {
 		var o []int
@@ -132,7 +116,7 @@ func TestLoaderShuffleAndWorkers(t *testing.T) {
 }
 
 func TestLoaderWithDistributedSampler(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	ds := indexSet(t, 50)
 	var all []int
 	for r := 0; r < 3; r++ {
@@ -192,31 +176,40 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestLoaderPrefetchIsBounded(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	g := &gated{InMemory: indexSet(t, 100), gate: make(chan struct{})}
 	close(g.gate)
 	l, _ := NewLoader(g, 1, Prefetch(3))
 	it := l.Iterate(context.Background(), 0)
 	defer it.Close()
-	// With nobody consuming, the worker fills the 3 slots and builds one
-	// more batch, which it cannot deliver.
-	waitFor(t, "4 batches built", func() bool { return g.calls.Load() >= 4 })
+	checkPrefetchBounded(t, &g.calls, func() {
+		if !it.Next() || it.Batch().Indices[0] != 0 {
+			t.Fatal("first batch missing")
+		}
+	})
+}
+
+// checkPrefetchBounded checks a loader with Prefetch(3) and batches of one:
+// with nobody consuming, the worker fills the 3 slots and builds one more
+// batch, which it cannot deliver; after read takes the first batch, it
+// builds exactly one more. calls counts the batches built.
+func checkPrefetchBounded(t *testing.T, calls *atomic.Int64, read func()) {
+	t.Helper()
+	waitFor(t, "4 batches built", func() bool { return calls.Load() >= 4 })
 	time.Sleep(50 * time.Millisecond)
-	if n := g.calls.Load(); n != 4 {
+	if n := calls.Load(); n != 4 {
 		t.Fatalf("%d batches built ahead with Prefetch(3), want 4", n)
 	}
-	if !it.Next() || it.Batch().Indices[0] != 0 {
-		t.Fatal("first batch missing")
-	}
-	waitFor(t, "one more batch after a read", func() bool { return g.calls.Load() >= 5 })
+	read()
+	waitFor(t, "one more batch after a read", func() bool { return calls.Load() >= 5 })
 	time.Sleep(50 * time.Millisecond)
-	if n := g.calls.Load(); n != 5 {
+	if n := calls.Load(); n != 5 {
 		t.Fatalf("%d batches built after one read, want 5", n)
 	}
 }
 
 func TestLoaderCancel(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	g := &gated{InMemory: indexSet(t, 100), gate: make(chan struct{})} // never opens
 	l, _ := NewLoader(g, 10, Workers(3))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -241,7 +234,7 @@ func TestLoaderCancel(t *testing.T) {
 }
 
 func TestLoaderDeadline(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	g := &gated{InMemory: indexSet(t, 100), gate: make(chan struct{})}
 	l, _ := NewLoader(g, 10)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -258,7 +251,7 @@ func TestLoaderDeadline(t *testing.T) {
 }
 
 func TestLoaderBreakAndClose(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	l, _ := NewLoader(indexSet(t, 1000), 3, Workers(4), Prefetch(8))
 	for b, err := range l.Epoch(context.Background(), 0) {
 		if err != nil {
@@ -298,7 +291,7 @@ func (f failing) Get(i int, x []float32) (int, error) {
 }
 
 func TestLoaderDatasetError(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	l, _ := NewLoader(failing{indexSet(t, 40), 17}, 5, Workers(2))
 	var got []int
 	var last error
@@ -320,7 +313,7 @@ func TestLoaderDatasetError(t *testing.T) {
 }
 
 func TestLoaderConcurrentEpochs(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	l, _ := NewLoader(indexSet(t, 200), 16, Shuffle(1), Workers(2))
 	var wg sync.WaitGroup
 	for e := 0; e < 4; e++ {

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/tandemml/tandem/internal/testkit"
 	"gorgonia.org/tensor"
 )
 
@@ -66,7 +66,7 @@ func checkRegressionBatch(t *testing.T, b *Batch) {
 }
 
 func TestTensorLoaderBatches(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	ds := regressionSet(t, 10)
 	if ds.Len() != 10 || len(ds.Fields()) != 4 || !slices.Equal(ds.Fields()[1].Shape, []int{2, 2}) || ds.Fields()[3].Dtype != tensor.Int64 {
 		t.Fatalf("fields %+v", ds.Fields())
@@ -120,7 +120,7 @@ func mustLoader(t *testing.T, ds Dataset, bs int) *Loader {
 // each rank gets its sampler's indices, batches carry those rows, and the
 // ranks together cover the data set (padded to a multiple of the world).
 func TestTensorLoaderDistributedSampler(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	ds := regressionSet(t, 50)
 	const world, epoch = 3, 4
 	var all []int
@@ -175,31 +175,23 @@ func (g *gatedTensors) Read(i int, dst []any) error {
 }
 
 func TestTensorLoaderPrefetchIsBounded(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	g := &gatedTensors{TensorDataset: regressionSet(t, 100), gate: make(chan struct{})}
 	close(g.gate)
 	l, _ := NewTensorLoader(g, 1, Prefetch(3))
 	it := l.Iterate(context.Background(), 0)
 	defer it.Close()
-	waitFor(t, "4 batches built", func() bool { return g.calls.Load() >= 4 })
-	time.Sleep(50 * time.Millisecond)
-	if n := g.calls.Load(); n != 4 {
-		t.Fatalf("%d batches built ahead with Prefetch(3), want 4", n)
-	}
-	if !it.Next() || it.Batch().Indices[0] != 0 {
-		t.Fatal("first batch missing")
-	}
-	checkRegressionBatch(t, it.Batch())
-	waitFor(t, "one more batch after a read", func() bool { return g.calls.Load() >= 5 })
-	time.Sleep(50 * time.Millisecond)
-	if n := g.calls.Load(); n != 5 {
-		t.Fatalf("%d batches built after one read, want 5", n)
-	}
+	checkPrefetchBounded(t, &g.calls, func() {
+		if !it.Next() || it.Batch().Indices[0] != 0 {
+			t.Fatal("first batch missing")
+		}
+		checkRegressionBatch(t, it.Batch())
+	})
 }
 
 // A Read blocked in the data set does not keep a cancelled epoch waiting.
 func TestTensorLoaderCancel(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	g := &gatedTensors{TensorDataset: regressionSet(t, 100), gate: make(chan struct{})}
 	l, _ := NewTensorLoader(g, 10, Workers(2))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/ddp"
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/models"
 )
 
@@ -43,7 +43,7 @@ func TestNoSyncAccumulationEqualsOneBigBatch(t *testing.T) {
 	accum := make([][]float64, world)
 	whole := make([][]float64, world)
 	local := make([][]float64, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		x, y := batch(uint64(40+r), micro*rowsPer, sizes[0], sizes[2])
 		net, err := ddp.New(ctx, pgs[r], newMLP(t, sizes, 1))
 		if err != nil {
@@ -147,7 +147,7 @@ func TestUnusedParameters(t *testing.T) {
 			t.Run("globally unused", func(t *testing.T) {
 				pgs := localWorld(t, world)
 				ctx := testCtx(t, 30*time.Second)
-				mustEachRank(t, world, func(r int) error {
+				testkit.RequireEachRank(t, world, func(r int) error {
 					m := newHeads(t, false)
 					net, err := ddp.New(ctx, pgs[r], m, opt, ddp.BucketCapMB(100.0/(1<<20)))
 					if err != nil {
@@ -173,7 +173,7 @@ func TestUnusedParameters(t *testing.T) {
 				ref := localWorld(t, 1)
 				ctx := testCtx(t, 30*time.Second)
 				grads := make([][]float64, world)
-				mustEachRank(t, world, func(r int) error {
+				testkit.RequireEachRank(t, world, func(r int) error {
 					net, err := ddp.New(ctx, pgs[r], newHeads(t, r == 0), opt)
 					if err != nil {
 						return err
@@ -211,7 +211,7 @@ func TestUnusedParameters(t *testing.T) {
 		const world = 2
 		pgs := localWorld(t, world)
 		ctx := testCtx(t, 30*time.Second)
-		errs := eachRank(world, func(r int) error {
+		errs := testkit.EachRank(world, func(r int) error {
 			net, err := ddp.New(ctx, pgs[r], newHeads(t, r == 0))
 			if err != nil {
 				return err
@@ -240,7 +240,7 @@ func TestOverlapObservable(t *testing.T) {
 			pgs := be.make(t, world)
 			ctx := testCtx(t, 30*time.Second)
 			sizes := []int{20, 30, 30, 4}
-			mustEachRank(t, world, func(r int) error {
+			testkit.RequireEachRank(t, world, func(r int) error {
 				m := newMLP(t, sizes, 2)
 				var firstLayerMissing []bool
 				hook := func(ctx context.Context, _ struct{}, b *ddp.GradBucket) ddp.Future {
@@ -294,8 +294,7 @@ func TestOverlapObservable(t *testing.T) {
 // data contribute their gradients, the others zeros, the sum divided by the
 // world size; in the end every rank holds the model of the last rank to join.
 func TestJoinUnevenInputs(t *testing.T) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() { checkNoLeak(t, before) }) // runs after the groups are closed
+	testkit.CheckLeaks(t) // after the groups are closed
 	const world = 3
 	sizes := []int{5, 6, 3}
 	const lr = 0.1
@@ -305,7 +304,7 @@ func TestJoinUnevenInputs(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	finals := make([][]float64, world)
 	shadows := make([]int64, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		net, err := ddp.New(ctx, pgs[r], newMLP(t, sizes, uint64(r)), ddp.BucketCapMB(100.0/(1<<20)))
 		if err != nil {
 			return err
@@ -387,7 +386,7 @@ func TestJoinDisagreementOnNoSync(t *testing.T) {
 	const world = 2
 	pgs := localWorld(t, world)
 	ctx := testCtx(t, 30*time.Second)
-	errs := eachRank(world, func(r int) error {
+	errs := testkit.EachRank(world, func(r int) error {
 		net, err := ddp.New(ctx, pgs[r], newMLP(t, []int{3, 4, 2}, 1))
 		if err != nil {
 			return err
@@ -416,7 +415,7 @@ func TestJoinWithBuffers(t *testing.T) {
 	pgs := localWorld(t, world)
 	ctx := testCtx(t, 60*time.Second)
 	states := make([][]float64, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		m := bnNet(t)
 		net, err := ddp.New(ctx, pgs[r], m)
 		if err != nil {
@@ -453,7 +452,7 @@ func TestCancelledStepAbortsTheGroup(t *testing.T) {
 	const world = 2
 	pgs := localWorld(t, world)
 	ctx := testCtx(t, 60*time.Second)
-	errs := eachRank(world, func(r int) error {
+	errs := testkit.EachRank(world, func(r int) error {
 		net, err := ddp.New(ctx, pgs[r], newMLP(t, hookSizes, 1))
 		if err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/ddp"
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/launch"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkStepFlightRecorder(b *testing.B) {
 			defer closeAll(pgs)
 			ctx := context.Background()
 			nets := make([]*ddp.DDP, 2)
-			for r, err := range eachRank(2, func(r int) error {
+			for r, err := range testkit.EachRank(2, func(r int) error {
 				var err error
 				nets[r], err = ddp.New(ctx, pgs[r], newMLP(b, []int{128, 256, 256, 10}, 1), ddp.BucketCapMB(0.25))
 				return err
@@ -45,7 +46,7 @@ func BenchmarkStepFlightRecorder(b *testing.B) {
 			}
 			x, y := batch(1, 32, 128, 10)
 			step := func(n int) {
-				for r, err := range eachRank(2, func(r int) error {
+				for r, err := range testkit.EachRank(2, func(r int) error {
 					for range n {
 						if _, err := nets[r].Step(ctx, x, y); err != nil {
 							return err

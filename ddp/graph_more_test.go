@@ -12,6 +12,7 @@ import (
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/ddp"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // TestGraphParityBackends runs the plain graph over TCP goroutine ranks
@@ -79,7 +80,7 @@ func TestGraphFloat32(t *testing.T) {
 	pgs := localWorld(t, world)
 	ctx := testCtx(t, 30*time.Second)
 	got := make([][]float32, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		g, loss, params, x, y := build(b)
 		n, err := ddp.NewGraph(ctx, pgs[r], ddp.GraphSpec{Graph: g, Loss: loss, Params: params})
 		if err != nil {
@@ -116,7 +117,7 @@ func TestGraphFloat32(t *testing.T) {
 func TestGraphBuffers(t *testing.T) {
 	pgs := localWorld(t, 2)
 	ctx := testCtx(t, 30*time.Second)
-	mustEachRank(t, 2, func(r int) error {
+	testkit.RequireEachRank(t, 2, func(r int) error {
 		net := plainNet(4, 1)
 		scale := G.NewMatrix(net.g, G.Float64, G.WithShape(1, 1), G.WithName("scale"),
 			G.WithValue(tensor.New(tensor.WithShape(1, 1), tensor.WithBacking([]float64{float64(10 + r)}))))
@@ -181,7 +182,7 @@ func TestGraphJoin(t *testing.T) {
 	pgs := localWorld(t, world)
 	ctx := testCtx(t, 30*time.Second)
 	weights := make([][][]float64, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		net := plainNet(b, 1+uint64(r))
 		n, err := ddp.NewGraph(ctx, pgs[r], ddp.GraphSpec{Graph: net.g, Loss: net.loss, Params: net.params})
 		if err != nil {

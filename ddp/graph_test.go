@@ -16,6 +16,7 @@ import (
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/ddp"
 	"github.com/tandemml/tandem/graph"
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/models"
 	"github.com/tandemml/tandem/optim"
 )
@@ -269,7 +270,7 @@ func runParityOn(t *testing.T, pgs []*comm.ProcessGroup, c parityCase) (lossDiff
 	losses := make([][]float64, world)
 	weights := make([][][]float64, world)
 	allStats := make([]ddp.Stats, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		net := c.build(b, 1+uint64(r)*1000) // every rank but 0 starts elsewhere: NewGraph broadcasts
 		opts := append([]ddp.Option{ddp.BucketCapMB(1e-5), ddp.FirstBucketCapMB(1e-5)}, c.opts...)
 		n, err := ddp.NewGraph(ctx, pgs[r], ddp.GraphSpec{Graph: net.g, Loss: net.loss, Params: net.params}, opts...)
@@ -436,7 +437,7 @@ func TestGraphPassLoop(t *testing.T) {
 		pgs := localWorld(t, world)
 		ctx := testCtx(t, 60*time.Second)
 		weights := make([][][]float64, world)
-		mustEachRank(t, world, func(r int) error {
+		testkit.RequireEachRank(t, world, func(r int) error {
 			net := plainNet(b, 1+uint64(r))
 			n, err := ddp.NewGraph(ctx, pgs[r], ddp.GraphSpec{Graph: net.g, Loss: net.loss, Params: net.params})
 			if err != nil {
@@ -486,7 +487,7 @@ func TestGraphOwnTapeMachine(t *testing.T) {
 	pgs := localWorld(t, world)
 	ctx := testCtx(t, 60*time.Second)
 	weights := make([][][]float64, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		net := plainNet(b, 1)
 		grads, err := G.Grad(net.loss, net.params...)
 		if err != nil {
@@ -616,7 +617,7 @@ func TestGraphAlternatingModels(t *testing.T) {
 	pgs := localWorld(t, world)
 	ctx := testCtx(t, 60*time.Second)
 	weights := make([][][]float64, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		p := build(b, 1+uint64(r))
 		dNet, err := ddp.NewGraph(ctx, pgs[r], ddp.GraphSpec{Graph: p.gd, Loss: p.lossD, Params: p.dParams})
 		if err != nil {
@@ -676,7 +677,7 @@ func TestGraphBadUse(t *testing.T) {
 	}
 	t.Run("learnable node no gradient reaches", func(t *testing.T) {
 		pgs := localWorld(t, 2)
-		for r, err := range eachRank(2, func(r int) error {
+		for r, err := range testkit.EachRank(2, func(r int) error {
 			net := plainNet(4, 1)
 			stray := G.NewMatrix(net.g, G.Float64, G.WithShape(2, 2), G.WithName("stray"), G.WithValue(tensor.New(tensor.WithShape(2, 2), tensor.WithBacking(make([]float64, 4)))))
 			_, err := ddp.NewGraph(ctx, pgs[r], ddp.GraphSpec{Graph: net.g, Loss: net.loss, Params: append(net.params, stray)})
@@ -687,7 +688,7 @@ func TestGraphBadUse(t *testing.T) {
 	})
 	t.Run("unused node allowed with FindUnusedParameters", func(t *testing.T) {
 		pgs := localWorld(t, 2)
-		mustEachRank(t, 2, func(r int) error {
+		testkit.RequireEachRank(t, 2, func(r int) error {
 			net := plainNet(4, 1)
 			stray := G.NewMatrix(net.g, G.Float64, G.WithShape(2, 2), G.WithName("stray"), G.WithValue(tensor.New(tensor.WithShape(2, 2), tensor.WithBacking(make([]float64, 4)))))
 			n, err := ddp.NewGraph(ctx, pgs[r], ddp.GraphSpec{Graph: net.g, Loss: net.loss, Params: append(net.params, stray)}, ddp.FindUnusedParameters(true))
@@ -706,7 +707,7 @@ func TestGraphBadUse(t *testing.T) {
 	})
 	t.Run("different graphs", func(t *testing.T) {
 		pgs := localWorld(t, 2)
-		for r, err := range eachRank(2, func(r int) error {
+		for r, err := range testkit.EachRank(2, func(r int) error {
 			net := plainNet(4, 1)
 			if r == 1 { // one more op on rank 1
 				net.loss = G.Must(G.Mul(net.loss, G.NewConstant(2.0)))
@@ -719,7 +720,7 @@ func TestGraphBadUse(t *testing.T) {
 	})
 	t.Run("different parameter shapes", func(t *testing.T) {
 		pgs := localWorld(t, 2)
-		for r, err := range eachRank(2, func(r int) error {
+		for r, err := range testkit.EachRank(2, func(r int) error {
 			net := plainNet(4, 1)
 			if r == 1 { // a learnable w2 of another shape (the graph's own w2 renamed)
 				w := G.NewMatrix(net.g, G.Float64, G.WithShape(3, 3), G.WithName("w2"), G.WithValue(tensor.New(tensor.WithShape(3, 3), tensor.WithBacking(make([]float64, 9)))))
@@ -756,7 +757,7 @@ func TestGraphBadUse(t *testing.T) {
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				pgs := localWorld(t, 2)
-				for r, err := range eachRank(2, func(r int) error {
+				for r, err := range testkit.EachRank(2, func(r int) error {
 					net := plainNet(4, 1)
 					n, err := ddp.NewGraph(ctx, pgs[r], ddp.GraphSpec{Graph: net.g, Loss: net.loss, Params: net.params})
 					if err != nil {

@@ -3,15 +3,14 @@ package ddp
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/comm"
-	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/comm/commtest"
 	"github.com/tandemml/tandem/comm/tcp"
-	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // BenchmarkCompressHook runs the fp16 and bf16 compression hooks on a float32
@@ -38,21 +37,15 @@ func BenchmarkCompressHook(b *testing.B) {
 					ctx := context.Background()
 					b.SetBytes(int64(numel) * 4)
 					b.ResetTimer()
-					var wg sync.WaitGroup
-					for r, pg := range pgs {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							gb := &GradBucket{buf: tensor.New(tensor.WithShape(numel), tensor.Of(tensor.Float32))}
-							for i := 0; i < b.N; i++ {
-								if _, err := h.run(ctx, pg, gb).Wait(ctx); err != nil {
-									b.Errorf("rank %d: %v", r, err)
-									return
-								}
+					testkit.RequireEachRank(b, world, func(r int) error {
+						gb := &GradBucket{buf: tensor.New(tensor.WithShape(numel), tensor.Of(tensor.Float32))}
+						for range b.N {
+							if _, err := h.run(ctx, pgs[r], gb).Wait(ctx); err != nil {
+								return err
 							}
-						}()
-					}
-					wg.Wait()
+						}
+						return nil
+					})
 				})
 			}
 		}
@@ -60,33 +53,5 @@ func BenchmarkCompressHook(b *testing.B) {
 }
 
 func hookBenchGroups(b *testing.B, n int) []*comm.ProcessGroup {
-	st := store.NewMemory()
-	b.Cleanup(func() { st.Close() })
-	backend := tcp.NewBackend(tcp.WithHost("127.0.0.1"))
-	pgs := make([]*comm.ProcessGroup, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range pgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tr, err := backend.Connect(context.Background(), transport.Config{Rank: r, Size: n, Store: st})
-			if err == nil {
-				pgs[r], err = comm.NewProcessGroup(context.Background(), tr)
-			}
-			errs[r] = err
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.Cleanup(func() {
-		for _, pg := range pgs {
-			go pg.Close()
-		}
-	})
-	return pgs
+	return commtest.Groups(b, tcp.NewBackend(tcp.WithHost("127.0.0.1")), n)
 }

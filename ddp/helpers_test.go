@@ -2,11 +2,8 @@ package ddp_test
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
-	"runtime/debug"
 	"sync"
 	"testing"
 	"time"
@@ -14,10 +11,9 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/comm/commtest"
 	"github.com/tandemml/tandem/comm/local"
-	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/tcp"
-	"github.com/tandemml/tandem/comm/transport"
 	"github.com/tandemml/tandem/models"
 )
 
@@ -51,38 +47,7 @@ func localWorld(t *testing.T, n int) []*comm.ProcessGroup {
 // loopback sockets.
 func tcpWorld(t *testing.T, n int) []*comm.ProcessGroup {
 	t.Helper()
-	st := store.NewMemory()
-	t.Cleanup(func() { st.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	backend := tcp.NewBackend(tcp.WithHost("127.0.0.1"))
-	pgs := make([]*comm.ProcessGroup, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tr, err := backend.Connect(ctx, transport.Config{Rank: r, Size: n, Store: st, Token: "ddp-test", Timeout: 30 * time.Second})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			pgs[r], errs[r] = comm.NewProcessGroup(ctx, tr, comm.WithTimeout(30*time.Second))
-			if errs[r] != nil {
-				tr.Close()
-			}
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			closeAll(pgs)
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	t.Cleanup(func() { closeAll(pgs) })
-	return pgs
+	return commtest.Groups(t, tcp.NewBackend(tcp.WithHost("127.0.0.1")), n, comm.WithTimeout(30*time.Second))
 }
 
 func closeAll(pgs []*comm.ProcessGroup) {
@@ -94,58 +59,6 @@ func closeAll(pgs []*comm.ProcessGroup) {
 		}
 	}
 	wg.Wait()
-}
-
-// eachRank runs fn for every rank on its own goroutine and returns the
-// errors, indexed by rank.
-func eachRank(n int, fn func(r int) error) []error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				if p := recover(); p != nil {
-					errs[r] = fmt.Errorf("rank %d panicked: %v\n%s", r, p, debug.Stack())
-				}
-			}()
-			errs[r] = fn(r)
-		}()
-	}
-	wg.Wait()
-	return errs
-}
-
-func mustEachRank(t *testing.T, n int, fn func(r int) error) {
-	t.Helper()
-	for r, err := range eachRank(n, fn) {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
-}
-
-// checkNoLeak fails when goroutines started during the test are still
-// running after a grace period.
-func checkNoLeak(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= before {
-			return
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // newMLP builds an MLP whose weights depend on seed.

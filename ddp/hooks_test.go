@@ -14,6 +14,7 @@ import (
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/ddp"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 var hookSizes = []int{12, 16, 8, 3}
@@ -28,7 +29,7 @@ func gradRun(t *testing.T, world, steps, rows int, opts func(r int, pg *comm.Pro
 	ctx := testCtx(t, 60*time.Second)
 	grads := make([][][]float64, world)
 	nets := make([]*ddp.DDP, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		m := newMLP(t, hookSizes, 3)
 		var o []ddp.Option
 		if opts != nil {
@@ -238,7 +239,7 @@ func TestPowerSGDRankOneApproximates(t *testing.T) {
 	pgs := localWorld(t, world)
 	ctx := testCtx(t, 60*time.Second)
 	params := make([][]float64, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		cfg := ddp.DefaultPowerSGDConfig()
 		cfg.StartIter = 2
 		st, err := ddp.NewPowerSGDState(pgs[r], cfg)
@@ -313,7 +314,7 @@ func TestHookErrorFailsTheStep(t *testing.T) {
 	pgs := localWorld(t, world)
 	ctx := testCtx(t, 30*time.Second)
 	boom := errors.New("boom")
-	errs := eachRank(world, func(r int) error {
+	errs := testkit.EachRank(world, func(r int) error {
 		hook := func(ctx context.Context, _ int, b *ddp.GradBucket) ddp.Future {
 			if r == 1 {
 				return ddp.Failed(boom)

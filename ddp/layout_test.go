@@ -13,6 +13,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/ddp"
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/models"
 )
 
@@ -57,7 +58,7 @@ func TestBucketsRebuiltInReadyOrder(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	layouts := make([][][]string, world)
 	before := make([][][]string, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		m := newSwapped(t, 6, 8, 3, 5)
 		// Each weight is 192 or 384 bytes; a cap of 200 bytes puts every
 		// weight in a bucket of its own.
@@ -157,7 +158,7 @@ func TestMismatchedModelsFailOnEveryRank(t *testing.T) {
 			const world = 3
 			pgs := localWorld(t, world)
 			ctx := testCtx(t, 30*time.Second)
-			errs := eachRank(world, func(r int) error {
+			errs := testkit.EachRank(world, func(r int) error {
 				var opts []ddp.Option
 				if c.opts != nil {
 					opts = c.opts(r)
@@ -181,7 +182,7 @@ func TestBroadcastOverwritesOtherRanks(t *testing.T) {
 	pgs := localWorld(t, world)
 	ctx := testCtx(t, 30*time.Second)
 	ms := make([]*models.Sequential, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		ms[r] = newMLP(t, []int{4, 5, 2}, uint64(10+r))
 		_, err := ddp.New(ctx, pgs[r], ms[r])
 		return err

@@ -6,13 +6,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/checkpoint"
+	"github.com/tandemml/tandem/internal/testkit"
 
 	"github.com/tandemml/tandem/ddp"
 	"github.com/tandemml/tandem/models"
@@ -95,12 +95,11 @@ func TestParityWithPyTorch(t *testing.T) {
 	const tol = 1e-9
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
-			before := runtime.NumGoroutine()
-			t.Cleanup(func() { checkNoLeak(t, before) }) // runs after the groups are closed
+			testkit.CheckLeaks(t) // after the groups are closed
 			pgs := be.make(t, m.World)
 			ctx := testCtx(t, 60*time.Second)
 			nets := make([]*ddp.DDP, m.World)
-			mustEachRank(t, m.World, func(r int) error {
+			testkit.RequireEachRank(t, m.World, func(r int) error {
 				model, err := models.NewMLP(m.Model.Sizes, models.WithActivation(models.Activation(m.Model.Activation)), models.WithBias(m.Model.Bias), models.WithDtype(tensor.Float64))
 				if err != nil {
 					return err

@@ -1,13 +1,10 @@
 package ddp_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/ddp"
+	"github.com/tandemml/tandem/internal/childtest"
 )
 
 // helperEnv selects the role of a re-executed test binary.
@@ -73,57 +71,20 @@ func TestRankDyingMidStep(t *testing.T) {
 	for _, victim := range []int{2, 0} { // rank 0 also serves the store
 		t.Run(fmt.Sprintf("rank %d dies", victim), func(t *testing.T) {
 			const world = 3
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			port := ln.Addr().(*net.TCPAddr).Port
-			ln.Close()
-			lines := make([]chan string, world)
 			start := time.Now()
-			for r := range world {
-				cmd := exec.Command(os.Args[0], "-test.run=^TestHelperDDPProcess$")
-				cmd.Env = append(os.Environ(), helperEnv+"=train", "DDP_VICTIM="+strconv.Itoa(victim),
-					"RANK="+strconv.Itoa(r), "WORLD_SIZE=3", "LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE=3",
-					"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "TANDEM_TOKEN=ddp-kill-test")
-				cmd.Stderr = os.Stderr
-				out, err := cmd.StdoutPipe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-				ch := make(chan string, 16)
-				lines[r] = ch
-				go func() {
-					sc := bufio.NewScanner(out)
-					for sc.Scan() {
-						ch <- sc.Text()
-					}
-					close(ch)
-				}()
-			}
-			for r := range world {
+			outs := childtest.Ranks(t, world, 60*time.Second, "TestHelperDDPProcess",
+				helperEnv+"=train", "DDP_VICTIM="+strconv.Itoa(victim), "TANDEM_TOKEN=ddp-kill-test")
+			for r, out := range outs {
 				if r == victim {
 					continue
 				}
-				var l string
-				select {
-				case got, ok := <-lines[r]:
-					l = got
-					if !ok {
-						l = "(exited without a word)"
-					}
-				case <-time.After(45 * time.Second):
-					l = "(nothing within 45s: hung)"
-				}
+				l, _, _ := strings.Cut(out, "\n")
 				if !strings.HasPrefix(l, "ERR step=2 peerlost=true timeout=false") {
-					t.Errorf("rank %d: want its third step to fail with ErrPeerLost, got %s", r, l)
+					t.Errorf("rank %d: want its third step to fail with ErrPeerLost, got %s", r, out)
 				}
-				t.Logf("rank %d after %v: %s", r, time.Since(start).Round(time.Millisecond), l)
+				t.Logf("rank %d: %s", r, l)
 			}
+			t.Logf("every rank exited after %v", time.Since(start).Round(time.Millisecond))
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/ddp"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // Stats splits every step's forward and backward passes at the loss, in
@@ -16,7 +17,7 @@ func TestStatsForwardBackward(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	stats := make([]ddp.Stats, world)
 	events := make([][]ddp.TraceEvent, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		tl := ddp.NewTimeline(0, 2*steps)
 		net, err := ddp.New(ctx, pgs[r], newMLP(t, []int{16, 64, 64, 4}, 1), ddp.WithTimeline(tl))
 		if err != nil {

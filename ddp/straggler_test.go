@@ -11,6 +11,7 @@ import (
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/ddp"
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/internal/testlog"
 	"github.com/tandemml/tandem/launch"
 )
@@ -31,7 +32,7 @@ func TestStragglerIsNamed(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	const steps, every, slow = 12, 4, 30 * time.Millisecond
 	stats := make([]ddp.Stats, 3)
-	mustEachRank(t, 3, func(r int) error {
+	testkit.RequireEachRank(t, 3, func(r int) error {
 		net, err := ddp.New(ctx, pgs[r], newMLP(t, []int{8, 16, 4}, 1), ddp.StragglerEvery(every))
 		if err != nil {
 			return err
@@ -80,7 +81,7 @@ func TestNoStragglerWhenEven(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	stats := make([]ddp.Stats, 3)
 	off := make([]ddp.Stats, 3)
-	mustEachRank(t, 3, func(r int) error {
+	testkit.RequireEachRank(t, 3, func(r int) error {
 		net, err := ddp.New(ctx, pgs[r], newMLP(t, []int{8, 16, 4}, 1), ddp.StragglerEvery(5))
 		if err != nil {
 			return err

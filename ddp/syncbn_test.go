@@ -11,6 +11,7 @@ import (
 
 	"github.com/tandemml/tandem/ddp"
 	"github.com/tandemml/tandem/graph"
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/models"
 )
 
@@ -58,7 +59,7 @@ func TestSyncBatchNormEqualsOneBigBatch(t *testing.T) {
 	data := func(r, s int) (*tensor.Dense, *tensor.Dense) { return imageBatch(uint64(10*s+r), rowsPer) }
 	losses := make([][]float64, world)
 	states := make([][]float64, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		m := bnNet(t)
 		conv, n, err := ddp.ConvertSyncBatchNorm(ctx, pgs[r], m)
 		if err != nil {

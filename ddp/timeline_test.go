@@ -17,6 +17,7 @@ import (
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/ddp"
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/optim"
 )
 
@@ -48,7 +49,7 @@ func TestTimelineMergedAcrossRanks(t *testing.T) {
 	files := make([]string, world)
 	nbuckets := make([]int, world)
 	gathered := make([]ddp.Trace, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		tl := ddp.NewTimeline(from, keep)
 		model := newMLP(t, []int{8, 32, 32, 4}, 1)
 		net, err := ddp.New(ctx, pgs[r], model, ddp.BucketCapMB(0.001), ddp.FirstBucketCapMB(0.001), ddp.WithTimeline(tl))
@@ -209,7 +210,7 @@ func BenchmarkTimeline(b *testing.B) {
 			defer closeAll(pgs)
 			ctx := context.Background()
 			nets := make([]*ddp.DDP, 2)
-			errs := eachRank(2, func(r int) error {
+			errs := testkit.EachRank(2, func(r int) error {
 				var opts []ddp.Option
 				if on {
 					opts = append(opts, ddp.WithTimeline(ddp.NewTimeline(0, 0)))
@@ -224,7 +225,7 @@ func BenchmarkTimeline(b *testing.B) {
 			}
 			x, y := batch(1, 32, 64, 10)
 			b.ResetTimer()
-			errs = eachRank(2, func(r int) error {
+			errs = testkit.EachRank(2, func(r int) error {
 				for range b.N {
 					if _, err := nets[r].Step(ctx, x, y); err != nil {
 						return err
@@ -256,7 +257,7 @@ func testTimelineGraphDDP(t *testing.T, tape bool) {
 	pgs := localWorld(t, world)
 	ctx := testCtx(t, time.Minute)
 	tls := make([]*ddp.Timeline, world)
-	mustEachRank(t, world, func(r int) error {
+	testkit.RequireEachRank(t, world, func(r int) error {
 		g := G.NewGraph()
 		x := G.NewMatrix(g, G.Float64, G.WithShape(2, 1), G.WithName("x"))
 		y := G.NewMatrix(g, G.Float64, G.WithShape(2, 1), G.WithName("y"))

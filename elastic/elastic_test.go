@@ -8,6 +8,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/elastic"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // fastConfig: the test job's timings.
@@ -18,13 +19,7 @@ func fastConfig() elastic.Config {
 
 // runMembers trains the members concurrently and returns their errors.
 func runMembers(ctx context.Context, steps int64, mbs ...*member) []error {
-	errs := make([]error, len(mbs))
-	var wg sync.WaitGroup
-	for i, mb := range mbs {
-		wg.Go(func() { errs[i] = mb.train(ctx, steps) })
-	}
-	wg.Wait()
-	return errs
+	return testkit.EachRank(len(mbs), func(i int) error { return mbs[i].train(ctx, steps) })
 }
 
 func tcpStore(t *testing.T) store.Store { return dialStore(t, serveStore(t)) }

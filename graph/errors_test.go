@@ -14,6 +14,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // chainGraph builds x -> first -> second -> ... -> last (each a probe op).
@@ -29,20 +30,6 @@ func chainGraph(t *testing.T, ops ...G.Op) (*G.ExprGraph, []*G.Node) {
 		nodes = append(nodes, n)
 	}
 	return g, nodes
-}
-
-// waitGoroutines fails the test if the goroutine count does not come back to
-// at most before within a grace period.
-func waitGoroutines(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines left, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 var errOp = errors.New("op failed on purpose")
@@ -85,7 +72,7 @@ func TestOpErrorNamesNodeAndProgramIsReusable(t *testing.T) {
 			if after.Load() != 1 || nodes[3].Value() == nil {
 				t.Fatal("second run did not reach the last node")
 			}
-			waitGoroutines(t, before)
+			testkit.RequireNoLeak(t, before)
 		})
 	}
 }
@@ -147,7 +134,7 @@ func TestCancelStopsRunPromptly(t *testing.T) {
 			if after.Load() != 0 {
 				t.Fatal("a node after the cancelled one ran")
 			}
-			waitGoroutines(t, before)
+			testkit.RequireNoLeak(t, before)
 		})
 	}
 }

@@ -1,15 +1,14 @@
 package launch
 
 import (
-	"bufio"
 	"errors"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // pos is the part of a Job that tests compare: everything but Sources and
@@ -37,28 +36,7 @@ func lookupMap(m map[string]string) func(string) (string, bool) {
 // readCapture reads testdata/DIR/rankN.env: NAME=VALUE lines, # comments.
 func readCapture(t *testing.T, dir string, rank int) map[string]string {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", dir, "rank"+strconv.Itoa(rank)+".env"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok {
-			t.Fatalf("%s: line %q is not NAME=VALUE", dir, line)
-		}
-		m[k] = v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return testkit.ReadEnvFile(t, filepath.Join("testdata", dir, "rank"+strconv.Itoa(rank)+".env"))
 }
 
 // TestCapturedEnvironments reads environments recorded from the real

@@ -3,12 +3,12 @@ package rpc
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"sync"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // startGroup starts n agents in this process over loopback sockets, meeting
@@ -27,15 +27,7 @@ func startGroup(t testing.TB, n int, setup func(rank int, reg *Registry), opts .
 		return fmt.Sprintf("w%d", r), append([]Option{WithStore(st), WithRegistry(reg), WithListenAddr("127.0.0.1:0")}, opts...)
 	})
 	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, a := range agents {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a.Close()
-			}()
-		}
-		wg.Wait()
+		testkit.EachRank(len(agents), func(r int) error { return agents[r].Close() })
 		st.Close()
 	})
 	return agents
@@ -45,13 +37,11 @@ func startGroup(t testing.TB, n int, setup func(rank int, reg *Registry), opts .
 // only once all have joined); setup gives rank r its name and options.
 func initEach(ctx context.Context, n int, setup func(r int) (string, []Option)) ([]*Agent, []error) {
 	agents := make([]*Agent, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
+	errs := testkit.EachRank(n, func(r int) (err error) {
 		name, opts := setup(r)
-		wg.Go(func() { agents[r], errs[r] = Init(ctx, name, r, n, opts...) })
-	}
-	wg.Wait()
+		agents[r], err = Init(ctx, name, r, n, opts...)
+		return err
+	})
 	return agents, errs
 }
 
@@ -79,34 +69,19 @@ func basics(r int) *Registry {
 func shutdownAll(agents []*Agent) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	errs := make([]error, len(agents))
-	var wg sync.WaitGroup
-	for i, a := range agents {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = a.Shutdown(ctx)
-		}()
-	}
-	wg.Wait()
-	return errs
+	return testkit.EachRank(len(agents), func(i int) error { return agents[i].Shutdown(ctx) })
 }
 
-// checkGoroutines fails if the goroutine count does not come back to about
-// before within a grace period.
-func checkGoroutines(t *testing.T, before int) {
+// masterStore starts a TCP store master on a free port of 127.0.0.1 that
+// asks for token, closed when the test ends, and returns it and its port,
+// for worker processes to reach as MASTER_ADDR and MASTER_PORT.
+func masterStore(t *testing.T, ctx context.Context, token string) (*store.TCPStore, string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= before+2 {
-			return
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Fatalf("goroutines: %d before, %d after shutdown\n%s", before, n, buf)
-		}
-		time.Sleep(20 * time.Millisecond)
+	st, err := store.NewTCP(ctx, "127.0.0.1:0", true, store.WithToken(token))
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { st.Close() })
+	_, port, _ := net.SplitHostPort(st.Addr())
+	return st, port
 }

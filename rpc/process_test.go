@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/testkit"
 	"gorgonia.org/tensor"
 )
 
@@ -64,15 +64,9 @@ func TestMultiProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testkit.Context(t, 60*time.Second)
 	const token = "multi-process-test-token"
-	st, err := store.NewTCP(ctx, "127.0.0.1:0", true, store.WithToken(token))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	_, port, _ := net.SplitHostPort(st.Addr())
+	st, port := masterStore(t, ctx, token)
 
 	type child struct {
 		cmd *exec.Cmd

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // startServingWorker starts this test binary as a worker process that
@@ -68,15 +68,9 @@ func TestCallToStoppedWorkerFails(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a process")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testkit.Context(t, 60*time.Second)
 	const token = "liveness-test-token"
-	st, err := store.NewTCP(ctx, "127.0.0.1:0", true, store.WithToken(token))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	_, port, _ := net.SplitHostPort(st.Addr())
+	st, port := masterStore(t, ctx, token)
 	child, out := startServingWorker(t, "RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, TokenEnv+"="+token)
 	reg := NewRegistry()
 	registerBasics(0, reg)

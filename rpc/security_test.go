@@ -19,9 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/testkit"
 	"gorgonia.org/tensor"
 
-	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/internal/samehost"
 	"github.com/tandemml/tandem/internal/wire"
 )
@@ -313,7 +314,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 			}
 		}
 	}()
-	checkGoroutines(t, before)
+	testkit.RequireNoLeak(t, before, testkit.Slack(2))
 }
 
 // TestInitFromEnvReadsLaunch: InitFromEnv reads the job through package

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/internal/testlog"
 	"github.com/tandemml/tandem/launch"
 )
@@ -140,20 +141,6 @@ func requireGone(t *testing.T, pids []int) {
 	}
 }
 
-// requireNoGoroutineLeak fails if the goroutine count does not come back to
-// before within a grace period.
-func requireNoGoroutineLeak(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("goroutines: %d before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestRunPrefixesEachRanksLines(t *testing.T) {
 	before := runtime.NumGoroutine()
 	out, errOut, err := launchArgs(t, context.Background(), nil,
@@ -165,7 +152,7 @@ func TestRunPrefixesEachRanksLines(t *testing.T) {
 		"[2] 2/3", "[2] no newline 2",
 	}, sortedLines(out))
 	checkEqual(t, []string{"[0] to stderr 0", "[1] to stderr 1", "[2] to stderr 2"}, sortedLines(errOut))
-	requireNoGoroutineLeak(t, before)
+	testkit.RequireNoLeak(t, before)
 }
 
 func TestRunNoPrefixPassesOutputThrough(t *testing.T) {
@@ -280,7 +267,7 @@ func TestRunFailingWorkerStopsTheOthers(t *testing.T) {
 	checkMatch(t, `^rank 1 \(pid \d+\) exited with code 3; stopped the other 2 workers$`, err.Error())
 	checkNotContains(t, errOut, "SIGKILL")
 	requireGone(t, markerPids(t, dir, 0, 2))
-	requireNoGoroutineLeak(t, before)
+	testkit.RequireNoLeak(t, before)
 }
 
 // runArgs is launchArgs through runJob, with -max-restarts honoured.

@@ -2,13 +2,12 @@ package commtest
 
 import (
 	"context"
-	"fmt"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // NewGroups builds the n world groups of one fresh world (index r is rank r),
@@ -89,52 +88,11 @@ func testCtx(t *testing.T) context.Context {
 // each runs f for every rank in its own goroutine and returns each rank's
 // error.
 func each(pgs []*comm.ProcessGroup, f func(r int, pg *comm.ProcessGroup) error) []error {
-	errs := make([]error, len(pgs))
-	var wg sync.WaitGroup
-	for r, pg := range pgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				if p := recover(); p != nil {
-					errs[r] = fmt.Errorf("rank %d panicked: %v", r, p)
-				}
-			}()
-			errs[r] = f(r, pg)
-		}()
-	}
-	wg.Wait()
-	return errs
+	return testkit.EachRank(len(pgs), func(r int) error { return f(r, pgs[r]) })
 }
 
 // mustEach is each that fails t on any rank's error.
 func mustEach(t *testing.T, pgs []*comm.ProcessGroup, f func(r int, pg *comm.ProcessGroup) error) {
 	t.Helper()
-	for r, err := range each(pgs, f) {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
-}
-
-// checkNoLeak fails t if goroutines started during the test are still running
-// after a grace period.
-func checkNoLeak(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		now := runtime.NumGoroutine()
-		if now <= before {
-			return
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			n := runtime.Stack(buf, true)
-			t.Fatalf("%d goroutines before, %d after closing the groups:\n%s", before, now, buf[:n])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.RequireEachRank(t, len(pgs), func(r int) error { return f(r, pgs[r]) })
 }

@@ -16,4 +16,12 @@
 //	}
 //
 // The suite closes the groups it gets. It is meant to run under -race.
+// The point-to-point contract under the groups, the transport's, has its
+// own kit, comm/transport/transporttest, which a backend passes first.
+//
+// The package also builds worlds for other packages' tests and benchmarks:
+// Groups (goroutine ranks over any transport.Backend), InitGroups (ranks
+// joining with comm.Init, as a job does), LocalRanks (a function run on
+// every comm/local rank, with its own output) and BenchAllReduce (the timed
+// loop of an all-reduce benchmark).
 package commtest

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/internal/testkit"
 	"gorgonia.org/tensor"
 )
 
@@ -262,7 +263,7 @@ func (s *suite) testClosed(t *testing.T) {
 			t.Errorf("rank %d: second Close: %v", r, err)
 		}
 	}
-	checkNoLeak(t, before)
+	testkit.RequireNoLeak(t, before)
 }
 
 func (s *suite) testMonitoredBarrier(t *testing.T) {

@@ -3,6 +3,7 @@ package commtest
 import (
 	"fmt"
 	"math"
+	"reflect"
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/internal/flat"
@@ -47,20 +48,7 @@ func newTensor(dt tensor.Dtype, shape []int, f func(i int) int64) *tensor.Dense 
 		panic(fmt.Sprintf("commtest: dtype %v", dt))
 	}
 	if len(shape) == 0 {
-		switch b := backing.(type) {
-		case []float32:
-			return tensor.New(tensor.FromScalar(b[0]))
-		case []float64:
-			return tensor.New(tensor.FromScalar(b[0]))
-		case []int8:
-			return tensor.New(tensor.FromScalar(b[0]))
-		case []uint8:
-			return tensor.New(tensor.FromScalar(b[0]))
-		case []int32:
-			return tensor.New(tensor.FromScalar(b[0]))
-		case []int64:
-			return tensor.New(tensor.FromScalar(b[0]))
-		}
+		return tensor.New(tensor.FromScalar(reflect.ValueOf(backing).Index(0).Interface()))
 	}
 	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing))
 }

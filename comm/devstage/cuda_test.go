@@ -11,6 +11,7 @@ import (
 
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/devstage"
+	"github.com/tandemml/tandem/internal/testkit"
 	"gorgonia.org/tensor"
 )
 
@@ -24,7 +25,7 @@ func TestCUDAAllReduce(t *testing.T) {
 	pgs := localGroups(t, size)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	onRanks(t, size, func(r int) error {
+	testkit.RequireEachRank(t, size, func(r int) error {
 		dev, err := devstage.NewCUDA(0)
 		if err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"github.com/tandemml/tandem/comm/devstage"
 	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/comm/tcp"
+	"github.com/tandemml/tandem/internal/testkit"
 	"gorgonia.org/tensor"
 )
 
@@ -78,27 +79,6 @@ func localGroups(t *testing.T, n int) []*comm.ProcessGroup {
 	return pgs
 }
 
-// onRanks runs fn on a goroutine per rank and fails t with every rank's
-// error.
-func onRanks(t *testing.T, n int, fn func(r int) error) {
-	t.Helper()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(r)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
-}
-
 func newStager(t *testing.T, dev devstage.Device, opts ...devstage.Option) *devstage.Stager {
 	t.Helper()
 	s, err := devstage.New(dev, opts...)
@@ -154,7 +134,7 @@ func checkAllReduce(t *testing.T, pgs []*comm.ProcessGroup, dt tensor.Dtype, n, 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	onRanks(t, size, func(r int) error {
+	testkit.RequireEachRank(t, size, func(r int) error {
 		x := makeTensor(dt, n, func(i int) float64 { return rankValue(r, i) })
 		s := newStager(t, newHost(t), devstage.WithChunkBytes(chunk))
 		if err := s.AllReduce(ctx, pgs[r], hostBuffer(t, x), op); err != nil {
@@ -208,7 +188,7 @@ func TestBroadcast(t *testing.T) {
 	const n, root = 777, 1
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	onRanks(t, 3, func(r int) error {
+	testkit.RequireEachRank(t, 3, func(r int) error {
 		x := makeTensor(tensor.Float64, n, func(i int) float64 { return rankValue(r, i) })
 		var steps []devstage.Step
 		s := newStager(t, newHost(t), devstage.WithChunkBytes(256), devstage.WithTrace(func(st devstage.Step) { steps = append(steps, st) }))
@@ -243,7 +223,7 @@ func TestPipelineOrder(t *testing.T) {
 	pgs := localGroups(t, size)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	onRanks(t, size, func(r int) error {
+	testkit.RequireEachRank(t, size, func(r int) error {
 		var mu sync.Mutex
 		var steps []devstage.Step
 		var copies []devstage.Copy
@@ -331,7 +311,7 @@ func TestCopiesOverlapCollectives(t *testing.T) {
 	pgs := localGroups(t, size)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	onRanks(t, size, func(r int) error {
+	testkit.RequireEachRank(t, size, func(r int) error {
 		mk := func() []chan struct{} {
 			cs := make([]chan struct{}, chunks)
 			for k := range cs {

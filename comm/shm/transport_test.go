@@ -3,9 +3,12 @@ package shm_test
 import (
 	"bytes"
 	"context"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/tandemml/tandem/comm/shm"
+	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/comm/transport/transporttest"
 )
 
 // TestOutOfOrderLarge: large messages received in another order than sent
@@ -59,34 +62,17 @@ func TestOutOfOrderLarge(t *testing.T) {
 	}
 }
 
-// TestCrossingSends: two ranks that each send the other a message much
-// larger than the ring before receiving both complete: the transport
-// buffers what arrives before its receive.
-func TestCrossingSends(t *testing.T) {
-	ts := pair(t, 64<<10)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for r := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			msg := bytes.Repeat([]byte{byte(r + 1)}, 4<<20)
-			if err := ts[r].Send(ctx, 1-r, 3, msg); err != nil {
-				errs[r] = err
-				return
-			}
-			got := make([]byte, len(msg))
-			if errs[r] = ts[r].Recv(ctx, 1-r, 3, got); errs[r] == nil && !bytes.Equal(got, bytes.Repeat([]byte{byte(2 - r)}, 4<<20)) {
-				t.Errorf("rank %d received a corrupted message", r)
-			}
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
+// TestTransportContract runs the point-to-point contract with the default
+// rings and with rings far smaller than the large messages.
+func TestTransportContract(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		b    shm.Backend
+	}{{"default", shm.NewBackend()}, {"64KiB-ring", shm.NewBackend(shm.WithRingBytes(64 << 10))}} {
+		t.Run(c.name, func(t *testing.T) {
+			transporttest.Run(t, func(t *testing.T, n int) []transport.Transport {
+				return transporttest.Connect(t, c.b, n, nil)
+			})
+		})
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // TestContextDeadlineGovernsBlockingCalls: a Get, MultiGet or Wait whose
@@ -80,7 +82,7 @@ func TestContextDeadlineGovernsBlockingCalls(t *testing.T) {
 // address refusing connections, a client that was connected stops
 // redialling after GoneAfter and says so, whatever its call's deadline.
 func TestClientGivesUpOnGoneServer(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	srv, err := NewServer("127.0.0.1:0", WithLogger(quietLogger()), WithToken(""))
 	noErr(t, err)
 	served := make(chan error, 1)

@@ -8,12 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/internal/testlog"
 )
 
@@ -49,26 +49,8 @@ func dialT(t *testing.T, addr string, opts ...Option) Store {
 	return s
 }
 
-// checkNoLeak fails the test if goroutines started during it outlive it.
-func checkNoLeak(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		var now int
-		for range 200 {
-			if now = runtime.NumGoroutine(); now <= before {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		t.Errorf("goroutines leaked: %d before, %d after\n%s", before, now, buf)
-	})
-}
-
 func TestTCPNoGoroutineLeak(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	ctx := ctxFor(t, long)
 	master, err := NewTCP(ctx, "127.0.0.1:0", true, WithLogger(quietLogger()), WithToken(""))
 	if err != nil {
@@ -102,7 +84,7 @@ func TestTCPNoGoroutineLeak(t *testing.T) {
 }
 
 func TestServerCloseReleasesClients(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	srv, err := NewServer("127.0.0.1:0", WithLogger(quietLogger()), WithToken(""))
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +110,7 @@ func TestServerCloseReleasesClients(t *testing.T) {
 }
 
 func TestServeStopsWithContext(t *testing.T) {
-	checkNoLeak(t)
+	testkit.CheckLeaks(t)
 	srv, err := NewServer("127.0.0.1:0", WithLogger(quietLogger()), WithToken(""))
 	if err != nil {
 		t.Fatal(err)

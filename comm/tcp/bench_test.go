@@ -1,15 +1,12 @@
 package tcp_test
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/tandemml/tandem/comm"
-	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/comm/commtest"
 	"github.com/tandemml/tandem/comm/tcp"
-	"github.com/tandemml/tandem/comm/transport"
 	"gorgonia.org/tensor"
 )
 
@@ -21,60 +18,15 @@ func BenchmarkAllReduce(b *testing.B) {
 		for _, size := range []int{4 << 10, 1 << 20, 16 << 20, 64 << 20} {
 			b.Run(fmt.Sprintf("world=%d/bytes=%d", world, size), func(b *testing.B) {
 				pgs := benchGroups(b, world)
-				xs := make([]*tensor.Dense, world)
-				for r := range xs {
-					xs[r] = tensor.New(tensor.WithShape(size/4), tensor.Of(tensor.Float32))
-				}
-				ctx := context.Background()
+				xs := commtest.Zeros(world, size/4, tensor.Float32)
 				b.SetBytes(int64(size))
-				b.ResetTimer()
-				var wg sync.WaitGroup
-				for r, pg := range pgs {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for i := 0; i < b.N; i++ {
-							if err := pg.AllReduce(ctx, xs[r], comm.Sum).Wait(ctx); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
+				commtest.BenchAllReduce(b, pgs, xs)
 			})
 		}
 	}
 }
 
+// benchGroups connects n goroutine ranks over loopback TCP.
 func benchGroups(b *testing.B, n int) []*comm.ProcessGroup {
-	st := store.NewMemory()
-	b.Cleanup(func() { st.Close() })
-	backend := tcp.NewBackend(tcp.WithHost("127.0.0.1"))
-	pgs := make([]*comm.ProcessGroup, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range pgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tr, err := backend.Connect(context.Background(), transport.Config{Rank: r, Size: n, Store: st})
-			if err == nil {
-				pgs[r], err = comm.NewProcessGroup(context.Background(), tr)
-			}
-			errs[r] = err
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.Cleanup(func() {
-		for _, pg := range pgs {
-			go pg.Close()
-		}
-	})
-	return pgs
+	return commtest.Groups(b, tcp.NewBackend(tcp.WithHost("127.0.0.1")), n)
 }

@@ -8,9 +8,8 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm"
-	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/comm/commtest"
 	"github.com/tandemml/tandem/comm/tcp"
-	"github.com/tandemml/tandem/comm/transport"
 	"gorgonia.org/tensor"
 )
 
@@ -21,7 +20,7 @@ func TestLargeCollectives(t *testing.T) {
 	for _, single := range []bool{true, false} {
 		for _, n := range []int{2, 3} {
 			t.Run(fmt.Sprintf("single-copy=%v/n=%d", single, n), func(t *testing.T) {
-				pgs := largeWorld(t, n, tcp.NewBackend(tcp.WithHost("127.0.0.1"), tcp.WithSameHostCopy(single)))
+				pgs := commtest.Groups(t, tcp.NewBackend(tcp.WithHost("127.0.0.1"), tcp.WithSameHostCopy(single)), n)
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				defer cancel()
 				const elems = 3<<20/4 + 5 // segments of about 1 MiB, not a multiple of the world size
@@ -91,46 +90,4 @@ func largeRank(ctx context.Context, pg *comm.ProcessGroup, r, n, elems int) erro
 		}
 	}
 	return nil
-}
-
-// largeWorld connects n goroutine ranks through b and closes them at the
-// end of the test.
-func largeWorld(t *testing.T, n int, b tcp.Backend) []*comm.ProcessGroup {
-	t.Helper()
-	st := store.NewMemory()
-	t.Cleanup(func() { st.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pgs := make([]*comm.ProcessGroup, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tr, err := b.Connect(ctx, transport.Config{Rank: r, Size: n, Store: st})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			pgs[r], errs[r] = comm.NewProcessGroup(ctx, tr)
-		}()
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, pg := range pgs {
-			if pg != nil {
-				wg.Add(1)
-				go func() { defer wg.Done(); pg.Close() }()
-			}
-		}
-		wg.Wait()
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	return pgs
 }

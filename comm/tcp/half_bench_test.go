@@ -1,14 +1,13 @@
 package tcp_test
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"testing"
 
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/comm/commtest"
 )
 
 // BenchmarkAllReduceHalf all-reduces the same number of elements as float32,
@@ -22,27 +21,9 @@ func BenchmarkAllReduceHalf(b *testing.B) {
 			for _, dt := range []tensor.Dtype{tensor.Float32, comm.Float16Dtype, comm.BFloat16Dtype} {
 				b.Run(fmt.Sprintf("world=%d/elems=%d/%v", world, numel, dt), func(b *testing.B) {
 					pgs := benchGroups(b, world)
-					xs := make([]*tensor.Dense, world)
-					for r := range xs {
-						xs[r] = tensor.New(tensor.WithShape(numel), tensor.Of(dt))
-					}
-					ctx := context.Background()
+					xs := commtest.Zeros(world, numel, dt)
 					b.SetBytes(int64(numel) * 4)
-					b.ResetTimer()
-					var wg sync.WaitGroup
-					for r, pg := range pgs {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							for i := 0; i < b.N; i++ {
-								if err := pg.AllReduce(ctx, xs[r], comm.Sum).Wait(ctx); err != nil {
-									b.Error(err)
-									return
-								}
-							}
-						}()
-					}
-					wg.Wait()
+					commtest.BenchAllReduce(b, pgs, xs)
 				})
 			}
 		}

@@ -1,16 +1,16 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
 	"os"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // loopback is the backend every test uses: 127.0.0.1 only.
@@ -66,20 +66,14 @@ func connectWorld(n int, st store.Store, mutate func(rank int, cfg *transport.Co
 
 func connectWorldWith(backend func(rank int) Backend, n int, st store.Store, mutate func(rank int, cfg *transport.Config)) ([]*Transport, []error) {
 	ts := make([]*Transport, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := transport.Config{Rank: r, Size: n, Store: st, Timeout: 20 * time.Second, Token: "secret"}
-			if mutate != nil {
-				mutate(r, &cfg)
-			}
-			ts[r], errs[r] = backend(r).ConnectTCP(context.Background(), cfg)
-		}()
-	}
-	wg.Wait()
+	errs := testkit.EachRank(n, func(r int) (err error) {
+		cfg := transport.Config{Rank: r, Size: n, Store: st, Timeout: 20 * time.Second, Token: "secret"}
+		if mutate != nil {
+			mutate(r, &cfg)
+		}
+		ts[r], err = backend(r).ConnectTCP(context.Background(), cfg)
+		return err
+	})
 	return ts, errs
 }
 
@@ -108,12 +102,6 @@ func settle(cond func() bool) bool {
 	return cond()
 }
 
-// goroutineDump returns the stacks of every goroutine, for leak reports.
-func goroutineDump() string {
-	buf := make([]byte, 1<<20)
-	return string(buf[:runtime.Stack(buf, true)])
-}
-
 func mustContain(t *testing.T, err error, parts ...string) {
 	t.Helper()
 	if err == nil {
@@ -123,5 +111,18 @@ func mustContain(t *testing.T, err error, parts ...string) {
 		if !strings.Contains(err.Error(), p) {
 			t.Errorf("error %q does not mention %q", err, p)
 		}
+	}
+}
+
+// exchange sends msg from rank src to rank dst of ts under tag and fails the
+// test, saying what the exchange was, unless it arrives intact.
+func exchange(t *testing.T, ctx context.Context, ts []*Transport, src, dst int, tag transport.Tag, msg []byte, what string) {
+	t.Helper()
+	if err := ts[src].Send(ctx, dst, tag, msg); err != nil {
+		t.Fatalf("%s: send: %v", what, err)
+	}
+	got := make([]byte, len(msg))
+	if err := ts[dst].Recv(ctx, src, tag, got); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("%s: receive: %v (intact: %v)", what, err, bytes.Equal(got, msg))
 	}
 }

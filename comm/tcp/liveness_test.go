@@ -20,6 +20,7 @@ import (
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/tcp"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/testkit"
 	"gorgonia.org/tensor"
 )
 
@@ -269,10 +270,7 @@ func TestCutLinkFailsBothSides(t *testing.T) {
 		}
 	}
 	closeAll(ts[:])
-	if !settleG(func() bool { return runtime.NumGoroutine() <= baseG+4 }) { // +4: the proxy's, ended by cleanup
-		buf := make([]byte, 1<<20)
-		t.Errorf("goroutines: %d before, %d after Close\n%s", baseG, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-	}
+	testkit.AssertNoLeak(t, baseG, testkit.Slack(4)) // 4: the proxy's, ended by cleanup
 }
 
 // Every byte read counts as a sign of life, not only whole frames: a
@@ -690,14 +688,4 @@ func mustMention(t *testing.T, err error, parts ...string) {
 			t.Errorf("error %q does not mention %q", err, p)
 		}
 	}
-}
-
-// settleG waits until cond holds or a few seconds pass.
-func settleG(cond func() bool) bool {
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-	}
-	return cond()
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/comm/transport/transporttest"
 	"github.com/tandemml/tandem/internal/liveness"
 	"github.com/tandemml/tandem/internal/nettest"
 	"github.com/tandemml/tandem/internal/peercred"
@@ -67,14 +68,7 @@ func TestSingleCopyIsNegotiated(t *testing.T) {
 		}
 	}
 	ctx := ctxTimeout(t, 20*time.Second)
-	msg := payload(9, 2*refMin)
-	if err := mixed[1].Send(ctx, 0, 1, msg); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, len(msg))
-	if err := mixed[0].Recv(ctx, 1, 1, got); err != nil || !bytes.Equal(got, msg) {
-		t.Fatalf("stream fallback: %v", err)
-	}
+	exchange(t, ctx, mixed, 1, 0, 1, transporttest.Payload(9, 2*refMin), "stream fallback")
 }
 
 // Many large messages in both directions at once, on several tags: every
@@ -92,7 +86,7 @@ func TestSingleCopyConcurrent(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < rounds; i++ {
-					if err := ts[src].Send(ctx, 1-src, transport.Tag(tag), payload(src*100+tag*10+i, size)); err != nil {
+					if err := ts[src].Send(ctx, 1-src, transport.Tag(tag), transporttest.Payload(src*100+tag*10+i, size)); err != nil {
 						errc <- err
 						return
 					}
@@ -109,7 +103,7 @@ func TestSingleCopyConcurrent(t *testing.T) {
 						errc <- err
 						return
 					}
-					if !bytes.Equal(buf, payload(src*100+tag*10+i, size)) {
+					if !bytes.Equal(buf, transporttest.Payload(src*100+tag*10+i, size)) {
 						errc <- fmt.Errorf("%d->%d tag %d round %d: wrong payload", src, 1-src, tag, i)
 						return
 					}
@@ -147,7 +141,7 @@ func TestSingleCopyWrongSizeAndTooLarge(t *testing.T) {
 			pending = recv(1, make([]byte, refMin+8))
 			time.Sleep(10 * time.Millisecond)
 		}
-		if err := ts[0].Send(ctx, 1, 1, payload(1, refMin)); err != nil {
+		if err := ts[0].Send(ctx, 1, 1, transporttest.Payload(1, refMin)); err != nil {
 			t.Fatalf("posted=%v: send: %v", posted, err)
 		}
 		if !posted {
@@ -160,20 +154,13 @@ func TestSingleCopyWrongSizeAndTooLarge(t *testing.T) {
 		}
 		mustContain(t, err, fmt.Sprint(refMin), fmt.Sprint(refMin+8))
 	}
-	if err := ts[0].Send(ctx, 1, 2, payload(2, 6*refMin)); err != nil {
+	if err := ts[0].Send(ctx, 1, 2, transporttest.Payload(2, 6*refMin)); err != nil {
 		t.Fatal(err)
 	}
 	if err := ts[1].Recv(ctx, 0, 2, make([]byte, 6*refMin)); !errors.Is(err, transport.ErrTooLarge) {
 		t.Fatalf("oversized message by reference: want ErrTooLarge, got %v", err)
 	}
-	want := payload(3, 2*refMin)
-	if err := ts[0].Send(ctx, 1, 3, want); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, len(want))
-	if err := ts[1].Recv(ctx, 0, 3, got); err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("after the failed receives: %v", err)
-	}
+	exchange(t, ctx, ts, 0, 1, 3, transporttest.Payload(3, 2*refMin), "after the failed receives")
 }
 
 // A send by reference to a rank that aborted fails with ErrPeerLost
@@ -184,7 +171,7 @@ func TestSingleCopySendToAbortedPeer(t *testing.T) {
 	ctx := ctxTimeout(t, 20*time.Second)
 	ts[1].Abort(errors.New("gave up"))
 	start := time.Now()
-	err := ts[0].Send(ctx, 1, 1, payload(1, 2*refMin))
+	err := ts[0].Send(ctx, 1, 1, transporttest.Payload(1, 2*refMin))
 	if !errors.Is(err, transport.ErrPeerLost) {
 		t.Fatalf("want ErrPeerLost, got %v", err)
 	}
@@ -204,7 +191,7 @@ func TestSingleCopyAfterTimedOutRecv(t *testing.T) {
 		t.Fatalf("want ErrTimeout, got %v", err)
 	}
 	ctx := ctxTimeout(t, 20*time.Second)
-	want := payload(4, refMin)
+	want := transporttest.Payload(4, refMin)
 	errc := make(chan error, 1)
 	go func() { errc <- ts[0].Send(ctx, 1, 1, want) }()
 	got := make([]byte, refMin)
@@ -238,7 +225,7 @@ func TestSingleCopyQueuedReference(t *testing.T) {
 		if late {
 			tag = 2
 		}
-		want := payload(int(tag), refMin)
+		want := transporttest.Payload(int(tag), refMin)
 		errc := make(chan error, 1)
 		go func() { errc <- ts[0].Send(ctx, 1, tag, want) }()
 		if !settle(func() bool { r, done := queued(tag); return r || done }) {
@@ -332,7 +319,7 @@ func TestSingleCopyBetweenProcesses(t *testing.T) {
 	if p := tr.peers[1]; !p.refOut || p.refPID != cmd.Process.Pid {
 		t.Errorf("single copies not negotiated with the peer process: refOut %v, refPID %d (peer pid %d)", p.refOut, p.refPID, cmd.Process.Pid)
 	}
-	want := payload(5, 4<<20)
+	want := transporttest.Payload(5, 4<<20)
 	if err := tr.Send(ctx, 1, 1, want); err != nil {
 		t.Fatal(err)
 	}

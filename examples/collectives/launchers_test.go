@@ -10,7 +10,6 @@ package main
 // the fix.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -26,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/launch"
 )
 
@@ -164,28 +164,7 @@ func slurmJobID(t *testing.T) string {
 // under a real launcher, # comments.
 func capture(t *testing.T, dir string, rank int) map[string]string {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "launch", "testdata", dir, "rank"+strconv.Itoa(rank)+".env"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	vars := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok {
-			t.Fatalf("%s rank %d: line %q is not NAME=VALUE", dir, rank, line)
-		}
-		vars[k] = v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return vars
+	return testkit.ReadEnvFile(t, filepath.Join("..", "..", "launch", "testdata", dir, "rank"+strconv.Itoa(rank)+".env"))
 }
 
 // result is what one process of a job left behind.

@@ -23,6 +23,7 @@ import (
 	"github.com/tandemml/tandem/checkpoint"
 	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/data"
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/models"
 )
 
@@ -350,7 +351,7 @@ func TestTrainTwoRanksAndResume(t *testing.T) {
 		}
 	}
 
-	waitGoroutines(t, before)
+	testkit.AssertNoLeak(t, before)
 }
 
 // TestDivergenceKeepsLastGoodCheckpoint makes one rank's batch hold a NaN
@@ -411,27 +412,13 @@ func TestDivergenceKeepsLastGoodCheckpoint(t *testing.T) {
 	if !strings.Contains(again[0].out, "resumed from "+good) || len(again[0].hist) != 2 {
 		t.Errorf("resuming after the divergence:\n%s", again[0].out)
 	}
-	waitGoroutines(t, before)
+	testkit.AssertNoLeak(t, before)
 }
 
 func denseBytes(t *tensor.Dense) []byte {
 	var b bytes.Buffer
 	binary.Write(&b, binary.LittleEndian, t.Data())
 	return b.Bytes()
-}
-
-// waitGoroutines fails when goroutines started by the test are still
-// running after a grace period.
-func waitGoroutines(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
-	}
 }
 
 // TestRunSingleProcess drives the command through its flags, without a

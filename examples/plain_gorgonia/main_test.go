@@ -1,61 +1,40 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/tandemml/tandem/comm/local"
+	"github.com/stretchr/testify/assert"
+	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/comm/commtest"
 	"github.com/tandemml/tandem/ddp"
+	"github.com/tandemml/tandem/internal/childtest"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 func testConfig() config {
 	return config{steps: 300, batch: 32, lr: 0.05, every: 100, bucket: ddp.DefaultBucketCapMB, seed: 1, timeout: time.Minute}
 }
 
-// trainRanks runs the tutorial on world goroutine ranks.
+// trainRanks runs the tutorial on world goroutine ranks; only rank 0 may
+// print.
 func trainRanks(t *testing.T, world int, c config) ([]*result, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	groups, err := local.NewGroups(ctx, world)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := testkit.Context(t, time.Minute)
 	res := make([]*result, world)
-	errs := make([]error, world)
-	outs := make([]bytes.Buffer, world)
-	var wg sync.WaitGroup
-	for r, pg := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer pg.Close()
-			res[r], errs[r] = train(ctx, pg, c, &outs[r])
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	outs := commtest.LocalRanks(t, ctx, world, func(pg *comm.ProcessGroup, out io.Writer) (err error) {
+		res[pg.Rank()], err = train(ctx, pg, c, out)
+		return err
+	})
 	for r := 1; r < world; r++ {
-		if outs[r].Len() != 0 {
-			t.Errorf("rank %d printed %q; only rank 0 reports", r, outs[r].String())
-		}
+		assert.Emptyf(t, outs[r], "rank %d printed; only rank 0 reports", r)
 	}
-	return res, outs[0].String()
+	return res, outs[0]
 }
 
 // TestTutorial trains on two goroutine ranks, under Tandem's executor with
@@ -118,46 +97,7 @@ func TestProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	const world = 2
-	outs := make([]string, world)
-	var wg sync.WaitGroup
-	for r := range world {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
-		cmd.Env = append(os.Environ(), "PLAIN_GORGONIA_HELPER=1", "RANK="+strconv.Itoa(r), "WORLD_SIZE=2",
-			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var b strings.Builder
-			io.Copy(&b, bufio.NewReader(out))
-			outs[r] = b.String()
-			if err := cmd.Wait(); err != nil {
-				outs[r] += fmt.Sprintf("\n(exit: %v)", err)
-			}
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(90 * time.Second):
-		t.Fatal("the two processes did not finish within 90s")
-	}
+	outs := childtest.Ranks(t, 2, 90*time.Second, "TestHelperProcess", "PLAIN_GORGONIA_HELPER=1")
 	for _, want := range []string{"rank 0 of 2", "step  100  loss", "replicas agree: largest difference from rank 0's weights 0"} {
 		if !strings.Contains(outs[0], want) {
 			t.Errorf("rank 0's output lacks %q:\n%s", want, outs[0])

@@ -3,11 +3,11 @@ package rpctest
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/rpc"
 )
 
@@ -33,32 +33,18 @@ func StartGroup(t testing.TB, n int, setup func(reg *rpc.Registry), opts ...rpc.
 		setup(reg)
 	}
 	agents := make([]*rpc.Agent, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			o := append([]rpc.Option{rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithListenAddr("127.0.0.1:0")}, opts...)
-			agents[r], errs[r] = rpc.Init(ctx, fmt.Sprintf("w%d", r), r, n, o...)
-		}()
-	}
-	wg.Wait()
+	errs := testkit.EachRank(n, func(r int) (err error) {
+		o := append([]rpc.Option{rpc.WithStore(st), rpc.WithRegistry(reg), rpc.WithListenAddr("127.0.0.1:0")}, opts...)
+		agents[r], err = rpc.Init(ctx, fmt.Sprintf("w%d", r), r, n, o...)
+		return err
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("Init rank %d: %v", r, err)
 		}
 	}
 	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, a := range agents {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a.Close()
-			}()
-		}
-		wg.Wait()
+		testkit.EachRank(len(agents), func(r int) error { return agents[r].Close() })
 		st.Close()
 	})
 	return agents
@@ -69,15 +55,5 @@ func StartGroup(t testing.TB, n int, setup func(reg *rpc.Registry), opts ...rpc.
 func ShutdownAll(agents []*rpc.Agent) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
-	errs := make([]error, len(agents))
-	var wg sync.WaitGroup
-	for i, a := range agents {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = a.Shutdown(ctx)
-		}()
-	}
-	wg.Wait()
-	return errs
+	return testkit.EachRank(len(agents), func(i int) error { return agents[i].Shutdown(ctx) })
 }

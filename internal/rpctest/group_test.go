@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/internal/rpctest"
+	"github.com/tandemml/tandem/internal/testkit"
 	"github.com/tandemml/tandem/rpc"
 )
 
@@ -50,7 +51,7 @@ func TestStartGroupServesSetup(t *testing.T) {
 	if n := served.Load(); n != 9 {
 		t.Fatalf("served %d calls, want 9", n)
 	}
-	rpctest.CheckGoroutines(t, before)
+	testkit.RequireNoLeak(t, before, testkit.Slack(2))
 }
 
 // TestEventuallyWaitsForCondition checks that Eventually returns once the

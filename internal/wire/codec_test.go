@@ -84,9 +84,9 @@ func (l *later) UnmarshalTest(d *Decoder) error {
 }
 
 type inner struct {
-	A    int8
-	B    []string
-	T    *tensor.Dense
+	A int8
+	B []string
+	T *tensor.Dense
 	//lint:ignore U1000 an unexported field, which the codec must skip
 	skip int
 	Hide int `rpc:"-"`

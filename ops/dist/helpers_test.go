@@ -12,12 +12,13 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/stretchr/testify/require"
 	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/comm/commtest"
 	"github.com/tandemml/tandem/comm/local"
-	"github.com/tandemml/tandem/comm/store"
 	"github.com/tandemml/tandem/comm/tcp"
-	"github.com/tandemml/tandem/comm/transport"
 	"github.com/tandemml/tandem/graph"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // backend builds the world groups of n goroutine ranks.
@@ -43,38 +44,9 @@ func localGroups(t testing.TB, ctx context.Context, n int) []*comm.ProcessGroup 
 
 // tcpGroups connects n goroutine ranks over loopback TCP sockets through one
 // in-memory store.
-func tcpGroups(t testing.TB, ctx context.Context, n int) []*comm.ProcessGroup {
+func tcpGroups(t testing.TB, _ context.Context, n int) []*comm.ProcessGroup {
 	t.Helper()
-	st := store.NewMemory()
-	t.Cleanup(func() { st.Close() })
-	be := tcp.NewBackend(tcp.WithHost("127.0.0.1"))
-	pgs := make([]*comm.ProcessGroup, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tr, err := be.Connect(ctx, transport.Config{Rank: r, Size: n, Store: st, Timeout: 30 * time.Second, Token: "ops-dist-test"})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			pgs[r], errs[r] = comm.NewProcessGroup(ctx, tr, comm.WithTimeout(time.Minute))
-			if errs[r] != nil {
-				tr.Close()
-			}
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			closeAll(pgs)
-			t.Fatalf("tcp rank %d of %d: %v", r, n, err)
-		}
-	}
-	t.Cleanup(func() { closeAll(pgs) })
-	return pgs
+	return commtest.Groups(t, tcp.NewBackend(tcp.WithHost("127.0.0.1")), n, comm.WithTimeout(time.Minute))
 }
 
 // closeAll closes every group concurrently (a world's ranks close together).
@@ -91,36 +63,23 @@ func closeAll(pgs []*comm.ProcessGroup) {
 }
 
 // onRanks runs fn for every rank on its own goroutine and returns the
-// errors, one per rank.
+// errors, one per rank. A rank whose fn fails aborts its group, so that the
+// other ranks fail at once instead of waiting for their timeout.
 func onRanks(pgs []*comm.ProcessGroup, fn func(r int, pg *comm.ProcessGroup) error) []error {
-	errs := make([]error, len(pgs))
-	var wg sync.WaitGroup
-	for r, pg := range pgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				if p := recover(); p != nil {
-					errs[r] = fmt.Errorf("panic: %v", p)
-				}
-			}()
-			errs[r] = fn(r, pg)
-			if errs[r] != nil {
-				pg.Abort(errs[r]) // the other ranks fail at once instead of waiting for their timeout
-			}
-		}()
-	}
-	wg.Wait()
-	return errs
+	return testkit.EachRank(len(pgs), func(r int) error {
+		err := fn(r, pgs[r])
+		if err != nil {
+			pgs[r].Abort(err)
+		}
+		return err
+	})
 }
 
 // mustRanks is onRanks failing the test on any rank's error.
 func mustRanks(t testing.TB, pgs []*comm.ProcessGroup, fn func(r int, pg *comm.ProcessGroup) error) {
 	t.Helper()
 	for r, err := range onRanks(pgs, fn) {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
+		require.NoErrorf(t, err, "rank %d", r)
 	}
 }
 

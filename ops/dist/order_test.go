@@ -16,6 +16,7 @@ import (
 	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/graph"
 	"github.com/tandemml/tandem/internal/opkit"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
 // delayOp is a test op that waits (honouring the context) and then returns a
@@ -294,12 +295,5 @@ func TestNoGoroutinesLeft(t *testing.T) {
 		mustRanks(t, pgs, func(r int, _ *comm.ProcessGroup) error { return progs[r].Run(ctx) })
 	}
 	closeAll(pgs)
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
-	}
+	testkit.RequireNoLeak(t, before)
 }
