@@ -51,13 +51,37 @@ type p2pKey struct {
 // they were sent; point-to-point traffic never mixes with collectives or with
 // other groups' messages, and does not wait for this group's collectives.
 func (pg *ProcessGroup) Send(ctx context.Context, t *tensor.Dense, dst, tag int) error {
-	return pg.ISend(ctx, t, dst, tag).Wait(ctx)
+	return waitOwn(ctx, pg.ISend(ctx, t, dst, tag))
 }
 
 // Recv receives into t the next message that rank src sent under tag. A
 // message of another size fails with ErrMismatch.
 func (pg *ProcessGroup) Recv(ctx context.Context, t *tensor.Dense, src, tag int) error {
-	return pg.IRecv(ctx, t, src, tag).Wait(ctx)
+	return waitOwn(ctx, pg.IRecv(ctx, t, src, tag))
+}
+
+// ownGrace bounds how long waitOwn waits, once ctx has ended, for the
+// operation that ctx also governs to notice and finish.
+const ownGrace = time.Second
+
+// waitOwn waits for w, an operation started under ctx. When ctx ends first,
+// the operation ends with it: waitOwn lets it finish (for at most ownGrace),
+// so that when a blocking Send or Recv returns, the operation's outcome is
+// settled (its flight record, its logs, its buffers no longer in use) and
+// reported as the operation saw it.
+func waitOwn(ctx context.Context, w Work) error {
+	err := w.Wait(ctx)
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	t := time.NewTimer(ownGrace)
+	defer t.Stop()
+	select {
+	case <-w.Done():
+		return w.Err()
+	case <-t.C:
+		return err
+	}
 }
 
 // ISend is Send returning at once; t must not change until the Work is done.
