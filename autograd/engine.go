@@ -10,6 +10,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/rpc"
 )
 
@@ -413,7 +414,7 @@ func (p *pass) wait(ctx context.Context) error {
 	case <-p.done:
 		return p.err
 	case <-ctx.Done():
-		return fmt.Errorf("%w: autograd: waiting for the backward pass of %s: %w", ErrTimeout, p.c.id, ctx.Err())
+		return errs.FromContext(ctx, fmt.Sprintf("autograd: waiting for the backward pass of %s", p.c.id))
 	}
 }
 
