@@ -71,7 +71,7 @@ const ownGrace = time.Second
 // reported as the operation saw it.
 func waitOwn(ctx context.Context, w Work) error {
 	err := w.Wait(ctx)
-	if err == nil || ctx.Err() == nil {
+	if err == nil || ctx == nil || ctx.Err() == nil { // a nil ctx is refused by Wait
 		return err
 	}
 	t := time.NewTimer(ownGrace)
