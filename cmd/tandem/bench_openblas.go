@@ -13,58 +13,14 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"time"
 
-	"golang.org/x/sys/cpu"
+	tblas "github.com/tandemml/tandem/internal/blas"
 )
 
-// openblasCoreEnv is the environment variable OpenBLAS reads, once, when it
-// is loaded, to choose its kernels instead of detecting the processor.
-const openblasCoreEnv = "OPENBLAS_CORETYPE"
-
-// openblasAVX512Cores and openblasAVX2Cores are OpenBLAS's x86-64 kernel
-// sets that use AVX-512 and (at least) AVX2.
-var (
-	openblasAVX512Cores = []string{"skylakex", "cooperlake", "sapphirerapids"}
-	openblasAVX2Cores   = []string{"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"}
-)
-
-// cpuBestOpenBLASCore is the best OpenBLAS kernel set this processor runs:
-// SkylakeX with AVX-512 F, CD, BW, DQ and VL, Haswell with AVX2 and FMA, ""
-// otherwise.
-func cpuBestOpenBLASCore() string {
-	x := cpu.X86
-	switch {
-	case x.HasAVX512F && x.HasAVX512CD && x.HasAVX512BW && x.HasAVX512DQ && x.HasAVX512VL:
-		return "SkylakeX"
-	case x.HasAVX2 && x.HasFMA:
-		return "Haswell"
-	}
-	return ""
-}
-
-// betterOpenBLASCore returns the kernel set to ask OpenBLAS for when it
-// detected detected on a processor whose best is best, "" when detected is as
-// good (or either is unknown).
-func betterOpenBLASCore(detected, best string) string {
-	d := strings.ToLower(strings.TrimSpace(detected))
-	if d == "" || best == "" {
-		return ""
-	}
-	switch best {
-	case "SkylakeX":
-		if !slices.Contains(openblasAVX512Cores, d) {
-			return best
-		}
-	case "Haswell":
-		if !slices.Contains(openblasAVX2Cores, d) {
-			return best
-		}
-	}
-	return ""
-}
+// openblasCoreEnv is the variable OpenBLAS reads to choose its kernels.
+const openblasCoreEnv = tblas.CoreTypeEnv
 
 // peerOpenBLASCore asks the peer's libblas.so.3 (OpenBLAS) which kernels it
 // detects, the way Debian's torch loads it, and returns what to set
@@ -83,5 +39,5 @@ func peerOpenBLASCore(ctx context.Context) (set, detected string) {
 		return "", "" // not OpenBLAS (no openblas_get_corename), or no python
 	}
 	detected = strings.TrimSpace(string(out))
-	return betterOpenBLASCore(detected, cpuBestOpenBLASCore()), detected
+	return tblas.BetterOpenBLASCore(detected, tblas.BestOpenBLASCore()), detected
 }

@@ -12,22 +12,10 @@ char *openblas_get_corename(void);
 void gotoblas_dynamic_init(void);
 void gotoblas_dynamic_quit(void);
 
-// tandem_fix_coretype re-selects OpenBLAS's kernels when its detection fell
-// back to an old generic core although the CPU has AVX-512 or AVX2 (common in
-// virtual machines, whose CPU model OpenBLAS does not recognise). A core type
-// the user forced with OPENBLAS_CORETYPE is left alone.
-static void tandem_fix_coretype(void) {
-	if (getenv("OPENBLAS_CORETYPE") != NULL) return;
-	const char *name = openblas_get_corename();
-	if (name == NULL || (strcmp(name, "Prescott") != 0 && strcmp(name, "Core2") != 0 &&
-	                     strcmp(name, "Nehalem") != 0 && strcmp(name, "Sandybridge") != 0)) return;
-	__builtin_cpu_init();
-	const char *want = NULL;
-	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) want = "SkylakeX";
-	else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) want = "Haswell";
-	if (want == NULL) return;
-	setenv("OPENBLAS_CORETYPE", want, 1);
+// tandem_set_coretype re-selects OpenBLAS's kernels as OPENBLAS_CORETYPE=name
+// would have at load time.
+static void tandem_set_coretype(const char *name) {
+	setenv("OPENBLAS_CORETYPE", name, 1);
 	gotoblas_dynamic_quit();
 	gotoblas_dynamic_init();
 	unsetenv("OPENBLAS_CORETYPE");
@@ -36,6 +24,7 @@ static void tandem_fix_coretype(void) {
 import "C"
 
 import (
+	"os"
 	"unsafe"
 
 	gblas "gonum.org/v1/gonum/blas"
@@ -56,7 +45,7 @@ type openBLAS struct{ pure }
 var impl Implementation = openBLAS{}
 
 func init() {
-	C.tandem_fix_coretype()
+	fixCoreType()
 	C.openblas_set_num_threads(1)
 	G.Use(impl)
 	tensor.Use(impl)
@@ -116,4 +105,18 @@ func (openBLAS) Dgemv(tA gblas.Transpose, m, n int, alpha float64, a []float64, 
 	C.cblas_dgemv(C.CblasRowMajor, trans(tA), C.blasint(m), C.blasint(n), C.double(alpha),
 		(*C.double)(unsafe.Pointer(&a[0])), C.blasint(lda), (*C.double)(unsafe.Pointer(&x[0])), C.blasint(incX),
 		C.double(beta), (*C.double)(unsafe.Pointer(&y[0])), C.blasint(incY))
+}
+
+// fixCoreType re-selects OpenBLAS's kernels when its detection fell short of
+// what the processor runs (BetterOpenBLASCore); a core type the user forced
+// with OPENBLAS_CORETYPE is left alone.
+func fixCoreType() {
+	if os.Getenv(CoreTypeEnv) != "" {
+		return
+	}
+	if core := BetterOpenBLASCore(Core(), BestOpenBLASCore()); core != "" {
+		name := C.CString(core)
+		defer C.free(unsafe.Pointer(name))
+		C.tandem_set_coretype(name)
+	}
 }

@@ -1,4 +1,4 @@
-package main
+package blas
 
 import "testing"
 
@@ -15,8 +15,8 @@ func TestBetterOpenBLASCore(t *testing.T) {
 		{"Prescott", "", ""},        // a processor without AVX2
 	}
 	for _, c := range cases {
-		if got := betterOpenBLASCore(c.detected, c.best); got != c.want {
-			t.Errorf("betterOpenBLASCore(%q, %q) = %q, want %q", c.detected, c.best, got, c.want)
+		if got := BetterOpenBLASCore(c.detected, c.best); got != c.want {
+			t.Errorf("BetterOpenBLASCore(%q, %q) = %q, want %q", c.detected, c.best, got, c.want)
 		}
 	}
 }
