@@ -68,12 +68,17 @@ const (
 	hugePage   = 2 << 20
 	blockAlign = 8 << 10
 	// lowWater: a get that finds this many bytes of buffers of its size or
-	// fewer on the free list may start a collection (collectSoon): four
+	// fewer on the free list may start a collection (collectSoon): six
 	// buffers of 4 MiB, one of 16 MiB (the free lists hold four of those).
-	lowWater = 16 << 20
+	lowWater = 24 << 20
 	// collectMin and collectMax bound the bytes handed out between two
-	// collections the recycler starts.
-	collectMin = 4 << 20
+	// collections the recycler starts. Each collection costs the calls it
+	// overlaps a few milliseconds on a busy machine, so the recycler keeps
+	// enough buffers to collect once per several receives: a 4 MiB echo
+	// between two processes ran 1.5 ms at the median with a collection
+	// every six receives, 1.9 ms with one every receive (tandem bench rpc,
+	// 2026-11-24, three runs each).
+	collectMin = 24 << 20
 	collectMax = 1 << 30
 )
 
@@ -176,7 +181,8 @@ func (r *recycler) get(n uintptr) Block {
 	if collect {
 		go r.collectGarbage()
 	}
-	base := newBlock(class)
+	// No huge pages here: see newBlock.
+	base := newBlock(class, false)
 	r.watch(base, class)
 	return Block{base, class}
 }
@@ -276,12 +282,12 @@ func (r *recycler) release(b Block) {
 // has made in the background, their pages mapped there: fresh memory costs
 // page faults and the kernel's zeroing, which the next receives then skip
 // (on another core, while this one copies).
-const prefill = 2
+const prefill = 6 // lowWater's worth of 4 MiB buffers
 
 // fill adds r.prefill fresh buffers of class bytes to the free list.
 func (r *recycler) fill(class uintptr) {
 	for i := 0; i < r.prefill; i++ {
-		base := newBlock(class)
+		base := newBlock(class, true)
 		populate(bufferStart(base, class), class)
 		r.mu.Lock()
 		if r.bytes+class > recycleCap {
@@ -302,14 +308,27 @@ func (r *recycler) fill(class uintptr) {
 // newBlock allocates a block for a buffer of class bytes. Buffers of a
 // huge page or more start on a huge-page boundary inside their block, so
 // that all their pages can be huge pages (the slack is address space they
-// never touch).
-func newBlock(class uintptr) unsafe.Pointer {
+// never touch); with huge set, the kernel is asked to back them with huge
+// pages.
+//
+// Only the background fill asks for huge pages. A huge page's first touch
+// can cost far more than the 512 small pages it replaces: the kernel takes
+// a free 2 MiB block for it, and on a virtual machine whose guest hands its
+// free 2 MiB blocks back to the host (virtio-balloon's free page
+// reporting), each such block is fresh memory to the host, which faults it
+// in again: 12 ms for 4 MiB on the development machine, against 0.5 ms for
+// huge pages the guest had used lately and 1.5 to 2 ms for small pages. A
+// receive that finds its free list empty must not wait for that; the
+// buffers filled in the background may.
+func newBlock(class uintptr, huge bool) unsafe.Pointer {
 	slack := uintptr(0)
 	if class >= hugePage {
 		slack = hugePage - blockAlign
 	}
 	base := mallocgc(class+slack, nil, false)
-	hugePageHint(bufferStart(base, class), class)
+	if huge {
+		hugePageHint(bufferStart(base, class), class)
+	}
 	return base
 }
 
