@@ -142,8 +142,15 @@ func (s *suite) testDeadline(t *testing.T) {
 				return err
 			case 1:
 				// Joins the collective and is stuck with rank 0 until rank 0
-				// gives up and aborts.
-				return pg.AllReduce(ctx, x, comm.Sum).Wait(ctx)
+				// gives up and aborts. Rank 2's data, sent once rank 0 gave
+				// up, may race rank 0's abort here and complete this
+				// collective with what rank 0 sent before; the one after it
+				// then fails.
+				err := pg.AllReduce(ctx, x, comm.Sum).Wait(ctx)
+				if err == nil {
+					err = pg.AllReduce(ctx, x, comm.Sum).Wait(ctx)
+				}
+				return err
 			default:
 				// Never joins; its next collective finds the group aborted.
 				// Rank 0's abort travels behind any data it sent before giving

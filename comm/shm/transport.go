@@ -26,8 +26,14 @@ const (
 	// tick bounds one futex sleep: how often a blocked wait looks at the
 	// context, the peer's state and its heartbeat.
 	tick = 10 * time.Millisecond
-	// spins is how many times a wait polls before it sleeps in the kernel.
-	spins = 200
+	// spinFor is how long a wait polls before it sleeps in the kernel. A
+	// futex sleep and wake-up costs tens of microseconds on a virtual
+	// machine (a 4 KiB ping-pong between processes took 55 to 80 µs
+	// sleeping after 200 polls, 6.6 µs polling 50 µs), and the poll yields
+	// the processor between looks, so it takes no time from the rank's
+	// other goroutines (DDP's backward pass ran as fast polling as
+	// sleeping: tandem bench ddp, world 2, one core a rank).
+	spinFor = 50 * time.Microsecond
 	// holdMin and holdFor: a frame of holdMin bytes or more that arrives
 	// before its receive waits up to holdFor in the ring for it (see claim).
 	holdMin = 64 << 10
@@ -50,7 +56,7 @@ type Transport struct {
 	live       liveness.Config
 	seg        *segment
 	pid        int
-	spin       int // polls before a wait sleeps (see spinsFor)
+	spin       time.Duration // how long a wait polls before it sleeps (see spinFor)
 
 	// own is this rank's anchor for the race detector: every send releases
 	// it, every receive acquires it (see race_on.go).
@@ -113,7 +119,7 @@ type outbox struct {
 }
 
 func newTransport(rank, size int, maxMsg int64, live liveness.Config, seg *segment) *Transport {
-	t := &Transport{own: new(uint64), rank: rank, size: size, maxMsg: maxMsg, live: live, seg: seg, pid: os.Getpid(), spin: spinsFor(size),
+	t := &Transport{own: new(uint64), rank: rank, size: size, maxMsg: maxMsg, live: live, seg: seg, pid: os.Getpid(), spin: spinTime(size),
 		inbox: make([]*inbox, size), out: make([]*outbox, size), stop: make(chan struct{}), dead: make(chan struct{})}
 	for r := range size {
 		t.inbox[r] = &inbox{t: t, src: r, waiters: map[transport.Tag][]*waiter{}, msgs: map[transport.Tag][][]byte{},
@@ -249,13 +255,23 @@ func (t *Transport) peerGone(p int, quick bool) error {
 // runs check and gives up with its error, unless cond became true
 // meanwhile; check is told to skip its costlier tests (system calls)
 // before the first sleep, which most waits never get past.
-func await(spin int, cond func() bool, seq, flag *atomic.Uint32, check func(full bool) error) error {
-	for i := range spin {
-		if cond() {
-			return nil
-		}
-		if i&15 == 15 {
+func await(spin time.Duration, cond func() bool, seq, flag *atomic.Uint32, check func(full bool) error) error {
+	if cond() {
+		return nil
+	}
+	if spin > 0 {
+		// Between looks the goroutine yields: a goroutine of this rank
+		// that has work (a backward pass, the next bucket's copy) runs
+		// instead, and the poll resumes when it blocks or is preempted.
+		start := time.Now()
+		for i := 1; ; i++ {
 			runtime.Gosched()
+			if cond() {
+				return nil
+			}
+			if i&7 == 0 && time.Since(start) > spin {
+				break
+			}
 		}
 	}
 	for full := false; ; full = true {
@@ -277,16 +293,16 @@ func await(spin int, cond func() bool, seq, flag *atomic.Uint32, check func(full
 	}
 }
 
-// spinsFor returns how many times a wait polls before it sleeps, for a
-// world of n ranks on this host: none when the ranks outnumber the CPUs
-// this process may run on, since a rank that polls then holds a CPU that
-// the rank it waits for needs (four ranks on two cores ran an all-reduce
-// of 16 MiB 2.5 times slower polling than sleeping at once).
-func spinsFor(n int) int {
+// spinTime returns how long a wait polls before it sleeps, for a world of
+// n ranks on this host: not at all when the ranks outnumber the CPUs this
+// process may run on, since a rank that polls then holds a CPU that the
+// rank it waits for needs (four ranks on two cores ran an all-reduce of
+// 16 MiB 2.5 times slower polling than sleeping at once).
+func spinTime(n int) time.Duration {
 	if n > runtime.NumCPU() {
 		return 0
 	}
-	return spins
+	return spinFor
 }
 
 // signal bumps seq and wakes its sleeper, if any. The sequentially
