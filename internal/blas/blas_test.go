@@ -125,3 +125,36 @@ func BenchmarkSgemm(b *testing.B) {
 		Sgemm(gblas.NoTrans, gblas.Trans, m, n, k, 1, a, k, w, k, 0, c, n)
 	}
 }
+
+// TestSgemmDispatch: a product large enough goes through the fast paths
+// from the public Sgemm, and equals gonum's to float32 rounding.
+func TestSgemmDispatch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	const m, n, k = 24, 40, 36
+	for _, tr := range [][2]gblas.Transpose{{gblas.NoTrans, gblas.NoTrans}, {gblas.NoTrans, gblas.Trans}, {gblas.Trans, gblas.NoTrans}, {gblas.Trans, gblas.Trans}} {
+		a, b := randF32(rng, m*k), randF32(rng, k*n)
+		lda, ldb := k, n
+		if tr[0] == gblas.Trans {
+			lda = m
+		}
+		if tr[1] == gblas.Trans {
+			ldb = k
+		}
+		got, want := make([]float32, m*n), make([]float32, m*n)
+		Default().Sgemm(tr[0], tr[1], m, n, k, 1.5, a, lda, b, ldb, 0, got, n)
+		pure{}.Sgemm(tr[0], tr[1], m, n, k, 1.5, a, lda, b, ldb, 0, want, n)
+		for i := range got {
+			if math.Abs(float64(got[i]-want[i])) > 1e-4*math.Max(1, math.Abs(float64(want[i]))) {
+				t.Fatalf("%v: c[%d] = %v, gonum %v", tr, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+func randF32(rng *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(rng.NormFloat64())
+	}
+	return s
+}

@@ -1,8 +1,8 @@
 // Package blas is the one place where Tandem's dense matrix products pick
 // their BLAS. By default it is gonum's pure-Go implementation, so everything
 // builds with no C toolchain and no CUDA, except for the float32 matrix
-// product (SGEMM), which on amd64 processors with AVX and FMA runs in this
-// package's assembly kernels: 6x16 tiles of C from packed panels, and for
+// product (SGEMM), which on amd64 processors with AVX and FMA runs in
+// package sgemm's assembly kernels: 6x16 tiles of C from packed panels, and for
 // A·Bᵀ (a Linear layer's forward pass) 2x4 blocks of dot products of rows,
 // which need no packing. They run the MLP's training step about eight times
 // faster than gonum's Go code does (12.8 ms against 102 ms on one core of
@@ -19,7 +19,10 @@
 // that training spends its time in (GEMM, GEMV) go to OpenBLAS, and the same
 // implementation is installed into gorgonia and its tensor package, so
 // gorgonia's own products and convolutions use it too (the default
-// implementation is installed there as well).
+// implementation is installed there as well). In that build A·Bᵀ still runs
+// in package sgemm's AVX-512 kernels where the processor has them: they are
+// faster than OpenBLAS's on those products, OpenBLAS on the others (see
+// openBLAS.Sgemm).
 //
 //	go build -tags openblas ./...
 //

@@ -5,6 +5,8 @@ package blas
 import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/blas/sgemm"
 )
 
 // Name names the BLAS compiled into this binary.
@@ -22,10 +24,10 @@ func init() {
 func Default() Implementation { return impl }
 
 // Core names the kernel family in use: "go-avx512" where float32 matrix
-// products run in this package's AVX-512 kernels, "go-fma" where they run
+// products run in package sgemm's AVX-512 kernels, "go-fma" where they run
 // in its AVX2/FMA kernels, "go" where gonum's Go code does everything.
 func Core() string {
-	if c := fastCore(); c != "" {
+	if c := sgemm.Core(); c != "" {
 		return c
 	}
 	return "go"

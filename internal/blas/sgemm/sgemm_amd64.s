@@ -1,4 +1,4 @@
-//go:build !purego && !openblas
+//go:build !purego
 
 #include "textflag.h"
 #include "sgemm_amd64.h"

@@ -1,20 +1,13 @@
-//go:build amd64 && !purego && !openblas
+//go:build amd64 && !purego
 
-package blas
+package sgemm
 
 import (
 	"runtime"
 	"sync"
 
-	gblas "gonum.org/v1/gonum/blas"
-
 	"github.com/tandemml/tandem/internal/cpufeat"
 )
-
-// goFast is gonum's BLAS with the float32 matrix product, the one training
-// spends its time in, computed in the vector kernels of the widest family
-// the processor has (see kernels).
-type goFast struct{ pure }
 
 //go:noescape
 func sgemmTile6x16(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
@@ -80,8 +73,8 @@ var best = func() *kernels {
 	return nil
 }()
 
-// fastCore names the family in use, "" for none.
-func fastCore() string {
+// Core names the family in use, "" for none.
+func Core() string {
 	if best == nil {
 		return ""
 	}
@@ -92,13 +85,28 @@ func fastCore() string {
 // packing; smaller products go to gonum.
 const fastFrom = 1 << 12
 
-func (goFast) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if best == nil || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
-		// gonum also reports bad arguments, with its own panics.
-		pure{}.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		return
+// Gemm computes C = alpha·op(A)·op(B) + beta·C (op transposing where
+// transA, transB say so) in the widest family the processor has and
+// reports true. It reports false, C untouched, where there is no family,
+// the product is too small to pay for the kernels (m·n·k < 4096), alpha is
+// 0, or the arguments do not describe matrices that fit their slices: the
+// caller then computes it otherwise (gonum, which reports bad arguments).
+func Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+	if best == nil || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		return false
 	}
-	sgemmWith(best, tA == gblas.Trans, tB == gblas.Trans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	sgemmWith(best, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	return true
+}
+
+// GemmNT512 is Gemm for C = alpha·A·Bᵀ + beta·C, A m×k and B n×k, in the
+// AVX-512 family only: false where the processor lacks it.
+func GemmNT512(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+	if best != avx512 || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(false, true, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		return false
+	}
+	sgemmWith(avx512, false, true, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	return true
 }
 
 // sgemmWith computes C = alpha·op(A)·op(B) + beta·C in the kernels kn,
@@ -220,18 +228,18 @@ func sgemmNT(kn *kernels, m, n, k int, alpha float32, a []float32, lda int, b []
 	}
 }
 
-// gemmArgsOK checks the shapes as the reference BLAS does: transposes
-// known, leading dimensions and slice lengths large enough.
-func gemmArgsOK(tA, tB gblas.Transpose, m, n, k, la, lda, lb, ldb, lc, ldc int) bool {
-	if tA != gblas.NoTrans && tA != gblas.Trans || tB != gblas.NoTrans && tB != gblas.Trans || m <= 0 || n <= 0 || k <= 0 {
+// gemmArgsOK checks the shapes as the reference BLAS does: sizes positive,
+// leading dimensions and slice lengths large enough.
+func gemmArgsOK(transA, transB bool, m, n, k, la, lda, lb, ldb, lc, ldc int) bool {
+	if m <= 0 || n <= 0 || k <= 0 {
 		return false
 	}
 	ar, ac := m, k
-	if tA == gblas.Trans {
+	if transA {
 		ar, ac = k, m
 	}
 	br, bc := k, n
-	if tB == gblas.Trans {
+	if transB {
 		br, bc = n, k
 	}
 	return lda >= max(1, ac) && ldb >= max(1, bc) && ldc >= max(1, n) &&
