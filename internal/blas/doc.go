@@ -19,10 +19,10 @@
 // that training spends its time in (GEMM, GEMV) go to OpenBLAS, and the same
 // implementation is installed into gorgonia and its tensor package, so
 // gorgonia's own products and convolutions use it too (the default
-// implementation is installed there as well). In that build A·Bᵀ still runs
-// in package sgemm's AVX-512 kernels where the processor has them: they are
-// faster than OpenBLAS's on those products, OpenBLAS on the others (see
-// openBLAS.Sgemm).
+// implementation is installed there as well). In that build a large A·Bᵀ still
+// runs in package sgemm's AVX-512 kernels where the processor has them:
+// they are faster than OpenBLAS's on those products, OpenBLAS on the
+// others (see openBLAS.Sgemm).
 //
 //	go build -tags openblas ./...
 //

@@ -37,6 +37,13 @@ import (
 // Name names the BLAS compiled into this binary.
 const Name = "openblas"
 
+// ntRows and ntCols: the smallest A·Bᵀ (rows of C, columns of C) that
+// Sgemm computes in package sgemm's kernels rather than OpenBLAS's.
+const (
+	ntRows = 64
+	ntCols = 128
+)
+
 // Core names the kernel family OpenBLAS runs (for benchmark reports), and
 // package sgemm's where it computes A·Bᵀ (see Sgemm).
 func Core() string {
@@ -74,16 +81,18 @@ func trans(t gblas.Transpose) C.enum_CBLAS_TRANSPOSE {
 // pointer to an empty slice is taken.
 func empty(m, n int) bool { return m == 0 || n == 0 }
 
-// Sgemm is OpenBLAS's, except for A·Bᵀ (a layer's forward pass) on a
-// processor with AVX-512: package sgemm's kernels compute those products
-// faster than OpenBLAS's SkylakeX ones (the MLP's forward products, 64 rows
-// over 784 and 1024 terms: 131 against 111 Gflop/s on one core), while
-// OpenBLAS is the faster on the backward pass's shapes (1024×1024 over 64
-// terms: 147 against 122; 64×1024 over 1024: 110 against 102). Measured
-// 2026-11-24 on the development machine, one core, the MLP's products
-// through Default().Sgemm in each build.
+// Sgemm is OpenBLAS's, except for A·Bᵀ (a layer's forward pass) of at
+// least ntRows×ntCols on a processor with AVX-512: package sgemm's kernels
+// compute those faster than OpenBLAS's SkylakeX ones, and OpenBLAS the
+// smaller ones and the other transposes. Measured on the development
+// machine (2026-11-24, one core, Gflop/s, Tandem's against OpenBLAS's):
+// A·Bᵀ 64×1024 over 784 terms 131/107, 64×1024×1024 135/105,
+// 64×128×1568 147/99, 64×256×256 129/103, 128×1024×1024 137/120; but
+// 64×10×1024 89/112, 32×400×248 41/77, 16×25×892 58/81 (a CNN's weight
+// gradients), 64×10×128 57/92; and the backward products 1024×1024 over 64
+// terms (Aᵀ·B) 122/147, 64×1024×1024 (A·B) 102/110.
 func (openBLAS) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if tA == gblas.NoTrans && tB == gblas.Trans && sgemm.GemmNT512(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
+	if tA == gblas.NoTrans && tB == gblas.Trans && m >= ntRows && n >= ntCols && sgemm.GemmNT512(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
 		return
 	}
 	if empty(m, n) || k == 0 || len(a) == 0 || len(b) == 0 {
