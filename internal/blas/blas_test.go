@@ -126,26 +126,33 @@ func BenchmarkSgemm(b *testing.B) {
 	}
 }
 
-// TestSgemmDispatch: a product large enough goes through the fast paths
-// from the public Sgemm, and equals gonum's to float32 rounding.
+// TestSgemmDispatch: products on either side of the sizes where Sgemm
+// changes implementation (gonum or the kernels in the default build;
+// OpenBLAS or the kernels for A·Bᵀ in the OpenBLAS build), with every
+// transpose and both betas, equal gonum's to float32 rounding.
 func TestSgemmDispatch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 24))
-	const m, n, k = 24, 40, 36
-	for _, tr := range [][2]gblas.Transpose{{gblas.NoTrans, gblas.NoTrans}, {gblas.NoTrans, gblas.Trans}, {gblas.Trans, gblas.NoTrans}, {gblas.Trans, gblas.Trans}} {
-		a, b := randF32(rng, m*k), randF32(rng, k*n)
-		lda, ldb := k, n
-		if tr[0] == gblas.Trans {
-			lda = m
-		}
-		if tr[1] == gblas.Trans {
-			ldb = k
-		}
-		got, want := make([]float32, m*n), make([]float32, m*n)
-		Default().Sgemm(tr[0], tr[1], m, n, k, 1.5, a, lda, b, ldb, 0, got, n)
-		pure{}.Sgemm(tr[0], tr[1], m, n, k, 1.5, a, lda, b, ldb, 0, want, n)
-		for i := range got {
-			if math.Abs(float64(got[i]-want[i])) > 1e-4*math.Max(1, math.Abs(float64(want[i]))) {
-				t.Fatalf("%v: c[%d] = %v, gonum %v", tr, i, got[i], want[i])
+	for _, sz := range [][3]int{{24, 40, 36}, {64, 130, 70}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		for _, tr := range [][2]gblas.Transpose{{gblas.NoTrans, gblas.NoTrans}, {gblas.NoTrans, gblas.Trans}, {gblas.Trans, gblas.NoTrans}, {gblas.Trans, gblas.Trans}} {
+			for _, beta := range []float32{0, 0.5} {
+				a, b := randF32(rng, m*k), randF32(rng, k*n)
+				lda, ldb := k, n
+				if tr[0] == gblas.Trans {
+					lda = m
+				}
+				if tr[1] == gblas.Trans {
+					ldb = k
+				}
+				got := randF32(rng, m*n)
+				want := append([]float32(nil), got...)
+				Default().Sgemm(tr[0], tr[1], m, n, k, 1.5, a, lda, b, ldb, beta, got, n)
+				pure{}.Sgemm(tr[0], tr[1], m, n, k, 1.5, a, lda, b, ldb, beta, want, n)
+				for i := range got {
+					if math.Abs(float64(got[i]-want[i])) > 1e-4*math.Max(1, math.Abs(float64(want[i]))) {
+						t.Fatalf("%dx%dx%d %v beta %v: c[%d] = %v, gonum %v", m, n, k, tr, beta, i, got[i], want[i])
+					}
+				}
 			}
 		}
 	}
