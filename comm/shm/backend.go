@@ -45,6 +45,8 @@ const defaultConnectTimeout = 5 * time.Minute
 type Backend struct {
 	dir     string
 	ringCap int
+	spin    time.Duration
+	spinSet bool // spin was configured (else spinFor)
 }
 
 // Option configures a Backend.
@@ -60,6 +62,17 @@ func WithDir(dir string) Option { return func(b *Backend) { b.dir = dir } }
 // further ahead of its receiver; messages larger than the ring are streamed
 // through it.
 func WithRingBytes(n int) Option { return func(b *Backend) { b.ringCap = n } }
+
+// WithSpin sets how long a wait on a ring polls it before sleeping on a
+// futex: 50 µs by default, 0 (or less) to sleep at once, say where the
+// ranks share their cores with other busy processes. Polling yields the
+// processor to the rank's other goroutines between looks. Where the world
+// has more ranks than this process has CPUs, waits sleep at once whatever
+// this says.
+func WithSpin(d time.Duration) Option {
+	d = max(d, 0)
+	return func(b *Backend) { b.spin, b.spinSet = d, true }
+}
 
 // NewBackend returns a Backend configured by opts.
 func NewBackend(opts ...Option) Backend {
@@ -171,7 +184,11 @@ func (b Backend) connect(ctx context.Context, cfg transport.Config) (*Transport,
 			return nil, err
 		}
 	}
-	t := newTransport(cfg.Rank, world, maxMsg, live, seg)
+	spin := spinFor
+	if b.spinSet {
+		spin = b.spin
+	}
+	t := newTransport(cfg.Rank, world, maxMsg, live, seg, spin)
 	if world == 1 {
 		return t, nil
 	}

@@ -29,8 +29,9 @@
 // # Waiting
 //
 // A side that finds the ring empty (the reader) or full (the sender) polls
-// it for up to 50 µs, yielding the processor to its process's other
-// goroutines between looks, then sleeps on a futex word in the segment: it
+// it for up to 50 µs (WithSpin), yielding the processor to its process's
+// other goroutines between looks, then sleeps on a futex word in the
+// segment: it
 // announces itself in a flag word, and the other side makes the futex wake
 // system call only when that flag is set, so a busy stream costs no system
 // calls. Futexes wake in microseconds and cost no CPU while idle, where a

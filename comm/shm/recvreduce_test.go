@@ -17,6 +17,12 @@ import (
 // pair connects a world of two shm transports with rings of ring bytes.
 func pair(t *testing.T, ring int) [2]*shm.Transport {
 	t.Helper()
+	return pairWith(t, shm.WithRingBytes(ring))
+}
+
+// pairWith connects a world of two shm transports built with opts.
+func pairWith(t *testing.T, opts ...shm.Option) [2]*shm.Transport {
+	t.Helper()
 	st := store.NewMemory()
 	t.Cleanup(func() { st.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -28,7 +34,7 @@ func pair(t *testing.T, ring int) [2]*shm.Transport {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ts[r], errs[r] = shm.NewBackend(shm.WithRingBytes(ring)).ConnectSHM(ctx, transport.Config{Rank: r, Size: 2, Store: st})
+			ts[r], errs[r] = shm.NewBackend(opts...).ConnectSHM(ctx, transport.Config{Rank: r, Size: 2, Store: st})
 		}()
 	}
 	wg.Wait()
