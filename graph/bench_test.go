@@ -9,6 +9,8 @@ import (
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/internal/cputime"
 )
 
 // trainStep is one benchmark configuration: an MLP, its data, and a step
@@ -93,13 +95,13 @@ func BenchmarkTrainStep(b *testing.B) {
 		step() // warm up: first-run allocations
 		b.ReportAllocs()
 		b.ResetTimer()
-		c0 := processCPU()
+		c0 := cputime.Process()
 		for range b.N {
 			step()
 		}
 		// CPU time is less sensitive than wall time to other processes on a
 		// shared machine (it includes every thread of this process).
-		b.ReportMetric(float64((processCPU()-c0).Microseconds())/1e3/float64(b.N), "cpu-ms/op")
+		b.ReportMetric(float64((cputime.Process()-c0).Microseconds())/1e3/float64(b.N), "cpu-ms/op")
 	}
 	b.Run("tapemachine", func(b *testing.B) {
 		tb := newTrainBench(b, sizes, batch)

@@ -9,6 +9,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/graph"
+	"github.com/tandemml/tandem/internal/cputime"
 	"github.com/tandemml/tandem/models"
 	"github.com/tandemml/tandem/optim"
 )
@@ -79,13 +80,13 @@ func runStepBench(b *testing.B, model models.Module, xShape []int, classes int, 
 		s.step(b, update)
 	}
 	b.ReportAllocs()
-	cpu0 := processCPU()
+	cpu0 := cputime.Process()
 	for b.Loop() {
 		s.step(b, update)
 	}
 	// CPU time is what a step costs when other processes compete for the
 	// cores (wall time then includes waiting for one).
-	if cpu := processCPU() - cpu0; cpu > 0 {
+	if cpu := cputime.Process() - cpu0; cpu > 0 {
 		b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N), "cpu-ms/op")
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/ddp"
 	"github.com/tandemml/tandem/graph"
+	"github.com/tandemml/tandem/internal/cputime"
 	"github.com/tandemml/tandem/models"
 	"github.com/tandemml/tandem/optim"
 )
@@ -291,7 +292,7 @@ func ddpBenchWorker(ctx context.Context, cfg ddpBenchConfig, stdout io.Writer) e
 			if net != nil {
 				net.ResetStats()
 			}
-			cpu0 = processCPU()
+			cpu0 = cputime.Process()
 			if cfg.profile != "" && pg.Rank() == 0 {
 				f, err := os.Create(cfg.profile)
 				if err != nil {
@@ -317,7 +318,7 @@ func ddpBenchWorker(ctx context.Context, cfg ddpBenchConfig, stdout io.Writer) e
 			times = append(times, time.Since(t0).Seconds())
 		}
 	}
-	cpu := processCPU() - cpu0
+	cpu := cputime.Process() - cpu0
 	if pg.Size() > 1 {
 		// leave together, so that no rank closes while another still reads
 		if err := pg.Barrier(ctx).Wait(ctx); err != nil {

@@ -19,6 +19,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/graph"
+	"github.com/tandemml/tandem/internal/cputime"
 )
 
 func init() {
@@ -165,11 +166,11 @@ type benchEngine struct {
 func (e *benchEngine) timedStep() error {
 	var a, b runtime.MemStats
 	runtime.ReadMemStats(&a)
-	c0 := processCPU()
+	c0 := cputime.Process()
 	t0 := time.Now()
 	err := e.step()
 	e.times = append(e.times, time.Since(t0))
-	e.cpu += processCPU() - c0
+	e.cpu += cputime.Process() - c0
 	runtime.ReadMemStats(&b)
 	e.mallocs += b.Mallocs - a.Mallocs
 	e.bytes += b.TotalAlloc - a.TotalAlloc

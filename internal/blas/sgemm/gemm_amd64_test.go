@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/internal/cpufeat"
+	"github.com/tandemml/tandem/internal/cputime"
 )
 
 // families returns the kernel families this processor runs, the 256-bit
@@ -247,7 +248,7 @@ func BenchmarkSgemmMLP(b *testing.B) {
 		for _, kn := range fams {
 			b.Run(fmt.Sprintf("%s_%dx%dx%d/%s", g.name, g.m, g.n, g.k, kn.name), func(b *testing.B) {
 				b.SetBytes(int64(2 * g.m * g.n * g.k))
-				cpu0 := processCPU()
+				cpu0 := cputime.Process()
 				for b.Loop() {
 					sgemmWith(kn, g.transA, g.transB, g.m, g.n, g.k, 1, o.a, o.lda, o.b, o.ldb, 0, o.c, g.n)
 				}
@@ -258,7 +259,7 @@ func BenchmarkSgemmMLP(b *testing.B) {
 	for _, kn := range fams {
 		b.Run("Step/"+kn.name, func(b *testing.B) {
 			b.SetBytes(int64(flops))
-			cpu0 := processCPU()
+			cpu0 := cputime.Process()
 			for b.Loop() {
 				for i, g := range mlpGemms {
 					o := all[i]
@@ -274,7 +275,7 @@ func BenchmarkSgemmMLP(b *testing.B) {
 // figure that holds when other processes compete for the cores, and the
 // Gflop/s of flops an iteration at that time.
 func reportCPU(b *testing.B, cpu0 time.Duration, flops int) {
-	cpu := processCPU() - cpu0
+	cpu := cputime.Process() - cpu0
 	if cpu <= 0 || b.N == 0 {
 		return
 	}

@@ -1,14 +1,15 @@
 //go:build unix
 
-package graph
+package cputime
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is the user+system CPU time the process has used so far.
-func processCPU() time.Duration {
+// Process returns the user+system CPU time the process has used so far, 0
+// when the system does not say.
+func Process() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
