@@ -75,6 +75,9 @@ type conn struct {
 	// acknowledgement that only the read loop can deliver, so sends made
 	// meanwhile go inline.
 	dispatching atomic.Int32
+	// poll reads the socket under br, polling before it parks (poll.go);
+	// nil where the connection has no descriptor to poll (TLS).
+	poll *pollReader
 
 	closeOnce sync.Once
 }

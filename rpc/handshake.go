@@ -218,7 +218,8 @@ func (a *Agent) dial(ctx context.Context, id int) (*conn, error) {
 	}
 	side := a.newCMASide()
 	defer side.close()
-	br := bufio.NewReaderSize(nc, 64<<10)
+	pr := newPollReader(nc)
+	br := bufio.NewReaderSize(readerOf(nc, pr), 64<<10)
 	var peerPID int
 	var sendByRef bool
 	status, msg, err := func() (byte, string, error) {
@@ -272,7 +273,9 @@ func (a *Agent) dial(ctx context.Context, id int) (*conn, error) {
 		return nil, fmt.Errorf("%w: rpc: worker %s refused the connection: %s (this worker speaks RPC protocol version %d)", ErrMismatch, peer, msg, helloVersion)
 	}
 	nc.SetDeadline(time.Time{})
-	return newConn(a, nc, peer, true, br, peerPID, sendByRef, peerPID != 0), nil
+	c := newConn(a, nc, peer, true, br, peerPID, sendByRef, peerPID != 0)
+	c.pollFor(pr)
+	return c, nil
 }
 
 func (a *Agent) acceptLoop(ctx context.Context) {
@@ -365,7 +368,8 @@ func (a *Agent) handshake(nc net.Conn, admitted func()) *conn {
 	}
 	// A small buffer until the token is checked: an idle or hostile
 	// connection costs little.
-	small := bufio.NewReaderSize(nc, admit.HelloBuffer)
+	pr := newPollReader(nc)
+	small := bufio.NewReaderSize(readerOf(nc, pr), admit.HelloBuffer)
 	reply := func(status byte, msg string) error {
 		b := []byte{status, 0, 0}
 		binary.LittleEndian.PutUint16(b[1:], uint16(len(msg)))
@@ -470,6 +474,7 @@ func (a *Agent) handshake(nc net.Conn, admitted func()) *conn {
 	nc.SetDeadline(time.Time{})
 	sendByRef := b&cmaReadsYou != 0 && offer.flags&cmaProved != 0
 	c := newConn(a, nc, a.workers[id], false, br, peerPID, sendByRef, peerPID != 0)
+	c.pollFor(pr)
 	a.mu.Lock()
 	if a.state == stateClosed {
 		a.mu.Unlock()

@@ -52,6 +52,7 @@ type options struct {
 	socketBuffer   int
 	handshakeLimit time.Duration
 	sameHostCopy   bool
+	poll           time.Duration
 	live           liveness.Config
 	extensions     []Extension
 	job            *launch.Job // the job InitFromEnv read; nil: read the environment
@@ -65,6 +66,7 @@ func newOptions(opts []Option) options {
 		socketBuffer:   4 << 20,
 		handshakeLimit: admit.HandshakeTimeout,
 		sameHostCopy:   true,
+		poll:           DefaultPoll,
 	}
 	for _, f := range opts {
 		if f != nil {
@@ -196,6 +198,15 @@ func WithSocketBuffer(n int) Option { return func(o *options) { o.socketBuffer =
 // sender's memory (Linux process_vm_readv) instead of through the socket,
 // where the handshake finds that this works (see the package docs).
 func WithSameHostCopy(on bool) Option { return func(o *options) { o.sameHostCopy = on } }
+
+// WithPoll sets how long a read loop on a connection to a worker of the
+// same host looks for the next frame, yielding to the process's other
+// goroutines between looks, before it parks on the network poller (default
+// DefaultPoll; 0 parks at once). Waking a parked reader costs tens of
+// microseconds on virtual machines, more than a small call's whole round
+// trip otherwise; set 0 where workers share their cores with other busy
+// processes. Connections between hosts and over TLS always park at once.
+func WithPoll(d time.Duration) Option { return func(o *options) { o.poll = max(d, 0) } }
 
 // CallOption configures one call.
 type CallOption func(*callOptions)

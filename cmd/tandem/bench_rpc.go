@@ -76,6 +76,8 @@ type rpcBenchConfig struct {
 	iters    int
 	// sameHostCopy: let large tensors go by process_vm_readv.
 	sameHostCopy bool
+	// poll: how long read loops poll before they park (rpc.WithPoll).
+	poll time.Duration
 }
 
 const (
@@ -94,6 +96,7 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 	iters := fs.Int("iters", 0, "timed echo round trips per size (0: from 1000 for small tensors down to 200)")
 	inproc := fs.Bool("inproc", false, "run both workers in this process (default: the callee is a second process)")
 	noCMA := fs.Bool("no-same-host-copy", false, "send large tensors through the socket even between processes on one host")
+	poll := fs.Duration("poll", rpc.DefaultPoll, "how long a read loop polls for the next frame before it parks (0: park at once)")
 	peer := addPeerFlags(fs, "torch_rpc.py", 3)
 	torch := fs.Bool("torch", false, "the same as -peer")
 	callee := fs.Bool("callee", false, "internal: run as the callee (rank 1, from the environment)")
@@ -101,7 +104,7 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *callee {
-		return rpcBenchCallee(ctx, !*noCMA)
+		return rpcBenchCallee(ctx, !*noCMA, *poll)
 	}
 	peer.peer.on = peer.peer.on || *torch
 	maxBytes, err := parseByteSize(*maxFlag)
@@ -115,7 +118,7 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 	if *inflight < 1 || *calls < 1 || *remotes < 1 || *iters < 0 {
 		return fmt.Errorf("-inflight, -calls and -remotes must be positive, -iters not negative")
 	}
-	cfg := rpcBenchConfig{inflight: *inflight, calls: *calls, remotes: *remotes, iters: *iters, sameHostCopy: !*noCMA}
+	cfg := rpcBenchConfig{inflight: *inflight, calls: *calls, remotes: *remotes, iters: *iters, sameHostCopy: !*noCMA, poll: *poll}
 	for b := 4; b <= maxBytes; b *= 4 {
 		if b >= minBytes {
 			cfg.sizes = append(cfg.sizes, b)
@@ -206,7 +209,7 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		done := make(chan error, 1)
 		peerDone = done
 		go func() {
-			a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy))
+			a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy), rpc.WithPoll(cfg.poll))
 			if err == nil {
 				err = a.Shutdown(ctx)
 			}
@@ -219,7 +222,7 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		}
 		_, port, _ := net.SplitHostPort(st.Addr())
 		portNum, _ := strconv.Atoi(port)
-		cmd := exec.CommandContext(ctx, exe, "bench", "rpc", "-callee", "-no-same-host-copy="+strconv.FormatBool(!cfg.sameHostCopy))
+		cmd := exec.CommandContext(ctx, exe, "bench", "rpc", "-callee", "-no-same-host-copy="+strconv.FormatBool(!cfg.sameHostCopy), "-poll="+cfg.poll.String())
 		peer := launch.Job{
 			Launcher: launch.TandemRun, Rank: 1, WorldSize: 2, LocalRank: 1, LocalWorldSize: 2, NodeRank: 0, NumNodes: 1,
 			MasterAddr: "127.0.0.1", MasterPort: portNum, MaxRestarts: 0, Token: token,
@@ -233,7 +236,7 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		peerDone = done
 		go func() { done <- cmd.Wait() }()
 	}
-	a, err := rpc.Init(ctx, "w0", 0, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy))
+	a, err := rpc.Init(ctx, "w0", 0, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy), rpc.WithPoll(cfg.poll))
 	if err != nil {
 		cancel()
 		<-peerDone
@@ -262,8 +265,8 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 
 // rpcBenchCallee is the callee process: it serves until the caller shuts the
 // group down.
-func rpcBenchCallee(ctx context.Context, sameHostCopy bool) error {
-	a, err := rpc.InitFromEnv(ctx, "w1", rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithSameHostCopy(sameHostCopy))
+func rpcBenchCallee(ctx context.Context, sameHostCopy bool, poll time.Duration) error {
+	a, err := rpc.InitFromEnv(ctx, "w1", rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithSameHostCopy(sameHostCopy), rpc.WithPoll(poll))
 	if err != nil {
 		return err
 	}

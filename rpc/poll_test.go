@@ -1,0 +1,153 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"gorgonia.org/tensor"
+)
+
+// tcpPair returns both ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (a, b net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		got <- c
+	}()
+	a, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = <-got
+	if b == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// TestPollReader: a polling read returns bytes that come while it polls and
+// bytes that come after it parked, honours the read deadline, and reports
+// the peer's close as EOF and its own connection's close as net.ErrClosed.
+func TestPollReader(t *testing.T) {
+	a, b := tcpPair(t)
+	pr := newPollReader(a)
+	if pr == nil {
+		t.Skip("no pollable descriptor on this platform")
+	}
+	pr.spin.Store(int64(DefaultPoll))
+	buf := make([]byte, 8)
+
+	b.Write([]byte("now"))
+	if n, err := io.ReadFull(pr, buf[:3]); err != nil || string(buf[:n]) != "now" {
+		t.Fatalf("read while polling: %q, %v", buf[:n], err)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond) // long past the poll: the read parks
+		b.Write([]byte("later"))
+	}()
+	if n, err := io.ReadFull(pr, buf[:5]); err != nil || string(buf[:n]) != "later" {
+		t.Fatalf("read after parking: %q, %v", buf[:n], err)
+	}
+
+	a.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+	if _, err := pr.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past the deadline: %v, want a deadline error", err)
+	}
+	a.SetReadDeadline(time.Time{})
+
+	b.Close()
+	if _, err := pr.Read(buf); err != io.EOF {
+		t.Fatalf("read after the peer closed: %v, want io.EOF", err)
+	}
+
+	c, d := tcpPair(t)
+	pc := newPollReader(c)
+	pc.spin.Store(int64(time.Millisecond))
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		c.Close()
+	}()
+	if _, err := pc.Read(buf); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("read on a connection closed under it: %v, want net.ErrClosed", err)
+	}
+	_ = d
+}
+
+// TestOnOneHost: loopback connections count as one host; a connection with
+// no TCP addresses does not.
+func TestOnOneHost(t *testing.T) {
+	a, _ := tcpPair(t)
+	if !onOneHost(a, 0) {
+		t.Error("a loopback connection is not taken for one host")
+	}
+	p, q := net.Pipe()
+	defer p.Close()
+	defer q.Close()
+	if onOneHost(p, 0) {
+		t.Error("a pipe with no TCP addresses is taken for one host")
+	}
+	if !onOneHost(p, 1234) {
+		t.Error("a peer whose process id the kernel vouched for is not taken for one host")
+	}
+}
+
+// TestWithPoll: connections between workers on this host poll for
+// DefaultPoll, or for what WithPoll says (0: they park at once), on both
+// ends, and calls of every size work either way.
+func TestWithPoll(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		want time.Duration
+	}{
+		{"default", nil, DefaultPoll},
+		{"off", []Option{WithPoll(0)}, 0},
+		{"1ms", []Option{WithPoll(time.Millisecond)}, time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			agents := startGroup(t, 2, registerBasics, tc.opts...)
+			ctx := context.Background()
+			for _, n := range []int{1, 1 << 10, cmaThreshold} {
+				for i := 0; i < 50; i++ {
+					x := filled(n, float32(i))
+					y, err := Sync[*tensor.Dense](ctx, agents[0], "w1", "echo", x)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !y.Eq(x) {
+						t.Fatalf("echo of %d floats came back changed", n)
+					}
+				}
+			}
+			client := agents[0].peers[1].cur.Load()
+			if client == nil || client.poll == nil {
+				t.Fatal("the client connection has no polling reader")
+			}
+			if got := time.Duration(client.poll.spin.Load()); got != tc.want {
+				t.Errorf("client connection polls for %v, want %v", got, tc.want)
+			}
+			agents[1].mu.Lock()
+			defer agents[1].mu.Unlock()
+			if len(agents[1].servers) == 0 {
+				t.Fatal("the callee has no server connection")
+			}
+			for s := range agents[1].servers {
+				if got := time.Duration(s.poll.spin.Load()); got != tc.want {
+					t.Errorf("server connection polls for %v, want %v", got, tc.want)
+				}
+			}
+		})
+	}
+}
