@@ -3,6 +3,7 @@ package graph
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -38,8 +39,10 @@ type Program struct {
 	consumers [][]int32 // distinct non-input nodes reading each node
 	deps      []int32   // distinct non-input children of each node
 	inputs    []int32   // input nodes, in topological order
-	steps     []int32   // non-input nodes, in topological order
-	starts    []int32   // non-input nodes with no non-input child
+	steps     []int32   // non-input nodes, in topological order, the RunLast nodes at the end
+	par       []int32   // steps without the RunLast nodes: what runs in parallel
+	last      []int32   // the RunLast nodes, in their order
+	starts    []int32   // nodes of par with no non-input child
 	shared    []bool    // value read by more than one node
 	prealloc  []bool    // op can write into a kept buffer
 	accum     []bool    // op adds into a preallocated buffer (see accumulatesIntoPrealloc)
@@ -200,11 +203,52 @@ func Compile(g *G.ExprGraph, opts ...Option) (*Program, error) {
 			p.starts = append(p.starts, int32(i))
 		}
 	}
+	if err := p.orderLast(); err != nil {
+		return nil, err
+	}
 	if err := p.setupGrads(); err != nil {
 		return nil, err
 	}
 	p.queue = make(chan int32, len(p.steps)+1)
 	return p, nil
+}
+
+// orderLast moves the RunLast nodes to the end of the steps, out of the
+// parallel phase: no node waits for them, and they start once it is over.
+func (p *Program) orderLast() error {
+	p.par = p.steps
+	if len(p.cfg.last) == 0 {
+		return nil
+	}
+	isLast := make(map[int32]bool, len(p.cfg.last))
+	for _, n := range p.cfg.last {
+		i, ok := p.index[n]
+		switch {
+		case !ok:
+			return fmt.Errorf("graph: Compile: RunLast: node %v is not in the graph: %w", n, ErrInvalidArgument)
+		case p.kind[i] != kindOp:
+			return fmt.Errorf("graph: Compile: RunLast: node %q is not computed by an op: %w", n.Name(), ErrInvalidArgument)
+		case len(p.consumers[i]) > 0:
+			return fmt.Errorf("graph: Compile: RunLast: node %q is read by node %q; only nodes nothing reads can run last: %w",
+				n.Name(), p.nodes[p.consumers[i][0]].Name(), ErrInvalidArgument)
+		case isLast[i]:
+			return fmt.Errorf("graph: Compile: RunLast: node %q given twice: %w", n.Name(), ErrInvalidArgument)
+		}
+		isLast[i] = true
+		p.last = append(p.last, i)
+	}
+	p.par = make([]int32, 0, len(p.steps)-len(p.last))
+	for _, i := range p.steps {
+		if !isLast[i] {
+			p.par = append(p.par, i)
+		}
+	}
+	p.steps = append(slices.Clone(p.par), p.last...)
+	p.starts = slices.DeleteFunc(p.starts, func(i int32) bool { return isLast[i] })
+	for i, cs := range p.consumers {
+		p.consumers[i] = slices.DeleteFunc(cs, func(c int32) bool { return isLast[c] })
+	}
+	return nil
 }
 
 // setupGrads builds the map from differentiated nodes to gradient nodes and

@@ -18,6 +18,7 @@ type config struct {
 	gradNodes G.Nodes
 	dual      G.Nodes
 	dualAll   bool
+	last      G.Nodes
 }
 
 func defaultConfig() config {
@@ -89,6 +90,25 @@ func BindDualValues(nodes ...*G.Node) Option {
 			c.dualAll = true
 		}
 		c.dual = append(c.dual, nodes...)
+		return nil
+	}
+}
+
+// RunLast makes a run compute these nodes after every other node of the
+// program, one after the other in the order given, whatever the number of
+// Workers. It is for an op that writes into memory other nodes read: a
+// parameter update fused into the product that computes the parameter's
+// gradient (models.WithSGDInBackward) must wait until every node that reads
+// the parameter is done. The nodes must be computed by ops (not inputs,
+// gorgonia.Set or gorgonia.Read), and no node of the program may read them.
+func RunLast(nodes ...*G.Node) Option {
+	return func(c *config) error {
+		for i, n := range nodes {
+			if n == nil {
+				return fmt.Errorf("graph: RunLast: nil node at position %d: %w", i, ErrInvalidArgument)
+			}
+		}
+		c.last = append(c.last, nodes...)
 		return nil
 	}
 }

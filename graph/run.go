@@ -62,10 +62,21 @@ func (p *Program) Run(ctx context.Context, bindings ...Binding) error {
 			return err
 		}
 	}
-	if p.cfg.workers == 1 || len(p.steps) < 2 {
+	if p.cfg.workers == 1 || len(p.par) < 2 {
 		return p.runSequential(ctx)
 	}
-	return p.runParallel(ctx)
+	if err := p.runParallel(ctx); err != nil {
+		return err
+	}
+	for k, i := range p.last {
+		if err := ctx.Err(); err != nil {
+			return stopped(ctx, err, len(p.par)+k, len(p.steps))
+		}
+		if err := p.step(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (p *Program) runSequential(ctx context.Context) error {
@@ -83,7 +94,7 @@ func (p *Program) runSequential(ctx context.Context) error {
 func (p *Program) runParallel(ctx context.Context) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for _, i := range p.steps {
+	for _, i := range p.par {
 		p.pending[i].Store(p.deps[i])
 	}
 	for _, i := range p.starts {
@@ -96,7 +107,7 @@ func (p *Program) runParallel(ctx context.Context) error {
 		firstErr  error
 		wg        sync.WaitGroup
 	)
-	remaining.Store(int32(len(p.steps)))
+	remaining.Store(int32(len(p.par)))
 	fail := func(err error) {
 		errOnce.Do(func() { firstErr = err; cancel() })
 	}
@@ -127,7 +138,7 @@ func (p *Program) runParallel(ctx context.Context) error {
 			}
 		}
 	}
-	extra := min(p.cfg.workers, len(p.steps)) - 1
+	extra := min(p.cfg.workers, len(p.par)) - 1
 	wg.Add(extra)
 	for range extra {
 		go func() { defer wg.Done(); worker() }()
@@ -146,7 +157,7 @@ func (p *Program) runParallel(ctx context.Context) error {
 		if err == nil {
 			err = errors.New("run stopped") // not reachable: workers only stop early on an error or ctx
 		}
-		return stopped(ctx, err, len(p.steps)-int(left), len(p.steps))
+		return stopped(ctx, err, len(p.par)-int(left), len(p.steps))
 	}
 	return nil
 }

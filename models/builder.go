@@ -63,6 +63,11 @@ type Builder struct {
 	// prog: the program last compiled with Compile, which WithGradsInPlace
 	// points at Param.Grad.
 	prog *graph.Program
+	// fuseLR: the learning rate of plain SGD fused into the backward pass
+	// (WithSGDInBackward), 0 for none; fused: the parameters the program
+	// last compiled updates itself.
+	fuseLR float64
+	fused  map[*Param]bool
 }
 
 // NewBuilder returns a Builder that adds nodes to g (a new graph if g is nil).
@@ -195,7 +200,9 @@ func (b *Builder) Backward(loss *G.Node) error {
 			}
 			if b.inPlace {
 				for _, n := range nodes {
-					b.sink(owner[n])
+					if p := owner[n]; !(b.fuseLR > 0 && b.fuses(p)) {
+						b.sink(p)
+					}
 				}
 			}
 			return nil
@@ -270,6 +277,9 @@ func (b *Builder) moveGrads(add bool) error {
 		}
 		if b.inPlace && p.Grad != nil && sameMemory(v, p.Grad) {
 			continue // the run wrote it there
+		}
+		if b.fused[p] {
+			continue // the run updated the parameter and kept no gradient
 		}
 		src, err := gradDense(v, p.Value.Dtype(), p.Value.Shape())
 		if err != nil {

@@ -18,7 +18,12 @@ import (
 // gradScale is the factor a gradient op multiplies its result by: 1 unless
 // SetGradTarget set another. It is shared by the op values of one node, so
 // the Builder can set it after gorgonia built the node.
-type gradScale struct{ f float64 }
+type gradScale struct {
+	f float64
+	// add: the op adds its scaled result into its output instead of
+	// overwriting it (WithSGDInBackward).
+	add bool
+}
 
 // factor returns the multiplier, 1 when none is set.
 func (s *gradScale) factor() float64 {
@@ -80,19 +85,34 @@ func WithGradsInPlace() BuilderOption { return func(b *Builder) { b.inPlace = tr
 // there). CopyGrads keeps pointing the program last compiled here at
 // Param.Grad when a Grad tensor is replaced.
 func (b *Builder) Compile(opts ...graph.Option) (*graph.Program, error) {
+	if err := b.checkFuseLR(); err != nil {
+		return nil, err
+	}
 	ps := b.GradParams()
 	wrt, grads := make(G.Nodes, len(ps)), make(G.Nodes, len(ps))
 	for i, p := range ps {
 		wrt[i], grads[i] = b.nodes[p], b.grads[p]
 	}
-	prog, err := graph.Compile(b.g, append([]graph.Option{graph.WithGrads(wrt, grads)}, opts...)...)
+	opts = append([]graph.Option{graph.WithGrads(wrt, grads)}, opts...)
+	var fuse []*Param
+	if b.fuseLR > 0 {
+		var last G.Nodes
+		fuse, last = b.fusable()
+		opts = append(opts, graph.RunLast(last...))
+	}
+	prog, err := graph.Compile(b.g, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("models: Compile: %w", err)
 	}
 	b.prog = prog
+	if err := b.fuseSGD(prog, fuse); err != nil {
+		return nil, err
+	}
 	if b.inPlace {
 		for _, p := range ps {
-			b.sink(p)
+			if !b.fused[p] {
+				b.sink(p)
+			}
 		}
 	}
 	return prog, nil
@@ -138,7 +158,7 @@ func (b *Builder) sinks(p *Param) bool {
 // buckets it reduces (PyTorch's gradient_as_bucket_view), the scale being
 // its 1/world; the gradient then skips the copy into the bucket.
 func (b *Builder) SetGradTarget(prog *graph.Program, p *Param, dst *tensor.Dense, scale float64) bool {
-	if prog == nil || !b.sinks(p) {
+	if prog == nil || !b.sinks(p) || (prog == b.prog && b.fused[p]) {
 		return false
 	}
 	n := b.grads[p]

@@ -114,6 +114,16 @@ func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 		return nil, err
 	}
 	out := outDense(prealloc, a.Dtype(), []int{m, n}, a, b)
+	var beta float64
+	if op.scale != nil && op.scale.add {
+		// A fused update: the output is the parameter, which the product
+		// adds into (see WithSGDInBackward).
+		if out = reusable(prealloc, a.Dtype(), []int{m, n}, []G.Value{a, b}); out == nil {
+			return nil, fmt.Errorf("models: %v adds into the parameter it updates, which must be a %v tensor of shape (%d, %d) that no input shares; got %v: %w",
+				op, a.Dtype(), m, n, describe(prealloc), errs.InvalidArgument)
+		}
+		beta = 1
+	}
 	ta, tb := blas.NoTrans, blas.NoTrans
 	if op.transA {
 		ta = blas.Trans
@@ -125,9 +135,9 @@ func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 	alpha := op.scale.factor()
 	switch a.Dtype() {
 	case tensor.Float64:
-		tblas.Dgemm(ta, tb, m, n, k, alpha, a.Float64s(), lda, b.Float64s(), ldb, 0, out.Float64s(), n)
+		tblas.Dgemm(ta, tb, m, n, k, alpha, a.Float64s(), lda, b.Float64s(), ldb, beta, out.Float64s(), n)
 	case tensor.Float32:
-		tblas.Sgemm(ta, tb, m, n, k, float32(alpha), a.Float32s(), lda, b.Float32s(), ldb, 0, out.Float32s(), n)
+		tblas.Sgemm(ta, tb, m, n, k, float32(alpha), a.Float32s(), lda, b.Float32s(), ldb, float32(beta), out.Float32s(), n)
 	default:
 		return nil, checkFloat(a.Dtype())
 	}

@@ -25,7 +25,7 @@ import (
 
 func init() {
 	benches["train"] = command{
-		summary: "one-core MLP training step: tandem bench train [-sizes 784,1024,1024,10] [-batch 64] [-steps 50] [-peer [-rounds 3]] [-json]",
+		summary: "one-core MLP training step: tandem bench train [-sizes 784,1024,1024,10] [-batch 64] [-steps 50] [-sgd-in-backward] [-peer [-rounds 3]] [-json]",
 		run:     benchTrain,
 	}
 }
@@ -38,6 +38,7 @@ type trainBenchResult struct {
 	BLASCore    string  `json:"blas_core"` // the kernels: "go-avx512", "go-fma", "go", or OpenBLAS's core name
 	Sizes       []int   `json:"sizes"`
 	Batch       int     `json:"batch"`
+	SGDFused    bool    `json:"sgd_in_backward"` // the weights' SGD update ran inside the backward products
 	MedianStepS float64 `json:"median_step_s"`
 	StepsPerS   float64 `json:"steps_per_s"`
 }
@@ -48,6 +49,7 @@ func benchTrain(ctx context.Context, args []string) error {
 	peer := addPeerFlags(fs, "torch_ddp.py", 3)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	device := addDeviceFlag(fs)
+	fused := fs.Bool("sgd-in-backward", false, "fuse the Linear weights' SGD update into the backward products (models.WithSGDInBackward); the biases still go through optim.SGD")
 	if err := parseBenchFlags(fs, joinPeerPath(args)); err != nil {
 		return err
 	}
@@ -69,17 +71,23 @@ func benchTrain(ctx context.Context, args []string) error {
 		if *mlp.sizes != defaultMLPSizes || batch != 64 {
 			return fmt.Errorf("-peer: torch_ddp.py trains MLP %s at batch 64; leave -sizes and -batch alone", defaultMLPSizes)
 		}
-		return trainPeer(ctx, sizes, batch, *mlp.steps, peer, os.Stdout, *asJSON)
+		return trainPeer(ctx, sizes, batch, *mlp.steps, *fused, peer, os.Stdout, *asJSON)
 	}
-	timeSteps, blasName, blasCore := timeTrainSteps, tblas.Name, tblas.Core()
+	timeSteps := func(ctx context.Context, sizes []int, batch, steps int) (time.Duration, error) {
+		return timeTrainSteps(ctx, sizes, batch, steps, *fused)
+	}
+	blasName, blasCore := tblas.Name, tblas.Core()
 	if *device == "cuda" {
+		if *fused {
+			return fmt.Errorf("-sgd-in-backward is a graph-executor option; the CUDA step does not have it")
+		}
 		timeSteps, blasName, blasCore = timeTrainStepsCUDA, "cublas", "gpu0"
 	}
 	med, err := timeSteps(ctx, sizes, batch, *mlp.steps)
 	if err != nil {
 		return err
 	}
-	res := trainBenchResult{Bench: "train", Device: *device, BLAS: blasName, BLASCore: blasCore, Sizes: sizes, Batch: batch,
+	res := trainBenchResult{Bench: "train", Device: *device, BLAS: blasName, BLASCore: blasCore, Sizes: sizes, Batch: batch, SGDFused: *fused,
 		MedianStepS: med.Seconds(), StepsPerS: 1 / med.Seconds()}
 	if *asJSON {
 		return writeJSONLine(os.Stdout, res)
@@ -88,14 +96,19 @@ func benchTrain(ctx context.Context, args []string) error {
 	if *device == "cuda" {
 		where = "GPU 0"
 	}
+	if *fused {
+		where += ", SGD in the backward products"
+	}
 	fmt.Printf("MLP %v, batch %d, float32, %s, BLAS %s (%s): median %.2f ms/step (%.1f steps/s)\n",
 		sizes, batch, where, res.BLAS, res.BLASCore, 1e3*res.MedianStepS, res.StepsPerS)
 	return nil
 }
 
 // timeTrainSteps builds the MLP step on the graph executor and returns the
-// median wall time of steps timed steps after ten warm-up steps.
-func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int) (time.Duration, error) {
+// median wall time of steps timed steps after ten warm-up steps. With fused
+// the weights' SGD update runs inside the backward products
+// (models.WithSGDInBackward) and optim.SGD updates only the biases.
+func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int, fused bool) (time.Duration, error) {
 	rng := rand.New(rand.NewPCG(0, 1))
 	model, err := models.NewMLP(sizes, models.WithRand(rng), models.WithDtype(tensor.Float32))
 	if err != nil {
@@ -111,7 +124,12 @@ func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int) (time.Du
 	}
 	// Gradients land in Param.Grad straight from the backward ops; ZeroGrad
 	// before each run is what the loop below does anyway.
-	b := models.NewBuilder(nil, models.WithGradsInPlace())
+	bopts := []models.BuilderOption{models.WithGradsInPlace()}
+	const lr = 0.01
+	if fused {
+		bopts = append(bopts, models.WithSGDInBackward(lr))
+	}
+	b := models.NewBuilder(nil, bopts...)
 	x := b.Bind("x", tensor.New(tensor.WithShape(batch, sizes[0]), tensor.WithBacking(xs)))
 	y := b.Bind("y", tensor.New(tensor.WithShape(batch), tensor.WithBacking(ys)))
 	logits, err := model.Forward(b, x)
@@ -129,7 +147,8 @@ func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int) (time.Du
 	if err != nil {
 		return 0, err
 	}
-	opt, err := optim.NewSGD(model.Params(), optim.LR(0.01))
+	_, rest := b.SGDInBackward() // every parameter unless fused
+	opt, err := optim.NewSGD(rest, optim.LR(lr))
 	if err != nil {
 		return 0, err
 	}
@@ -155,12 +174,12 @@ func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int) (time.Du
 
 // trainPeer compares the step with PyTorch's world-1 step of torch_ddp.py
 // (no DDP, one thread) in turns.
-func trainPeer(ctx context.Context, sizes []int, batch, steps int, o *peerOptions, stdout io.Writer, asJSON bool) error {
+func trainPeer(ctx context.Context, sizes []int, batch, steps int, fused bool, o *peerOptions, stdout io.Writer, asJSON bool) error {
 	script := o.scriptPath("torch_ddp.py")
 	p := peerRun{
 		bench: "train", script: script, rounds: *o.rounds, allow: *o.allowRefBL, probe: systemBLASProbe(),
 		tandem: func(ctx context.Context) ([]peerMetric, error) {
-			med, err := timeTrainSteps(ctx, sizes, batch, steps)
+			med, err := timeTrainSteps(ctx, sizes, batch, steps, fused)
 			if err != nil {
 				return nil, err
 			}
