@@ -4,6 +4,9 @@ package samehost
 
 import (
 	"io"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -30,6 +33,57 @@ const readPiece = 1 << 20
 // into this one's. The process id must be one the kernel vouched for (see
 // Offer.Verify), never one a peer stated.
 func Read(pid int, dst []byte, addr uint64) error {
+	if len(dst) >= splitFrom && runtime.GOMAXPROCS(0) > 1 {
+		return readShared(pid, dst, addr)
+	}
+	return readSerial(pid, dst, addr)
+}
+
+// splitFrom is the size from which Read shares the copy with a second
+// goroutine (readShared).
+const splitFrom = 2 << 20
+
+// readShared copies dst in pieces of readPiece that this goroutine and one
+// helper take in turn from a shared counter, so a large copy runs on two
+// cores where the second is free (a process waiting for a reply usually
+// is). A helper that never gets a processor costs nothing: this goroutine
+// takes every piece itself and only waits for a piece the helper started.
+func readShared(pid int, dst []byte, addr uint64) error {
+	pieces := int64((len(dst) + readPiece - 1) / readPiece)
+	var (
+		next   atomic.Int64
+		failed atomic.Pointer[error]
+		wg     sync.WaitGroup
+	)
+	work := func() {
+		for {
+			i := next.Add(1) - 1
+			if i >= pieces || failed.Load() != nil {
+				return
+			}
+			lo := int(i) * readPiece
+			hi := min(lo+readPiece, len(dst))
+			if err := readSerial(pid, dst[lo:hi], addr+uint64(lo)); err != nil {
+				failed.CompareAndSwap(nil, &err)
+				return
+			}
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		work()
+	}()
+	work()
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// readSerial is Read on this goroutine alone.
+func readSerial(pid int, dst []byte, addr uint64) error {
 	for len(dst) > 0 {
 		piece := min(len(dst), readPiece)
 		liov := syscall.Iovec{Base: &dst[0]}
