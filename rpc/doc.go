@@ -82,7 +82,16 @@
 // inline; WithSameHostCopy(false) turns it off. The process read is the
 // one the kernel names as the peer (each side proves which process it is
 // through an abstract Unix socket, see internal/peercred), never one the
-// peer names, and only if it runs as the same user.
+// peer names, and only if it runs as the same user. Copies of 2 MiB and
+// more are shared between the receiving goroutine and a helper, so they use
+// a second core where one is free.
+//
+// On connections to workers of the same host, a read loop that finds no
+// bytes polls the socket for up to 50 µs (WithPoll), yielding the processor
+// between looks, before it parks on the network poller: waking a parked
+// goroutine costs tens of microseconds on virtual machines, more than a
+// small call's whole round trip (4 B echo: 14 µs polling, about 70
+// parking). Connections to other hosts and over TLS park at once.
 //
 // Memory for large received tensors (256 KiB and up) is recycled: fresh
 // memory costs a page fault per 4 KiB page on first touch, and every few
