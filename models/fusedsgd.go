@@ -2,6 +2,7 @@ package models
 
 import (
 	"fmt"
+	"math"
 
 	G "gorgonia.org/gorgonia"
 
@@ -101,7 +102,7 @@ func (b *Builder) fuseSGD(prog *graph.Program, ps []*Param) error {
 
 // checkFuseLR validates WithSGDInBackward's learning rate.
 func (b *Builder) checkFuseLR() error {
-	if b.fuseLR < 0 || b.fuseLR != b.fuseLR {
+	if b.fuseLR < 0 || math.IsNaN(b.fuseLR) {
 		return fmt.Errorf("models: WithSGDInBackward(%v): the learning rate must be positive: %w", b.fuseLR, errs.InvalidArgument)
 	}
 	return nil

@@ -114,7 +114,7 @@ func TestSGDInBackward(t *testing.T) {
 				}
 				pp, fp := plainM.Params(), fusedM.Params()
 				for i := range pp {
-					want, got := floatsOf(pp[i].Value), floatsOf(fp[i].Value)
+					want, got := toFloat64s(pp[i].Value), toFloat64s(fp[i].Value)
 					for j := range want {
 						if math.Abs(want[j]-got[j]) > tol*math.Max(1, math.Abs(want[j])) {
 							t.Fatalf("%s[%d] = %v after ten fused steps, %v after ten plain ones", pp[i].Name, j, got[j], want[j])
@@ -170,18 +170,4 @@ func lossOf(t *testing.T, v G.Value) float64 {
 		t.Fatal(err)
 	}
 	return f
-}
-
-func floatsOf(t *tensor.Dense) []float64 {
-	switch d := t.Data().(type) {
-	case []float64:
-		return d
-	case []float32:
-		out := make([]float64, len(d))
-		for i, v := range d {
-			out[i] = float64(v)
-		}
-		return out
-	}
-	return nil
 }

@@ -113,7 +113,7 @@ func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 	if err != nil {
 		return nil, err
 	}
-	out := outDense(prealloc, a.Dtype(), []int{m, n}, a, b)
+	var out *tensor.Dense
 	var beta float64
 	if op.scale != nil && op.scale.add {
 		// A fused update: the output is the parameter, which the product
@@ -123,6 +123,8 @@ func (op matMulOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 				op, a.Dtype(), m, n, describe(prealloc), errs.InvalidArgument)
 		}
 		beta = 1
+	} else {
+		out = outDense(prealloc, a.Dtype(), []int{m, n}, a, b)
 	}
 	ta, tb := blas.NoTrans, blas.NoTrans
 	if op.transA {
