@@ -124,9 +124,10 @@ test-blas:
 	@if [ -n "$(TAGS)" ]; then $(GO) test $(GOTESTFLAGS) $(TAGFLAG) ./internal/blas ./models ./optim; \
 	else echo "test-blas: libopenblas-dev not installed; pure-Go BLAS only"; fi
 
-# The optimizers' portable loops, which amd64 replaces with vector kernels.
+# The portable loops that amd64 replaces with vector kernels: the
+# optimizers', the element-wise ones of package vec and the layers using them.
 test-purego:
-	$(GO) test $(GOTESTFLAGS) -tags purego ./optim
+	$(GO) test $(GOTESTFLAGS) -tags purego ./optim ./internal/vec ./models
 
 # Short fuzz runs of the wire decoders (a few seconds each; see FUZZTIME).
 fuzz:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tandemml/tandem/internal/errs"
 	"github.com/tandemml/tandem/internal/opkit"
+	"github.com/tandemml/tandem/internal/vec"
 )
 
 // The channel ops view x as [outer, C, inner], where C is the product of the
@@ -191,8 +192,14 @@ func chanKernel[T float](k chanKind, outer, c, inner int, out, x, y []T) error {
 	case chanSum:
 		if inner == 1 {
 			out = out[:c]
+			o32, is32 := any(out).([]float32)
 			for o := 0; o < outer; o++ {
-				for j, xv := range x[o*c : (o+1)*c] {
+				row := x[o*c : (o+1)*c]
+				if is32 {
+					vec.AddTo(o32, any(row).([]float32))
+					continue
+				}
+				for j, xv := range row {
 					out[j] += xv
 				}
 			}
@@ -228,9 +235,22 @@ func chanKernel[T float](k chanKind, outer, c, inner int, out, x, y []T) error {
 	return nil
 }
 
-// chanRow applies a whole per-channel vector y to one row x.
+// chanRow applies a whole per-channel vector y to one row x (float32 in
+// package vec's kernels).
 func chanRow[T float](k chanKind, dst, x, y []T) {
 	dst, y = dst[:len(x)], y[:len(x)]
+	if d, ok := any(dst).([]float32); ok {
+		x, y := any(x).([]float32), any(y).([]float32)
+		switch k {
+		case chanAdd:
+			vec.Add(d, x, y)
+		case chanMul:
+			vec.Mul(d, x, y)
+		case chanAddReLU:
+			vec.AddReLU(d, x, y)
+		}
+		return
+	}
 	switch k {
 	case chanAdd:
 		for j, xv := range x {

@@ -19,10 +19,11 @@
 // that training spends its time in (GEMM, GEMV) go to OpenBLAS, and the same
 // implementation is installed into gorgonia and its tensor package, so
 // gorgonia's own products and convolutions use it too (the default
-// implementation is installed there as well). In that build a large A·Bᵀ still
-// runs in package sgemm's AVX-512 kernels where the processor has them:
+// implementation is installed there as well). In that build the large float32
+// products of a Linear layer (A·Bᵀ forward, Aᵀ·B and A·B backward) still
+// run in package sgemm's AVX-512 kernels where the processor has them:
 // they are faster than OpenBLAS's on those products, OpenBLAS on the
-// others (see openBLAS.Sgemm).
+// small ones and the rest (see openBLAS.Sgemm).
 //
 //	go build -tags openblas ./...
 //

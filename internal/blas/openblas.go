@@ -42,6 +42,9 @@ const Name = "openblas"
 const (
 	ntRows = 64
 	ntCols = 128
+	// tileTerms: the fewest terms from which A·B and Aᵀ·B of at least
+	// ntRows×ntCols go to package sgemm's tile kernels.
+	tileTerms = 64
 )
 
 // Core names the kernel family OpenBLAS runs (for benchmark reports), and
@@ -81,18 +84,25 @@ func trans(t gblas.Transpose) C.enum_CBLAS_TRANSPOSE {
 // pointer to an empty slice is taken.
 func empty(m, n int) bool { return m == 0 || n == 0 }
 
-// Sgemm is OpenBLAS's, except for A·Bᵀ (a layer's forward pass) of at
-// least ntRows×ntCols on a processor with AVX-512: package sgemm's kernels
-// compute those faster than OpenBLAS's SkylakeX ones, and OpenBLAS the
-// smaller ones and the other transposes. Measured on the development
-// machine (2026-11-24, one core, Gflop/s, Tandem's against OpenBLAS's):
+// Sgemm is OpenBLAS's, except for a Linear layer's large products on a
+// processor with AVX-512: A·Bᵀ (the forward pass) of at least
+// ntRows×ntCols, and Aᵀ·B and A·B (the weight and input gradients) of at
+// least ntRows×ntCols over tileTerms terms. Package sgemm's kernels compute
+// those faster than OpenBLAS's SkylakeX ones; OpenBLAS computes the
+// smaller ones and A·Bᵀ's transposed forms. Measured on the development
+// machine (one core, Gflop/s, Tandem's against OpenBLAS's), 2026-11-24:
 // A·Bᵀ 64×1024 over 784 terms 131/107, 64×1024×1024 135/105,
 // 64×128×1568 147/99, 64×256×256 129/103, 128×1024×1024 137/120; but
 // 64×10×1024 89/112, 32×400×248 41/77, 16×25×892 58/81 (a CNN's weight
-// gradients), 64×10×128 57/92; and the backward products 1024×1024 over 64
-// terms (Aᵀ·B) 122/147, 64×1024×1024 (A·B) 102/110.
+// gradients), 64×10×128 57/92. 2026-11-25, once the tile kernels packed B
+// while computing (best of 50, twice): Aᵀ·B 1024×1024 over 64 terms
+// 154/131, 1024×784×64 147/132, A·B 64×1024×1024 143/119; but A·B over
+// 10 terms (64×1024×10) 85/115 and Aᵀ·B with 10 rows (10×1024×64) 46/134.
 func (openBLAS) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if tA == gblas.NoTrans && tB == gblas.Trans && m >= ntRows && n >= ntCols && sgemm.GemmNT512(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
+		return
+	}
+	if tB == gblas.NoTrans && m >= ntRows && n >= ntCols && k >= tileTerms && sgemm.GemmTiles512(tA == gblas.Trans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
 		return
 	}
 	if empty(m, n) || k == 0 || len(a) == 0 || len(b) == 0 {

@@ -19,6 +19,9 @@ func sdot2x4(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc in
 func sgemmTile8x32(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 
 //go:noescape
+func sgemmTile8x32Pack(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool, pb *float32)
+
+//go:noescape
 func sdot4x4(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 
 // kernels is one family of assembly kernels and the shapes they compute.
@@ -109,6 +112,17 @@ func GemmNT512(m, n, k int, alpha float32, a []float32, lda int, b []float32, ld
 	return true
 }
 
+// GemmTiles512 is Gemm for C = alpha·op(A)·B + beta·C (A transposed when
+// transA) in the AVX-512 family's tile kernels only: false where the
+// processor lacks them.
+func GemmTiles512(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+	if best != avx512 || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(transA, false, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		return false
+	}
+	sgemmWith(avx512, transA, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	return true
+}
+
 // sgemmWith computes C = alpha·op(A)·op(B) + beta·C in the kernels kn,
 // the arguments already checked. With beta 0 the products overwrite C
 // (NaNs included, as BLAS does) rather than clearing it first.
@@ -140,13 +154,16 @@ func scaleRows(m, n int, beta float32, c []float32, ldc int) {
 }
 
 // A·Bᵀ runs in passes over ntDepth terms of ntRows rows of B at a time:
-// 128 KiB of B that stay in the level-2 cache while every row block of A
-// goes past them. (Shallower passes, 256 or 512 terms, that would keep B in
-// the level-1 cache measured slower on the MLP's products: each pass ends in
-// the kernel's horizontal sums.)
+// 32 KiB of B, which stay in the level-1 cache while every row block of A
+// goes past them (two blocks of B's four rows per block of A's). Blocks of
+// 32 rows, 128 KiB in the level-2 cache, fed the kernel half its loads from
+// there and measured 5% slower on the MLP's products (2026-11-25, 64×1024
+// over 784 and 1024 terms: 141 and 140 against 151 and 147 Gflop/s);
+// shallower passes, 256 or 512 terms, slower still: each pass ends in the
+// kernel's horizontal sums.
 const (
 	ntDepth = 1024
-	ntRows  = 32
+	ntRows  = 8
 )
 
 // sgemmNT writes (acc: adds) alpha·A·Bᵀ to C, A m×k and B n×k: dr×dc
@@ -261,7 +278,10 @@ func getPanel(n int) *[]float32 {
 // packed into panels of mr rows and B into panels of nr columns
 // (zero-padded at the edges), and the tile kernel writes alpha times each
 // mr×nr tile's sums into C, straight into it away from the edges. (Reading
-// an untransposed B in place, rows 4 KiB apart, was slower than the copy.)
+// an untransposed B in place for every row block, rows 4 KiB apart, was
+// slower than the copy; the 512-bit family makes the copy while it computes
+// the first row block, sgemmTile8x32Pack, which took A·B 64×1024×1024 from
+// 1.2 ms to 0.93 on one core, 2026-11-25.)
 func sgemmTiles(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
 	mr, nr := kn.mr, kn.nr
 	mp := (m + mr - 1) / mr
@@ -315,10 +335,20 @@ func sgemmTiles(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a 
 	wg.Wait()
 }
 
-// sgemmColumns computes the tiles of the nr-column blocks lo..hi-1.
+// tileDepth is how many terms of the product a packed panel of B holds:
+// tileDepth×nr floats (32 KiB in the 512-bit family) that stay in the
+// level-1 cache, with the A panel's tileDepth×mr, while every row block of
+// A goes past them. Panels of all k terms (128 KiB for k 1024) stay in
+// the level-2 cache only: A·B 64×1024×1024 took 0.99 to 1.02 ms with
+// them, 0.93 with these (one core, 2026-11-25).
+const tileDepth = 256
+
+// sgemmColumns computes the tiles of the nr-column blocks lo..hi-1, in
+// passes over tileDepth terms.
 func sgemmColumns(kn *kernels, lo, hi int, transB bool, m, n, k int, alpha float32, pa, b []float32, ldb int, c []float32, ldc int, acc bool) {
 	mr, nr := kn.mr, kn.nr
-	pbp := getPanel(nr * k)
+	kc := min(k, tileDepth)
+	pbp := getPanel(nr * kc)
 	defer panelPool.Put(pbp)
 	pb := *pbp
 	var edgeBuf [8 * 32]float32
@@ -326,43 +356,88 @@ func sgemmColumns(kn *kernels, lo, hi int, transB bool, m, n, k int, alpha float
 	for jb := lo; jb < hi; jb++ {
 		j := jb * nr
 		w := min(nr, n-j)
-		if transB {
+		// The 512-bit family packs an untransposed B while it computes the
+		// first row block.
+		inKernel := kn.wide && !transB && w == nr && m >= mr
+		for p0 := 0; p0 < k; p0 += kc {
+			d := min(kc, k-p0)
+			add := acc || p0 > 0
+			i := 0
+			if inKernel {
+				sgemmTile8x32Pack(d, &pa[p0*mr], &b[p0*ldb+j], ldb, &c[j], ldc, alpha, add, &pb[0])
+				i = mr
+			} else {
+				packB(pb, jb, jb+1, nr, transB, n, p0, d, b, ldb)
+			}
+			for ; i < m; i += mr {
+				panel := &pa[i*k+p0*mr]
+				if i+mr <= m && w == nr {
+					kn.tile(d, panel, &pb[0], nr, &c[i*ldc+j], ldc, alpha, add)
+					continue
+				}
+				kn.tile(d, panel, &pb[0], nr, &edge[0], nr, alpha, false)
+				addEdge(c[i*ldc+j:], ldc, edge, nr, min(mr, m-i), w, add)
+			}
+		}
+	}
+}
+
+// packB packs terms p0..p0+d of op(B)'s columns in the nr-column blocks
+// lo..hi-1 into pbs, one d×nr panel after the other, zero-padded past n.
+// An untransposed B is read a row at a time, its rows being where its
+// columns lie contiguous: reading a panel's columns down the rows instead,
+// rows 4 KiB apart in a Linear layer's weight, waited on memory.
+func packB(pbs []float32, lo, hi, nr int, transB bool, n, p0, d int, b []float32, ldb int) {
+	if transB {
+		for jb := lo; jb < hi; jb++ {
+			pb := pbs[(jb-lo)*d*nr:]
+			j := jb * nr
+			w := min(nr, n-j)
 			for jj := 0; jj < nr; jj++ {
 				if jj >= w {
-					for p := 0; p < k; p++ {
+					for p := 0; p < d; p++ {
 						pb[p*nr+jj] = 0
 					}
 					continue
 				}
-				for p, v := range b[(j+jj)*ldb : (j+jj)*ldb+k] {
+				row := (j + jj) * ldb
+				for p, v := range b[row+p0 : row+p0+d] {
 					pb[p*nr+jj] = v
 				}
 			}
-		} else {
-			for p := 0; p < k; p++ {
-				dst := pb[p*nr : p*nr+nr]
-				n := copy(dst, b[p*ldb+j:p*ldb+j+w])
-				clear(dst[n:])
+		}
+		return
+	}
+	full := min(hi, n/nr) // blocks with nr columns of B
+	for p := 0; p < d; p++ {
+		row := b[(p0+p)*ldb : (p0+p)*ldb+n]
+		jb := lo
+		if nr == 32 {
+			for ; jb < full; jb++ {
+				o := (jb-lo)*d*nr + p*nr
+				*(*[32]float32)(pbs[o : o+32]) = *(*[32]float32)(row[jb*32 : jb*32+32])
 			}
 		}
-		for i := 0; i < m; i += mr {
-			panel := &pa[i*k]
-			if i+mr <= m && w == nr {
-				kn.tile(k, panel, &pb[0], nr, &c[i*ldc+j], ldc, alpha, acc)
-				continue
+		for ; jb < hi; jb++ {
+			j := jb * nr
+			dst := pbs[(jb-lo)*d*nr+p*nr : (jb-lo)*d*nr+p*nr+nr]
+			clear(dst[copy(dst, row[j:min(j+nr, n)]):])
+		}
+	}
+}
+
+// addEdge writes (add: adds) the rows×w corner of an edge tile, computed
+// into edge with leading dimension nr, into C at c (leading dimension ldc).
+func addEdge(c []float32, ldc int, edge []float32, nr, rows, w int, add bool) {
+	for r := 0; r < rows; r++ {
+		crow := c[r*ldc : r*ldc+w]
+		src := edge[r*nr : r*nr+w]
+		if add {
+			for jj, v := range src {
+				crow[jj] += v
 			}
-			kn.tile(k, panel, &pb[0], nr, &edge[0], nr, alpha, false)
-			for r := 0; r < min(mr, m-i); r++ {
-				crow := c[(i+r)*ldc+j : (i+r)*ldc+j+w]
-				src := edge[r*nr : r*nr+w]
-				if acc {
-					for jj, v := range src {
-						crow[jj] += v
-					}
-				} else {
-					copy(crow, src)
-				}
-			}
+		} else {
+			copy(crow, src)
 		}
 	}
 }

@@ -136,6 +136,55 @@ func TestSgemmNTDeep(t *testing.T) {
 	}
 }
 
+// TestSgemmTilesDeep: a tiled product deeper than one pass (tileDepth
+// terms) adds the passes' sums, with and without the old C, for all four
+// transposes, with B wider than its 70 columns (the last column block an
+// edge) and rows enough for the 512-bit family to pack B while computing
+// the first row block.
+func TestSgemmTilesDeep(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	const m, n, k, pad = 19, 70, 2*tileDepth + 21, 3
+	for _, kn := range families(t) {
+		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+			tA, tB := tr[0], tr[1]
+			for _, beta := range []float32{0, 0.5} {
+				lda, ldb := k+pad, n+pad
+				ar, br := m, k
+				if tA {
+					lda, ar = m+pad, k
+				}
+				if tB {
+					ldb, br = k+pad, n
+				}
+				a, b, c := randF32(rng, ar*lda), randF32(rng, br*ldb), randF32(rng, m*n)
+				c0 := append([]float32(nil), c...)
+				sgemmWith(kn, tA, tB, m, n, k, 1.5, a, lda, b, ldb, beta, c, n)
+				for i := 0; i < m; i++ {
+					for j := 0; j < n; j++ {
+						var s, mag float64
+						for p := 0; p < k; p++ {
+							ai, bi := i*lda+p, p*ldb+j
+							if tA {
+								ai = p*lda + i
+							}
+							if tB {
+								bi = j*ldb + p
+							}
+							av, bv := a[ai], b[bi]
+							s += float64(av) * float64(bv)
+							mag += math.Abs(float64(av) * float64(bv))
+						}
+						want := 1.5*s + float64(beta)*float64(c0[i*n+j])
+						if got := float64(c[i*n+j]); math.Abs(got-want) > 1e-6*mag+1e-5 {
+							t.Fatalf("%s tA=%v tB=%v beta %v: c[%d,%d] = %v, want %v", kn.name, tA, tB, beta, i, j, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestSgemmPicksTheWidestFamily: Sgemm and Core use the AVX-512 kernels
 // where the processor has them and the AVX2 ones where it has only those.
 func TestSgemmPicksTheWidestFamily(t *testing.T) {

@@ -15,3 +15,8 @@ func Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 func GemmNT512(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
 	return false
 }
+
+// GemmTiles512 reports false: this build has no kernels.
+func GemmTiles512(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+	return false
+}

@@ -95,6 +95,39 @@ TEXT ·sgemmTile8x32(SB), NOSPLIT, $0-53
 	MOVBLZX      acc+52(FP), R10
 	STORE(R10, TILE8_ROWS, TILE_ACC_ROW, TILE_SET_ROW)
 
+// func sgemmTile8x32Pack(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool, pb *float32)
+// sgemmTile8x32 on B's rows read in place (ldb apart), which it also
+// copies, 32 elements a row, into the packed panel at pb for the row blocks
+// that follow; it asks for B's row sixteen ahead while it computes, so the
+// rows arrive from memory while the FMAs run instead of in a packing pass
+// of their own.
+TEXT ·sgemmTile8x32Pack(SB), NOSPLIT, $0-64
+	TILE_ARGS
+	MOVQ pb+56(FP), R10
+	ZERO_Z0_Z15
+	TESTQ CX, CX
+	JEQ   pstore
+
+ploop:
+	VMOVUPS    (BX), Z16
+	VMOVUPS    64(BX), Z17
+	LEAQ       (BX)(R9*8), R11
+	PREFETCHT0 (R11)(R9*8)
+	PREFETCHT0 64(R11)(R9*8)
+	VMOVUPS    Z16, (R10)
+	VMOVUPS    Z17, 64(R10)
+	TILE8_STEP
+	ADDQ       $32, AX
+	ADDQ       R9, BX
+	ADDQ       $128, R10
+	DECQ       CX
+	JNE        ploop
+
+pstore:
+	VBROADCASTSS alpha+48(FP), Z18
+	MOVBLZX      acc+52(FP), R10
+	STORE(R10, TILE8_ROWS, TILE_ACC_ROW, TILE_SET_ROW)
+
 // func sdot4x4(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 // c[r*ldc+j] = alpha * sum over p < k of a[r*lda+p] * b[j*ldb+p] (plus
 // c[r*ldc+j] itself when acc), for r < 4, j < 4: sixteen dot products of
