@@ -301,6 +301,10 @@ func sgemmTiles(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a 
 			}
 			continue
 		}
+		if mr == 8 && rows == 8 {
+			packRows8(panel, a[ib*8*lda:], lda, k)
+			continue
+		}
 		for r := 0; r < mr; r++ {
 			if r >= rows {
 				for p := 0; p < k; p++ {
@@ -333,6 +337,21 @@ func sgemmTiles(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a 
 		}(lo, min(lo+per, nb))
 	}
 	wg.Wait()
+}
+
+// packRows8 packs eight rows of A, lda apart in a, k terms each, into an
+// 8-row panel: the eight elements of each term side by side, written in
+// order (a row at a time wrote the panel 32 bytes apart, one element each,
+// at twice the time).
+func packRows8(panel, a []float32, lda, k int) {
+	r0, r1, r2, r3 := a[:k], a[lda:lda+k], a[2*lda:2*lda+k], a[3*lda:3*lda+k]
+	r4, r5, r6, r7 := a[4*lda:4*lda+k], a[5*lda:5*lda+k], a[6*lda:6*lda+k], a[7*lda:7*lda+k]
+	panel = panel[:8*k]
+	for p := range r0 {
+		d := (*[8]float32)(panel[8*p : 8*p+8])
+		d[0], d[1], d[2], d[3] = r0[p], r1[p], r2[p], r3[p]
+		d[4], d[5], d[6], d[7] = r4[p], r5[p], r6[p], r7[p]
+	}
 }
 
 // tileDepth is how many terms of the product a packed panel of B holds:
