@@ -24,8 +24,17 @@ func (pg *ProcessGroup) AllReduce(ctx context.Context, t *tensor.Dense, op Reduc
 		err = op.checkFor(buf.dt)
 	}
 	desc := fmt.Sprintf("all_reduce(%v,%s,%v)", buf.dt, shapeString(buf.shape), op)
+	seg, off := pg.sharedOf(buf.b)
+	if seg != nil {
+		// Every member must take the same path: the fingerprints tell a
+		// member whose tensor is elsewhere.
+		desc += fmt.Sprintf(" in shared %s at %d", seg.name, off)
+	}
 	return pg.start(ctx, collective{name: "all_reduce", desc: desc, invalid: err,
 		run: func(ctx context.Context, c *opCtx) error {
+			if seg != nil && !buf.dt.isHalf() && len(buf.b) >= pg.opts.ringThreshold && len(buf.b)/buf.dt.size() >= c.size() {
+				return sharedAllReduceOp(ctx, c, seg, off, buf.b, buf.dt, op)
+			}
 			return allReduceBytes(ctx, c, buf.b, buf.dt, op)
 		}})
 }
@@ -109,6 +118,21 @@ func allReduceBytes(ctx context.Context, c *opCtx, b []byte, dt dtype, op Reduce
 		return recursiveDoubling(ctx, c, b, dt, op.kind, finalize)
 	}
 	return ringRun(ctx, c, splitEven(b, dt.size(), n), dt, op.kind, 0, 2*(n-1), finalize)
+}
+
+// sharedAllReduceOp runs op's all-reduce of b in the shared segment seg
+// (sharedAllReduce), with allReduceBytes's scaling before and division
+// after.
+func sharedAllReduceOp(ctx context.Context, c *opCtx, seg *sharedSeg, off int, b []byte, dt dtype, op ReduceOp) error {
+	if op.kind == KindPremulSum {
+		scaleBuf(b, dt, op.factor)
+	}
+	var finalize func([]byte)
+	if op.kind == KindAvg {
+		n := c.size()
+		finalize = func(p []byte) { divideBuf(p, dt, n) }
+	}
+	return sharedAllReduce(ctx, c, seg, off, b, dt, op.kind, finalize)
 }
 
 // recursiveDoubling all-reduces b in log2(p) exchanges of the whole buffer,

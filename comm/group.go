@@ -49,6 +49,11 @@ type ProcessGroup struct {
 	// flight is the group's flight recorder (nil when turned off).
 	flight *flightRecorder
 
+	// shared holds the segments of the group's shared tensors
+	// (NewSharedTensor) not yet closed.
+	sharedMu sync.Mutex
+	shared   []*sharedSeg
+
 	// issued checks, under the race detector, that the goroutines issuing
 	// collectives on the group are ordered (see order.go). It is written
 	// before mu is taken, on purpose.

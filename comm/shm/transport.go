@@ -309,6 +309,10 @@ func spinTime(n int, spin time.Duration) time.Duration {
 // WithSpin).
 func (t *Transport) Spin() time.Duration { return t.spin }
 
+// OneHost reports true: a shared-memory world runs on one host
+// (transport.OneHost).
+func (t *Transport) OneHost() bool { return true }
+
 // signal bumps seq and wakes its sleeper, if any. The sequentially
 // consistent atomics order this against await: either the sleeper's flag is
 // seen here, or the sleeper's re-check of its condition sees what was

@@ -125,3 +125,12 @@ type Transport interface {
 	// ErrClosed.
 	Close() error
 }
+
+// OneHost is implemented by transports whose ranks all run on one host
+// (shared memory, in-process), so that they can share memory outside the
+// transport: comm maps its shared tensors (ProcessGroup.NewSharedTensor)
+// only over a transport that says so.
+type OneHost interface {
+	// OneHost reports whether every rank of the world runs on this host.
+	OneHost() bool
+}

@@ -1,0 +1,19 @@
+//go:build !linux
+
+package comm
+
+import "errors"
+
+// Shared tensors need Linux's /dev/shm here.
+
+func createShared(size int) (string, []byte, error) {
+	return "", nil, errors.ErrUnsupported
+}
+
+func openShared(name string, size int) ([]byte, error) { return nil, errors.ErrUnsupported }
+
+func removeShared(name string) {}
+
+func unmapShared(mem []byte) {}
+
+func detachShared(s *sharedSeg) error { return nil }
