@@ -671,6 +671,12 @@ type owningTransport struct {
 	closers []func() error
 }
 
+// OneHost passes on the backend's transport.OneHost.
+func (o *owningTransport) OneHost() bool {
+	oh, ok := o.Transport.(transport.OneHost)
+	return ok && oh.OneHost()
+}
+
 // PeerError passes on the backend's account of a failed link (see
 // peerErrors).
 func (o *owningTransport) PeerError(rank int) error {

@@ -1,11 +1,14 @@
 package ddp
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	"gorgonia.org/tensor"
 
+	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/models"
 )
 
@@ -22,6 +25,7 @@ type bucket struct {
 	buf     *tensor.Dense
 	views   []*tensor.Dense
 	gb      *GradBucket
+	shared  *comm.SharedTensor // buf's shared memory (SharedBuckets), or nil
 }
 
 // assignBuckets packs parameters into buckets as c10d's Reducer does: it
@@ -83,7 +87,7 @@ func (c *config) bucketLimits() []int64 {
 
 // layoutBuckets allocates the buckets for an assignment and returns them
 // with, for every parameter, its bucket and its position in it.
-func layoutBuckets(params []*models.Param, assign [][]int, d *DDP) ([]*bucket, []int, []int, error) {
+func layoutBuckets(ctx context.Context, params []*models.Param, assign [][]int, d *DDP) ([]*bucket, []int, []int, error) {
 	bucketOf := make([]int, len(params))
 	slotOf := make([]int, len(params))
 	for i := range bucketOf {
@@ -103,7 +107,10 @@ func layoutBuckets(params []*models.Param, assign [][]int, d *DDP) ([]*bucket, [
 			b.offsets = append(b.offsets, b.numel)
 			b.numel += params[pi].Value.Shape().TotalSize()
 		}
-		b.buf = tensor.New(tensor.Of(b.dtype), tensor.WithShape(b.numel))
+		if err := d.allocBucket(ctx, b); err != nil {
+			closeShared(out[:bi])
+			return nil, nil, nil, err
+		}
 		b.views = make([]*tensor.Dense, len(ps))
 		for k, pi := range ps {
 			b.views[k] = viewOf(b.buf, b.offsets[k], params[pi].Value.Shape())
@@ -120,6 +127,36 @@ func layoutBuckets(params []*models.Param, assign [][]int, d *DDP) ([]*bucket, [
 		}
 	}
 	return out, bucketOf, slotOf, nil
+}
+
+// allocBucket gives b its buffer of b.numel elements: shared memory with
+// SharedBuckets where the group's transport allows it, ordinary memory
+// otherwise.
+func (d *DDP) allocBucket(ctx context.Context, b *bucket) error {
+	if d.cfg.sharedBuckets && !d.noShared && d.pg != nil && d.world > 1 {
+		st, err := d.pg.NewSharedTensor(ctx, b.dtype, b.numel)
+		switch {
+		case err == nil:
+			b.shared, b.buf = st, st.Tensor()
+			return nil
+		case errors.Is(err, errors.ErrUnsupported):
+			d.noShared = true // the same on every rank: the transport's kind
+		default:
+			return fmt.Errorf("ddp: making bucket %d's shared memory: %w", b.index, err)
+		}
+	}
+	b.buf = tensor.New(tensor.Of(b.dtype), tensor.WithShape(b.numel))
+	return nil
+}
+
+// closeShared gives back the shared memory of buckets, keeping their values
+// (comm.SharedTensor.Close).
+func closeShared(bs []*bucket) {
+	for _, b := range bs {
+		if b != nil && b.shared != nil {
+			b.shared.Close()
+		}
+	}
 }
 
 // viewOf returns a tensor of the given shape over buf's elements from off:

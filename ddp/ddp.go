@@ -42,6 +42,7 @@ type DDP struct {
 	bucketOf    []int // per parameter: its bucket
 	slotOf      []int // per parameter: its position in the bucket
 	shadow      []*GradBucket
+	noShared    bool // SharedBuckets found the transport unable to share memory
 
 	// reducer state across steps
 	cur            *stepState
@@ -141,7 +142,7 @@ func (d *DDP) setup(ctx context.Context, sig replicaSig, localErr error) error {
 	for i := range order {
 		order[i] = len(d.params) - 1 - i
 	}
-	if err := d.setLayout(order); err != nil {
+	if err := d.setLayout(ctx, order); err != nil {
 		return err
 	}
 	d.hasGrad = make([]bool, len(d.params))
@@ -198,7 +199,7 @@ func (d *DDP) collectState(sig *replicaSig) error {
 
 // setLayout assigns the parameters to buckets walking them in order, and
 // moves existing gradients into the new buckets.
-func (d *DDP) setLayout(order []int) error {
+func (d *DDP) setLayout(ctx context.Context, order []int) error {
 	bytes := make([]int64, len(d.params))
 	dts := make([]tensor.Dtype, len(d.params))
 	for i, p := range d.params {
@@ -209,7 +210,7 @@ func (d *DDP) setLayout(order []int) error {
 	if d.buckets != nil && sameAssignment(d.buckets, assign) {
 		return nil
 	}
-	buckets, bucketOf, slotOf, err := layoutBuckets(d.params, assign, d)
+	buckets, bucketOf, slotOf, err := layoutBuckets(ctx, d.params, assign, d)
 	if err != nil {
 		return err
 	}
@@ -226,9 +227,11 @@ func (d *DDP) setLayout(order []int) error {
 		}
 	}
 	d.layoutMu.Lock()
+	old := d.buckets
 	d.buckets, d.bucketOf, d.slotOf = buckets, bucketOf, slotOf
 	d.shadow = nil
 	d.layoutMu.Unlock()
+	closeShared(old)
 	return nil
 }
 

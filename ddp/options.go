@@ -57,6 +57,7 @@ type config struct {
 	tape           bool // NewGraph: run under gorgonia's TapeMachine
 	stragglerEvery int  // StragglerEvery; 0: comm.DefaultStragglerEvery
 	timeline       *Timeline
+	sharedBuckets  bool // SharedBuckets
 }
 
 func defaultConfig() config {
@@ -128,6 +129,20 @@ func FindUnusedParameters(on bool) Option {
 // step.
 func StaticGraph(on bool) Option {
 	return func(c *config) error { c.staticGraph = on; return nil }
+}
+
+// SharedBuckets sets whether the gradient buckets live in memory that
+// every rank maps (comm's shared tensors, ProcessGroup.NewSharedTensor;
+// default false). Gradients are then computed where the peers read them,
+// and each bucket's all-reduce runs in place through that memory, with no
+// byte through the transport (the default comm hook, or a hook that
+// all-reduces the bucket's own buffer). It needs every rank on one host
+// (the shm backend); on other transports the buckets are ordinary memory,
+// as without the option. The shared memory of buckets laid out again
+// (after the first step, in the order gradients became ready) is given
+// back, their values kept in private memory.
+func SharedBuckets(on bool) Option {
+	return func(c *config) error { c.sharedBuckets = on; return nil }
 }
 
 // BroadcastBuffers sets whether the model's buffers (running statistics)

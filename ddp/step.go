@@ -209,7 +209,7 @@ func (d *DDP) rebuildBuckets(ctx context.Context) error {
 		seen[v] = true
 		o[i] = int(v)
 	}
-	return d.setLayout(o)
+	return d.setLayout(ctx, o)
 }
 
 // completeOrder returns ready (the order gradients became ready) extended by

@@ -45,6 +45,10 @@ type allreduceConfig struct {
 	dtype string
 	sizes []int
 	iters int // 0: chosen per size as the PyTorch script does
+	// shared: the tensors live in memory every rank maps
+	// (comm.ProcessGroup.NewSharedTensor), as DDP's buckets do with
+	// ddp.SharedBuckets, and all-reduce in place there.
+	shared bool
 }
 
 var benchDtypes = map[string]tensor.Dtype{
@@ -61,6 +65,7 @@ func benchAllReduce(ctx context.Context, args []string, stdout io.Writer, launch
 	sizesFlag := fs.String("sizes", defaultAllreduceSizes, "comma-separated buffer `sizes` in bytes (suffixes K, M, G: KiB, MiB, GiB)")
 	iters := fs.Int("iters", 0, "timed iterations per size (0: 200 for small buffers down to 5 for 64 MiB, as PyTorch's script)")
 	asJSON := fs.Bool("json", false, "print one JSON object per size")
+	shared := fs.Bool("shared", false, "all-reduce tensors in memory every rank maps (comm's shared tensors, as ddp.SharedBuckets keeps its buckets), in place; needs every rank on one host (shm, auto on one host, local)")
 	worker := fs.Bool("worker", false, "internal: run as one rank of the benchmark (rank from the environment)")
 	peer := addPeerFlags(fs, "torch_allreduce.py", 3)
 	if err := parseBenchFlags(fs, joinPeerPath(args)); err != nil {
@@ -77,7 +82,7 @@ func benchAllReduce(ctx context.Context, args []string, stdout io.Writer, launch
 	if *iters < 0 {
 		return fmt.Errorf("-iters %d: must not be negative", *iters)
 	}
-	cfg := allreduceConfig{dtype: *dtype, sizes: sizes, iters: *iters}
+	cfg := allreduceConfig{dtype: *dtype, sizes: sizes, iters: *iters, shared: *shared}
 	if *worker {
 		return allreduceWorker(ctx, cfg, stdout)
 	}
@@ -103,7 +108,11 @@ func benchAllReduce(ctx context.Context, args []string, stdout io.Writer, launch
 		return err
 	}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "all_reduce sum, %s, world %d, backend %s (rank 0's median; busbw = algbw*2(n-1)/n)\n", cfg.dtype, *nproc, *backend)
+		where := ""
+		if cfg.shared {
+			where = ", tensors in shared memory"
+		}
+		fmt.Fprintf(stdout, "all_reduce sum, %s, world %d, backend %s%s (rank 0's median; busbw = algbw*2(n-1)/n)\n", cfg.dtype, *nproc, *backend, where)
 		fmt.Fprintf(stdout, "%12s %6s %12s %12s %12s\n", "bytes", "iters", "median", "algbw GB/s", "busbw GB/s")
 	}
 	for _, r := range results {
@@ -141,6 +150,9 @@ func allreduceProcesses(ctx context.Context, cfg allreduceConfig, n int, backend
 		sizes[i] = strconv.Itoa(s)
 	}
 	args := []string{"-worker", "-dtype", cfg.dtype, "-sizes", strings.Join(sizes, ","), "-iters", strconv.Itoa(cfg.iters)}
+	if cfg.shared {
+		args = append(args, "-shared")
+	}
 	return runBenchWorkers[allreduceResult](ctx, n, launch, args, []string{comm.BackendEnv + "=" + backend})
 }
 
@@ -201,6 +213,14 @@ func timeAllReduce(ctx context.Context, pg *comm.ProcessGroup, cfg allreduceConf
 	var out []allreduceResult
 	for _, size := range cfg.sizes {
 		x := tensor.New(tensor.WithShape(size/int(dt.Size())), tensor.Of(dt))
+		if cfg.shared {
+			st, err := pg.NewSharedTensor(ctx, dt, size/int(dt.Size()))
+			if err != nil {
+				return nil, fmt.Errorf("-shared: %w", err)
+			}
+			defer st.Close()
+			x = st.Tensor()
+		}
 		if err := x.Memset(onesOf(dt)); err != nil {
 			return nil, err
 		}

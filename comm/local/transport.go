@@ -67,10 +67,11 @@ type endpoint struct {
 
 func (e *endpoint) Rank() int { return e.rank }
 
+func (e *endpoint) Size() int { return len(e.hub.eps) }
+
 // OneHost reports true: in-process ranks share one host
 // (transport.OneHost).
 func (e *endpoint) OneHost() bool { return true }
-func (e *endpoint) Size() int     { return len(e.hub.eps) }
 
 func (e *endpoint) checkPeer(peer int) error {
 	if peer < 0 || peer >= len(e.hub.eps) {
