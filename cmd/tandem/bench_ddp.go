@@ -83,6 +83,7 @@ type ddpBenchConfig struct {
 	chunk    int    // comm.WithChunkSize, 0: the group's default
 	profile  string // rank 0 of the largest world writes a CPU profile here
 	device   string // cpu, or cuda: every rank's step on GPU 0 (models/cudamlp)
+	shared   bool   // ddp.SharedBuckets
 }
 
 // workerArgs are the flags of a worker process of this configuration.
@@ -96,6 +97,9 @@ func (c ddpBenchConfig) workerArgs() []string {
 	if c.ddpWorld {
 		a = append(a, "-ddp1")
 	}
+	if c.shared {
+		a = append(a, "-shared-buckets")
+	}
 	return append(a, "-ring-threshold", strconv.Itoa(c.ring), "-chunk-size", strconv.Itoa(c.chunk), "-cpuprofile", c.profile, "-device", c.device)
 }
 
@@ -108,6 +112,7 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch worke
 	warmup := fs.Int("warmup", 10, "untimed warm-up steps")
 	capMB := fs.Float64("bucket-cap-mb", ddp.DefaultBucketCapMB, "DDP bucket cap in MiB")
 	ddp1 := fs.Bool("ddp1", false, "run world 1 through DDP too (default: a plain step, as torch_ddp.py does)")
+	shared := fs.Bool("shared-buckets", false, "keep DDP's buckets in memory every rank maps (ddp.SharedBuckets); all-reduces then run in place there (ranks on one host)")
 	ring := fs.Int("ring-threshold", -1, "all-reduces of at least this many `bytes` use the ring algorithm, smaller ones recursive doubling (-1: comm's default)")
 	chunk := fs.Int("chunk-size", 0, "`bytes` per pipelined piece of a collective (0: comm's default)")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of rank 0's timed steps (largest world) to `file`")
@@ -133,7 +138,7 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch worke
 	if !(*capMB > 0) {
 		return fmt.Errorf("-bucket-cap-mb %v: must be positive", *capMB)
 	}
-	cfg := ddpBenchConfig{sizes: sizes, batch: *batch, steps: *steps, warmup: *warmup, capMB: *capMB, ddpWorld: *ddp1, ring: *ring, chunk: *chunk, profile: *profile, device: *device}
+	cfg := ddpBenchConfig{sizes: sizes, batch: *batch, steps: *steps, warmup: *warmup, capMB: *capMB, ddpWorld: *ddp1, shared: *shared, ring: *ring, chunk: *chunk, profile: *profile, device: *device}
 	if *worker {
 		return ddpBenchWorker(ctx, cfg, stdout)
 	}
@@ -269,7 +274,7 @@ func ddpBenchWorker(ctx context.Context, cfg ddpBenchConfig, stdout io.Writer) e
 		defer done()
 		optimize = false
 	} else if useDDP {
-		net, err = ddp.New(ctx, pg, model, ddp.BucketCapMB(cfg.capMB))
+		net, err = ddp.New(ctx, pg, model, ddp.BucketCapMB(cfg.capMB), ddp.SharedBuckets(cfg.shared))
 		if err != nil {
 			return err
 		}
