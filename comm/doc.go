@@ -111,6 +111,18 @@
 // programming error, refused with ErrInvalidArgument. Messages read
 // "pkg: operation: detail: cause".
 //
+// # Shared tensors
+//
+// When every rank of a group runs on one host (the shm backend, or
+// in-process ranks), NewSharedTensor makes a tensor in memory that every
+// member maps, one region a rank (a collective; Close gives it back, the
+// tensor keeping its values). An all-reduce of such a tensor, or of a
+// contiguous part of it at the same place on every rank, runs in place:
+// each rank reduces its share of every block straight out of the others'
+// regions and copies theirs, with barriers between, and no data goes
+// through the transport. DDP keeps its buckets there with
+// ddp.SharedBuckets. Other collectives of shared tensors run as usual.
+//
 // # Seeing inside a job
 //
 // Every group keeps a flight recorder: a ring, allocated with the group, of
