@@ -137,6 +137,11 @@
 // their own; Stats counts both kinds. A parameter's Grad stays nil until a
 // step in which some rank used it.
 //
+// With SharedBuckets, and every rank on one host, the buckets are comm's
+// shared tensors (comm.ProcessGroup.NewSharedTensor): memory every rank
+// maps, so gradients are computed where the peers read them and each
+// bucket's all-reduce runs in place there, without the transport.
+//
 // # Overlap
 //
 // The graph executor calls a hook the moment a parameter's gradient is
