@@ -98,3 +98,17 @@ func TestSharedBuckets(t *testing.T) {
 		t.Errorf("shared buckets sent %d bytes, ordinary ones %d: the gradients went through the transport", sent[1], sent[0])
 	}
 }
+
+// TestGraphSharedBuckets: DDP over a gorgonia graph with its buckets in
+// shared memory equals one process on the whole batch (to 1e-12). With a
+// ring threshold of 0 every bucket's all-reduce takes the in-place shared
+// path (TestSharedBuckets and comm's tests count the bytes that prove it;
+// this model's buckets, 80 and 160 bytes, are too small to tell them from
+// the fingerprints).
+func TestGraphSharedBuckets(t *testing.T) {
+	pgs := commtest.Groups(t, countingLocal{new(atomic.Int64)}, 2, comm.WithRingThreshold(0), comm.WithTimeout(30*time.Second))
+	_, _, st := runParityOn(t, pgs, parityCase{name: "plain graph, shared buckets", build: plainNet, opts: []ddp.Option{ddp.SharedBuckets(true)}})
+	if st.BucketsReduced == 0 {
+		t.Fatalf("stats %+v: no bucket reduced", st)
+	}
+}
