@@ -113,19 +113,24 @@ func GemmNT512(m, n, k int, alpha float32, a []float32, lda int, b []float32, ld
 }
 
 // GemmTiles512 is Gemm for C = alpha·op(A)·B + beta·C (A transposed when
-// transA) in the AVX-512 family's tile kernels only: false where the
+// transA) in the AVX-512 family's tile kernels only, on the calling
+// goroutine alone (as OpenBLAS runs, one thread a rank): false where the
 // processor lacks them.
 func GemmTiles512(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
 	if best != avx512 || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(transA, false, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return false
 	}
-	sgemmWith(avx512, transA, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	if beta != 0 {
+		scaleRows(m, n, beta, c, ldc)
+	}
+	sgemmTiles(avx512, 1, transA, false, m, n, k, alpha, a, lda, b, ldb, c, ldc, beta != 0)
 	return true
 }
 
 // sgemmWith computes C = alpha·op(A)·op(B) + beta·C in the kernels kn,
-// the arguments already checked. With beta 0 the products overwrite C
-// (NaNs included, as BLAS does) rather than clearing it first.
+// the arguments already checked, the tiled products on up to maxWorkers
+// goroutines. With beta 0 the products overwrite C (NaNs included, as
+// BLAS does) rather than clearing it first.
 func sgemmWith(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	acc := beta != 0
 	if acc {
@@ -136,8 +141,11 @@ func sgemmWith(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a [
 		sgemmNT(kn, m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
 		return
 	}
-	sgemmTiles(kn, transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
+	sgemmTiles(kn, maxWorkers, transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
 }
+
+// maxWorkers bounds the goroutines of one tiled product.
+const maxWorkers = 8
 
 // scaleRows multiplies the m×n matrix C by beta, which is not 0 (with beta
 // 0 the kernels write over C instead).
@@ -277,12 +285,14 @@ func getPanel(n int) *[]float32 {
 // sgemmTiles writes (acc: adds) alpha·op(A)·op(B) to C (row major): A is
 // packed into panels of mr rows and B into panels of nr columns
 // (zero-padded at the edges), and the tile kernel writes alpha times each
-// mr×nr tile's sums into C, straight into it away from the edges. (Reading
+// mr×nr tile's sums into C, straight into it away from the edges; products
+// of 2²¹ multiply-adds and more split their column blocks among up to maxW
+// goroutines (and GOMAXPROCS). (Reading
 // an untransposed B in place for every row block, rows 4 KiB apart, was
 // slower than the copy; the 512-bit family makes the copy while it computes
 // the first row block, sgemmTile8x32Pack, which took A·B 64×1024×1024 from
 // 1.2 ms to 0.93 on one core, 2026-11-25.)
-func sgemmTiles(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
+func sgemmTiles(kn *kernels, maxW int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
 	mr, nr := kn.mr, kn.nr
 	mp := (m + mr - 1) / mr
 	pap := getPanel(mp * mr * k)
@@ -321,7 +331,7 @@ func sgemmTiles(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a 
 	nb := (n + nr - 1) / nr
 	workers := 1
 	if m*n*k >= 1<<21 {
-		workers = min(runtime.GOMAXPROCS(0), nb, 8)
+		workers = min(runtime.GOMAXPROCS(0), nb, maxW)
 	}
 	if workers <= 1 {
 		sgemmColumns(kn, 0, nb, transB, m, n, k, alpha, pa, b, ldb, c, ldc, acc)
