@@ -28,5 +28,8 @@
 //	go build -tags openblas ./...
 //
 // Name tells which one a binary carries. OpenBLAS is pinned to one thread:
-// Tandem runs one rank a core and parallelises across ranks.
+// Tandem runs one rank a core and parallelises across ranks. Package
+// sgemm's tiled products split among goroutines only as far as the
+// processors go round the ranks on the host (sgemm.Threads,
+// TANDEM_GEMM_THREADS).
 package blas

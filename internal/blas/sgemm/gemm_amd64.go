@@ -128,8 +128,8 @@ func GemmTiles512(transA bool, m, n, k int, alpha float32, a []float32, lda int,
 }
 
 // sgemmWith computes C = alpha·op(A)·op(B) + beta·C in the kernels kn,
-// the arguments already checked, the tiled products on up to maxWorkers
-// goroutines. With beta 0 the products overwrite C (NaNs included, as
+// the arguments already checked, the tiled products on up to
+// productThreads goroutines (threads.go). With beta 0 the products overwrite C (NaNs included, as
 // BLAS does) rather than clearing it first.
 func sgemmWith(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	acc := beta != 0
@@ -141,11 +141,8 @@ func sgemmWith(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a [
 		sgemmNT(kn, m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
 		return
 	}
-	sgemmTiles(kn, maxWorkers, transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
+	sgemmTiles(kn, productThreads, transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
 }
-
-// maxWorkers bounds the goroutines of one tiled product.
-const maxWorkers = 8
 
 // scaleRows multiplies the m×n matrix C by beta, which is not 0 (with beta
 // 0 the kernels write over C instead).
