@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,40 +17,19 @@ import (
 	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/comm/shm"
 	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/testkit"
 )
 
-// countingBackend connects inner's transports and counts the bytes every
-// rank sends through them.
-type countingBackend struct {
-	inner  transport.Backend
-	sent   *atomic.Int64
-	noHost bool // hide transport.OneHost
-}
+// hiddenHost connects inner's transports and hides whether they run on
+// one host.
+type hiddenHost struct{ inner transport.Backend }
 
-func (b countingBackend) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
+func (b hiddenHost) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
 	tr, err := b.inner.Connect(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if b.noHost {
-		return plainTransport{tr}, nil
-	}
-	return countingTransport{tr, b.sent}, nil
-}
-
-type countingTransport struct {
-	transport.Transport
-	sent *atomic.Int64
-}
-
-func (t countingTransport) Send(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
-	t.sent.Add(int64(len(buf)))
-	return t.Transport.Send(ctx, peer, tag, buf)
-}
-
-func (t countingTransport) OneHost() bool {
-	oh, ok := t.Transport.(transport.OneHost)
-	return ok && oh.OneHost()
+	return plainTransport{tr}, nil
 }
 
 // plainTransport hides whether its transport runs on one host.
@@ -59,17 +37,7 @@ type plainTransport struct{ transport.Transport }
 
 // eachRank runs f on every rank at once and returns their errors.
 func eachRank(pgs []*comm.ProcessGroup, f func(r int, pg *comm.ProcessGroup) error) []error {
-	errs := make([]error, len(pgs))
-	var wg sync.WaitGroup
-	for r, pg := range pgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = f(r, pg)
-		}()
-	}
-	wg.Wait()
-	return errs
+	return testkit.EachRank(len(pgs), func(r int) error { return f(r, pgs[r]) })
 }
 
 func shortCtx(t *testing.T) context.Context {
@@ -139,7 +107,7 @@ func TestSharedTensorAllReduce(t *testing.T) {
 		for _, n := range c.worlds {
 			t.Run(fmt.Sprintf("%s/world%d", name, n), func(t *testing.T) {
 				var sent atomic.Int64
-				pgs := commtest.Groups(t, countingBackend{inner: inner, sent: &sent}, n)
+				pgs := commtest.Groups(t, commtest.Counting(inner, &sent), n)
 				ctx := shortCtx(t)
 				const elems = 40000 // 160 KiB of float32: above the ring threshold
 				for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64, tensor.Int64} {
@@ -226,7 +194,7 @@ func TestSharedTensorAllReduce(t *testing.T) {
 // writable, and its all-reduce goes through the transport, correctly.
 func TestSharedTensorClose(t *testing.T) {
 	var sent atomic.Int64
-	pgs := commtest.Groups(t, countingBackend{inner: shm.NewBackend(shm.WithRingBytes(256 << 10)), sent: &sent}, 2)
+	pgs := commtest.Groups(t, commtest.Counting(shm.NewBackend(shm.WithRingBytes(256<<10)), &sent), 2)
 	ctx := shortCtx(t)
 	const elems = 40000
 	sts := newShared(t, ctx, pgs, tensor.Float32, elems)
@@ -287,7 +255,7 @@ func TestSharedTensorMismatch(t *testing.T) {
 // and shapes are invalid arguments.
 func TestSharedTensorRefused(t *testing.T) {
 	ctx := shortCtx(t)
-	pgs := commtest.Groups(t, countingBackend{inner: local.Backend{}, noHost: true}, 2)
+	pgs := commtest.Groups(t, hiddenHost{local.Backend{}}, 2)
 	for r, err := range eachRank(pgs, func(r int, pg *comm.ProcessGroup) error {
 		_, err := pg.NewSharedTensor(ctx, tensor.Float32, 10)
 		return err

@@ -1,7 +1,6 @@
 package ddp_test
 
 import (
-	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,34 +8,9 @@ import (
 	"github.com/tandemml/tandem/comm"
 	"github.com/tandemml/tandem/comm/commtest"
 	"github.com/tandemml/tandem/comm/local"
-	"github.com/tandemml/tandem/comm/transport"
 	"github.com/tandemml/tandem/ddp"
 	"github.com/tandemml/tandem/internal/testkit"
 )
-
-// countingLocal is the in-process backend, counting the bytes its ranks
-// send.
-type countingLocal struct{ sent *atomic.Int64 }
-
-func (b countingLocal) Connect(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
-	tr, err := local.Backend{}.Connect(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return countingTransport{tr, b.sent}, nil
-}
-
-type countingTransport struct {
-	transport.Transport
-	sent *atomic.Int64
-}
-
-func (t countingTransport) Send(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
-	t.sent.Add(int64(len(buf)))
-	return t.Transport.Send(ctx, peer, tag, buf)
-}
-
-func (t countingTransport) OneHost() bool { return true }
 
 // TestSharedBuckets: DDP with its buckets in shared memory trains exactly
 // as with ordinary buckets (the same parameters after steps that rebuild
@@ -51,7 +25,7 @@ func TestSharedBuckets(t *testing.T) {
 		var count atomic.Int64
 		// Ring threshold 0: every bucket takes the bandwidth path, the one
 		// shared buckets replace.
-		pgs := commtest.Groups(t, countingLocal{&count}, world, comm.WithRingThreshold(0), comm.WithTimeout(30*time.Second))
+		pgs := commtest.Groups(t, commtest.Counting(local.Backend{}, &count), world, comm.WithRingThreshold(0), comm.WithTimeout(30*time.Second))
 		params[run] = make([][]float64, world)
 		testkit.RequireEachRank(t, world, func(r int) error {
 			m := newMLP(t, []int{12, 40, 40, 5}, 3)
@@ -106,7 +80,7 @@ func TestSharedBuckets(t *testing.T) {
 // this model's buckets, 80 and 160 bytes, are too small to tell them from
 // the fingerprints).
 func TestGraphSharedBuckets(t *testing.T) {
-	pgs := commtest.Groups(t, countingLocal{new(atomic.Int64)}, 2, comm.WithRingThreshold(0), comm.WithTimeout(30*time.Second))
+	pgs := commtest.Groups(t, commtest.Counting(local.Backend{}, new(atomic.Int64)), 2, comm.WithRingThreshold(0), comm.WithTimeout(30*time.Second))
 	_, _, st := runParityOn(t, pgs, parityCase{name: "plain graph, shared buckets", build: plainNet, opts: []ddp.Option{ddp.SharedBuckets(true)}})
 	if st.BucketsReduced == 0 {
 		t.Fatalf("stats %+v: no bucket reduced", st)
