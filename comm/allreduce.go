@@ -12,7 +12,10 @@ import (
 // every rank (in place). Every rank passes a tensor of the same dtype and
 // shape. Buffers of at least WithRingThreshold bytes use a pipelined ring
 // (reduce-scatter then all-gather, bandwidth-optimal); smaller ones use
-// recursive doubling (latency-optimal). When the group's ranks run on
+// recursive doubling (latency-optimal). When every rank runs on this host
+// (the shm backend, in-process ranks), all-reduce goes through the group's
+// staging segment instead, whole or by blocks on the same threshold (see
+// the package documentation, WithStaging). When the group's ranks run on
 // several hosts, several of them on some host (the automatic backend's
 // layout, see AutoBackend), all-reduce runs hierarchically instead: reduce
 // inside each host, the same choice of algorithms between one leader per
@@ -113,6 +116,15 @@ func allReduceBytes(ctx context.Context, c *opCtx, b []byte, dt dtype, op Reduce
 	}
 	if local, leaders, ok := c.hostViews(); ok {
 		return hierAllReduce(ctx, local, leaders, b, dt, op.kind, finalize)
+	}
+	if len(b) <= maxStageRounds*stageBlock {
+		st, err := c.pg.stageFor(ctx, c)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			return st.allReduce(ctx, c, b, dt, op.kind, finalize, c.pg.opts.ringThreshold)
+		}
 	}
 	if len(b) < c.pg.opts.ringThreshold || len(b)/dt.size() < n {
 		return recursiveDoubling(ctx, c, b, dt, op.kind, finalize)

@@ -111,6 +111,24 @@
 // programming error, refused with ErrInvalidArgument. Messages read
 // "pkg: operation: detail: cause".
 //
+// # Staged all-reduce
+//
+// When every rank of a group runs on one host (the shm backend, or
+// in-process ranks), all-reduces of ordinary tensors go through a staging
+// segment in /dev/shm that the group maps on its first all-reduce (three
+// buffers of 2 MiB a rank): each rank copies its tensor in, and the ranks
+// reduce straight out of each other's buffers, synchronised by words in
+// the segment rather than messages. Below the ring threshold every rank
+// reduces the whole tensor, in rank order, after one barrier; above it each
+// rank reduces its share of each 2 MiB block and the others copy it, one
+// barrier a block. Every rank ends with the same bits. A rank that dies or
+// freezes while the others wait fails their all-reduce with ErrPeerLost,
+// as through the transport. WithStaging(false) turns it off; a segment
+// that cannot be mapped (a /dev/shm too small) leaves the group's
+// all-reduces on the transport, and the group's logger says why. Float16
+// and bfloat16 all-reduces, the other collectives and the hierarchical
+// all-reduce of several hosts go through the transport.
+//
 // # Shared tensors
 //
 // When every rank of a group runs on one host (the shm backend, or

@@ -54,6 +54,12 @@ type ProcessGroup struct {
 	sharedMu sync.Mutex
 	shared   []*sharedSeg
 
+	// stage is the group's staging segment for all-reduces (stage.go),
+	// nil before the first or when stageOff says the group does not stage.
+	stageMu  sync.Mutex
+	stage    *stage
+	stageOff bool
+
 	// issued checks, under the race detector, that the goroutines issuing
 	// collectives on the group are ordered (see order.go). It is written
 	// before mu is taken, on purpose.
@@ -239,7 +245,9 @@ func (pg *ProcessGroup) Close() error {
 	go func() { pg.inflight.Wait(); close(done) }()
 	select {
 	case <-done:
+		pg.releaseStage()
 	case <-time.After(closeGrace):
+		// The staging segment stays mapped: an operation may still read it.
 		err = errors.Join(err, fmt.Errorf("comm: close: group %q: operations still running after %v: %w", pg.name, closeGrace, ErrTimeout))
 	}
 	return err

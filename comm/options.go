@@ -40,6 +40,7 @@ type options struct {
 	logger        *slog.Logger
 	ringThreshold int
 	chunkSize     int
+	staging       bool // all-reduces on one host go through a staging segment (stage.go)
 
 	loggerSet  bool              // WithLogger was given
 	flightSize int               // operations each group remembers; 0: none
@@ -55,6 +56,7 @@ func defaultOptions() options {
 		logger:        slog.New(slog.DiscardHandler),
 		ringThreshold: DefaultRingThreshold,
 		chunkSize:     DefaultChunkSize,
+		staging:       true,
 		flightSize:    DefaultFlightRecorderSize,
 	}
 }
@@ -107,6 +109,17 @@ func WithRingThreshold(n int) Option {
 		}
 	}
 }
+
+// WithStaging says whether all-reduces of ordinary tensors on a group
+// whose ranks all run on this host (the shm backend, in-process ranks) go
+// through a staging segment in /dev/shm that the ranks read from each
+// other directly (true, the default), or through the transport's buffers
+// (false). The segment is mapped on the group's first all-reduce: three
+// buffers of 2 MiB a rank. Where it cannot be mapped (a /dev/shm too small,
+// as in a container's default 64 MiB with many ranks), all-reduces go
+// through the transport and the group's logger says why. Subgroups inherit
+// the world group's setting unless given their own.
+func WithStaging(on bool) Option { return func(o *options) { o.staging = on } }
 
 // WithChunkSize sets the size in bytes of the pieces that pipelined algorithms
 // send (DefaultChunkSize). It is rounded down to whole elements, and to at

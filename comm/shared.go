@@ -88,7 +88,7 @@ func (pg *ProcessGroup) NewSharedTensor(ctx context.Context, dt tensor.Dtype, sh
 	err := pg.start(ctx, collective{name: "new_shared_tensor", desc: desc, invalid: invalid,
 		run: func(ctx context.Context, c *opCtx) error {
 			var err error
-			seg, err = mapShared(ctx, c, bytes)
+			seg, err = mapShared(ctx, c, bytes, stepSharedName, "new_shared_tensor")
 			return err
 		}}).Wait(ctx)
 	if err != nil {
@@ -144,11 +144,10 @@ func (pg *ProcessGroup) sharedOf(b []byte) (*sharedSeg, int) {
 	return nil, 0
 }
 
-// Steps of mapShared and sharedAllReduce.
+// Steps of NewSharedTensor and sharedAllReduce: mapShared's three steps
+// start at stepSharedName.
 const (
 	stepSharedName    = 1
-	stepSharedAck     = 2
-	stepSharedVerdict = 3
 	stepSharedBarrier = 16 // and up, 16 a barrier
 )
 
@@ -175,9 +174,11 @@ func decodeShared(m []byte) (bool, string) {
 // mapShared maps a segment of one region of bytes a member: rank 0 creates
 // it and sends its name, the others map it and say whether they could, rank
 // 0 removes the name once all have and tells everyone the outcome, so that
-// every member succeeds or fails together.
-func mapShared(ctx context.Context, c *opCtx, bytes int) (*sharedSeg, error) {
+// every member succeeds or fails together. Its messages use steps step,
+// step+1 and step+2; what names the purpose in errors.
+func mapShared(ctx context.Context, c *opCtx, bytes int, step uint16, what string) (*sharedSeg, error) {
 	n, r := c.size(), c.rank()
+	stepName, stepAck, stepVerdict := step, step+1, step+2
 	stride := (bytes + sharedAlign - 1) / sharedAlign * sharedAlign
 	size := n * stride
 	if r == 0 {
@@ -187,7 +188,7 @@ func mapShared(ctx context.Context, c *opCtx, bytes int) (*sharedSeg, error) {
 			msg = encodeShared(false, err.Error())
 		}
 		for p := 1; p < n; p++ {
-			if e := c.send(ctx, p, stepSharedName, msg); e != nil && err == nil {
+			if e := c.send(ctx, p, stepName, msg); e != nil && err == nil {
 				err = e
 			}
 		}
@@ -196,12 +197,12 @@ func mapShared(ctx context.Context, c *opCtx, bytes int) (*sharedSeg, error) {
 				unmapShared(mem)
 				removeShared(name)
 			}
-			return nil, fmt.Errorf("comm: new_shared_tensor: %w", err)
+			return nil, fmt.Errorf("comm: %s: %w", what, err)
 		}
 		var failed []string
 		ack := make([]byte, sharedMsg)
 		for p := 1; p < n; p++ {
-			if err := c.recv(ctx, p, stepSharedAck, ack); err != nil {
+			if err := c.recv(ctx, p, stepAck, ack); err != nil {
 				failed = append(failed, err.Error())
 				continue
 			}
@@ -212,33 +213,33 @@ func mapShared(ctx context.Context, c *opCtx, bytes int) (*sharedSeg, error) {
 		removeShared(name)
 		verdict := encodeShared(len(failed) == 0, fmt.Sprint(failed))
 		for p := 1; p < n; p++ {
-			if err := c.send(ctx, p, stepSharedVerdict, verdict); err != nil && len(failed) == 0 {
+			if err := c.send(ctx, p, stepVerdict, verdict); err != nil && len(failed) == 0 {
 				failed = append(failed, err.Error())
 			}
 		}
 		if len(failed) > 0 {
 			unmapShared(mem)
-			return nil, fmt.Errorf("comm: new_shared_tensor: members could not map the segment: %v: %w", failed, ErrPeerLost)
+			return nil, fmt.Errorf("comm: %s: members could not map the segment: %v: %w", what, failed, ErrPeerLost)
 		}
 		return &sharedSeg{name: name, mem: mem, stride: stride, bytes: bytes, rank: r}, nil
 	}
 	msg := make([]byte, sharedMsg)
-	if err := c.recv(ctx, 0, stepSharedName, msg); err != nil {
+	if err := c.recv(ctx, 0, stepName, msg); err != nil {
 		return nil, err
 	}
 	ok, name := decodeShared(msg)
 	if !ok {
-		return nil, fmt.Errorf("comm: new_shared_tensor: rank 0 could not make the segment: %s", name)
+		return nil, fmt.Errorf("comm: %s: rank 0 could not make the segment: %s", what, name)
 	}
 	mem, err := openShared(name, size)
 	ack := encodeShared(err == nil, "")
 	if err != nil {
 		ack = encodeShared(false, err.Error())
 	}
-	if e := c.send(ctx, 0, stepSharedAck, ack); e != nil && err == nil {
+	if e := c.send(ctx, 0, stepAck, ack); e != nil && err == nil {
 		err = e
 	}
-	if e := c.recv(ctx, 0, stepSharedVerdict, msg); e != nil && err == nil {
+	if e := c.recv(ctx, 0, stepVerdict, msg); e != nil && err == nil {
 		err = e
 	} else if ok, text := decodeShared(msg); e == nil && !ok && err == nil {
 		err = fmt.Errorf("members could not map the segment: %s: %w", text, ErrPeerLost)
@@ -247,7 +248,7 @@ func mapShared(ctx context.Context, c *opCtx, bytes int) (*sharedSeg, error) {
 		if mem != nil {
 			unmapShared(mem)
 		}
-		return nil, fmt.Errorf("comm: new_shared_tensor: %w", err)
+		return nil, fmt.Errorf("comm: %s: %w", what, err)
 	}
 	return &sharedSeg{name: name, mem: mem, stride: stride, bytes: bytes, rank: r}, nil
 }

@@ -25,7 +25,7 @@ func TestSharedBuckets(t *testing.T) {
 		var count atomic.Int64
 		// Ring threshold 0: every bucket takes the bandwidth path, the one
 		// shared buckets replace.
-		pgs := commtest.Groups(t, commtest.Counting(local.Backend{}, &count), world, comm.WithRingThreshold(0), comm.WithTimeout(30*time.Second))
+		pgs := commtest.Groups(t, commtest.Counting(local.Backend{}, &count), world, comm.WithRingThreshold(0), comm.WithTimeout(30*time.Second), comm.WithStaging(false))
 		params[run] = make([][]float64, world)
 		testkit.RequireEachRank(t, world, func(r int) error {
 			m := newMLP(t, []int{12, 40, 40, 5}, 3)

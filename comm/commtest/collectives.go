@@ -11,12 +11,18 @@ import (
 
 // algorithms are the option sets that steer all-reduce onto each of its
 // algorithms, with chunks small enough that the pipelines really pipeline.
+// On backends whose ranks share a host, "staged" runs every all-reduce
+// through the staging segment by blocks and "staged-whole" every one
+// through it whole (below the ring threshold); elsewhere both are the
+// transport's algorithms under their thresholds.
 var algorithms = []struct {
 	name string
 	opts []comm.Option
 }{
-	{"doubling", []comm.Option{comm.WithRingThreshold(1 << 30)}},
-	{"ring", []comm.Option{comm.WithRingThreshold(0), comm.WithChunkSize(8)}},
+	{"doubling", []comm.Option{comm.WithStaging(false), comm.WithRingThreshold(1 << 30)}},
+	{"ring", []comm.Option{comm.WithStaging(false), comm.WithRingThreshold(0), comm.WithChunkSize(8)}},
+	{"staged", []comm.Option{comm.WithRingThreshold(0)}},
+	{"staged-whole", nil},
 }
 
 // shapes include an empty tensor, a scalar, sizes not divisible by the world

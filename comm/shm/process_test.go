@@ -75,6 +75,18 @@ func TestHelperRank(t *testing.T) {
 		for tr.Recv(bg, 0, 1, buf) == nil && tr.Send(bg, 0, 2, buf) == nil {
 		}
 		os.Exit(0)
+	case "stage-kill", "stage-stop":
+		// All-reduce through the group's staging segment until rank 0's
+		// test kills or stops a rank and the all-reduces fail.
+		pg, err := comm.NewProcessGroup(ctx, tr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "peer:", err)
+			os.Exit(2)
+		}
+		x := tensor.New(tensor.WithShape(stagedElems), tensor.Of(tensor.Float32))
+		for pg.AllReduce(ctx, x, comm.Sum).Wait(ctx) == nil {
+		}
+		os.Exit(0)
 	case "allreduce":
 		pg, err := comm.NewProcessGroup(ctx, tr)
 		if err != nil {
@@ -148,7 +160,7 @@ func startRanks(tb testing.TB, backend, role string, world int, extra ...string)
 	// The frozen-peer test wants a short peer timeout; the benchmarks keep
 	// the default, which a loaded machine's scheduling delays cannot reach.
 	var peerTimeout time.Duration
-	if role == "stop" {
+	if role == "stop" || role == "stage-stop" {
 		peerTimeout = 500 * time.Millisecond
 	}
 	tr, err := backendNamed(backend).Connect(ctx, transport.Config{Rank: 0, Size: world, Store: st, Token: "proc",

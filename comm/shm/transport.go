@@ -16,6 +16,7 @@ import (
 
 	"github.com/tandemml/tandem/comm/transport"
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/futex"
 	"github.com/tandemml/tandem/internal/liveness"
 )
 
@@ -288,7 +289,7 @@ func await(spin time.Duration, cond func() bool, seq, flag *atomic.Uint32, check
 			}
 			return err
 		}
-		wait(seq, s, tick)
+		futex.Wait(seq, s, tick)
 		flag.Store(0)
 	}
 }
@@ -320,7 +321,7 @@ func (t *Transport) OneHost() bool { return true }
 func signal(seq, flag *atomic.Uint32) {
 	seq.Add(1)
 	if flag.Load() != 0 {
-		wake(seq)
+		futex.Wake(seq)
 	}
 }
 
@@ -809,7 +810,7 @@ func (t *Transport) wakeAll() {
 			for _, w := range []int{chDataSeq, chSpaceSeq} {
 				seq := t.seg.u32(ch + w)
 				seq.Add(1)
-				wake(seq)
+				futex.Wake(seq)
 			}
 		}
 	}

@@ -1,0 +1,393 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/tandemml/tandem/comm/transport"
+	"github.com/tandemml/tandem/internal/futex"
+)
+
+// Staged all-reduce.
+//
+// On a group whose ranks all run on this host (the shm backend, in-process
+// ranks), an all-reduce of an ordinary tensor goes through a staging
+// segment instead of the transport. The group maps it on its first
+// all-reduce (mapShared): a region a rank, each a header and three buffers
+// of stageBlock bytes. A rank copies its tensor into its own region, and
+// the ranks then read each other's regions directly:
+//
+//   - below the ring threshold, every rank reduces the whole tensor out of
+//     every region, in rank order (so every rank computes the same bits),
+//     after one barrier;
+//   - from the threshold up, the tensor goes through in blocks of
+//     stageBlock bytes: each rank reduces its share of a block (splitEven)
+//     from every region into its own tensor and publishes the result in its
+//     region; after the next barrier the others copy it. Block j+1 is
+//     staged while block j's shares are reduced, and with three buffers a
+//     rank may write block j+3's buffer once everyone passed the barrier
+//     after block j+1 was staged, by which time every read of block j is
+//     done: one barrier a block.
+//
+// Four ranks thus move about 4.5 times the tensor's bytes each (copy in,
+// reduce, publish, copy out), against about 6.75 through a ring of the
+// transport's buffers, and synchronise once a block instead of at every
+// ring step.
+//
+// Synchronisation is through words in the headers: each rank's arrival
+// word holds the last barrier it reached, and its busy word the collective
+// it is reading peers' regions for. Barriers are counted per collective
+// (the collective's sequence number, extended to 64 bits, and the barrier's
+// index), so a collective that goes wrong (a mismatch, which every rank
+// reports) leaves nothing out of step for the next. Before its first write
+// a rank waits for every peer to have finished reading for earlier
+// collectives (their busy words), so no barrier is needed at the end.
+// Waiters sleep on a futex word in rank 0's header (polling first when the
+// ranks have a CPU each), which arrivals ring; a sleeper looks at its
+// context and at the peers' liveness every stageTick.
+
+// stageBlock is the size of one of a rank's three staging buffers. On the
+// two-core development machine (2026-11-25, tandem bench allreduce, world
+// 4, two runs each) 2 MiB did best: 64 MiB took 51-55 ms in blocks of
+// 2 MiB, 54-56 in 1 MiB, 58-61 in 4 MiB, 61-66 in 512 KiB and 67-70 in
+// 8 MiB; a block's shares stay in the level-2 caches while its owner
+// reduces them.
+const stageBlock = 2 << 20
+
+// Layout of a rank's region: the header, then three buffers.
+const (
+	stageHeader   = 4096
+	stageBuffers  = 3
+	stageArrive   = 0   // uint64: the last barrier reached (stageMark)
+	stageBusy     = 64  // uint64: 1 + the extended sequence number of the collective reading peers' regions, shifted left by stageBuffers, or'd with a bit a buffer it reads; or 0
+	stageBell     = 128 // uint32, rank 0's: bumped by every arrival that may end a wait
+	stageSleepers = 192 // uint32, rank 0's: ranks asleep on the bell
+)
+
+// stageTick is how long a sleeper sleeps before it looks at its context and
+// at its peers' liveness.
+const stageTick = 10 * time.Millisecond
+
+// stageSpin is how long a wait polls before it sleeps when every rank has a
+// CPU of its own. With 50 µs, two ranks on two cores took 10 µs for some
+// all-reduces of 4 KiB and 122 µs for others (tandem bench allreduce,
+// 200 iterations): a peer that the scheduler holds back a little longer
+// costs a futex sleep and wake-up; with 200 µs, 10 µs in every run.
+const stageSpin = 200 * time.Microsecond
+
+// maxStageRounds bounds the blocks of one all-reduce (the barrier index
+// takes the low 24 bits of the arrival word).
+const maxStageRounds = 1<<24 - 2
+
+// stepStage numbers mapShared's messages when it maps a group's staging
+// segment: steps no algorithm of the collective uses, since the mapping
+// runs inside the group's first all-reduce.
+const stepStage = 0xFF00
+
+// stage is a group's staging segment.
+type stage struct {
+	seg   *sharedSeg
+	block int
+	spin  time.Duration
+	last  uint64 // the extended sequence number of this rank's last staged collective
+}
+
+// stageFor returns the group's staging segment, mapping it on first use
+// (a collective step of c), or nil when the group does not stage: it is
+// turned off (WithStaging), its ranks are not all on this host, or the
+// mapping failed (then it never tries again and says so in the log). Every
+// member gets the same answer: the mapping succeeds or fails on all. A
+// mapping cut short by the collective's context (a deadline, a mismatch
+// that stopped it) is not a failure to map: it returns the context's error
+// and the next all-reduce tries again, as every member does.
+func (pg *ProcessGroup) stageFor(ctx context.Context, c *opCtx) (*stage, error) {
+	if !pg.opts.staging {
+		return nil, nil
+	}
+	if oh, ok := pg.world.t.(transport.OneHost); !ok || !oh.OneHost() {
+		return nil, nil
+	}
+	pg.stageMu.Lock()
+	st, off := pg.stage, pg.stageOff
+	pg.stageMu.Unlock()
+	if st != nil || off {
+		return st, nil
+	}
+	seg, err := mapShared(ctx, c, stageHeader+stageBuffers*stageBlock, stepStage, "staging all-reduces")
+	if err != nil && ctx.Err() != nil {
+		return nil, err
+	}
+	pg.stageMu.Lock()
+	defer pg.stageMu.Unlock()
+	if err != nil {
+		pg.stageOff = true
+		pg.opts.logger.Warn("comm: all-reduces of this group go through the transport: no staging segment", "group", pg.name, "rank", pg.rank, "err", err)
+		return nil, nil
+	}
+	spin := stageSpin
+	if c.size() > runtime.NumCPU() {
+		// A rank that polls holds a CPU that the rank it waits for needs.
+		spin = 0
+	}
+	pg.stage = &stage{seg: seg, block: stageBlock, spin: spin}
+	return pg.stage, nil
+}
+
+// releaseStage unmaps the group's staging segment, once no collective can
+// be using it.
+func (pg *ProcessGroup) releaseStage() {
+	pg.stageMu.Lock()
+	st := pg.stage
+	pg.stage, pg.stageOff = nil, true
+	pg.stageMu.Unlock()
+	if st != nil {
+		unmapShared(st.seg.mem)
+	}
+}
+
+func (s *stage) word64(r, off int) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&s.seg.mem[r*s.seg.stride+off]))
+}
+
+func (s *stage) word32(r, off int) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&s.seg.mem[r*s.seg.stride+off]))
+}
+
+// buffer returns buffer i of rank r's region.
+func (s *stage) buffer(r, i int) []byte {
+	lo := r*s.seg.stride + stageHeader + i*s.block
+	return s.seg.mem[lo : lo+s.block]
+}
+
+// stageMark is the arrival word of barrier k of the collective whose
+// extended sequence number is seq. Barriers count from 1, so that a zeroed
+// header has reached none.
+func stageMark(seq uint64, k int) uint64 { return seq<<24 | uint64(k) }
+
+// ring tells sleepers that a word they may wait on changed. The
+// sequentially consistent atomics order it against await: either a
+// sleeper's count is seen here and it is woken, or its re-check of its
+// condition, after it counted itself, sees the change.
+func (s *stage) ring() {
+	bell := s.word32(0, stageBell)
+	bell.Add(1)
+	if s.word32(0, stageSleepers).Load() != 0 {
+		futex.Wake(bell)
+	}
+}
+
+// await returns once cond holds. It polls for s.spin, then sleeps on the
+// bell; between sleeps it gives up when ctx ends or a peer is lost, with
+// what (a description of the wait) in the error.
+func (s *stage) await(ctx context.Context, c *opCtx, cond func() bool, what func() string) error {
+	if cond() {
+		return nil
+	}
+	if s.spin > 0 {
+		start := time.Now()
+		for i := 1; ; i++ {
+			runtime.Gosched()
+			if cond() {
+				return nil
+			}
+			if i&7 == 0 && time.Since(start) > s.spin {
+				break
+			}
+		}
+	}
+	bell, sleepers := s.word32(0, stageBell), s.word32(0, stageSleepers)
+	for full := false; ; full = true {
+		v := bell.Load()
+		sleepers.Add(1)
+		if cond() {
+			sleepers.Add(^uint32(0))
+			return nil
+		}
+		var err error
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		} else if full {
+			err = c.pg.PeerFailure()
+		}
+		if err != nil {
+			sleepers.Add(^uint32(0))
+			if cond() {
+				return nil
+			}
+			return fmt.Errorf("%s: %w", what(), err)
+		}
+		futex.Wait(bell, v, stageTick)
+		sleepers.Add(^uint32(0))
+	}
+}
+
+// barrier returns once every member reached barrier k of collective seq.
+// The last to arrive rings the bell; every member sees its own arrival
+// before, and the peers' writes to their regions before theirs.
+func (s *stage) barrier(ctx context.Context, c *opCtx, seq uint64, k int) error {
+	n, r := c.size(), c.rank()
+	mark := stageMark(seq, k)
+	s.word64(r, stageArrive).Store(mark)
+	all := func() bool {
+		for p := range n {
+			if p != r && s.word64(p, stageArrive).Load() < mark {
+				return false
+			}
+		}
+		return true
+	}
+	if all() {
+		s.ring()
+		return nil
+	}
+	return s.await(ctx, c, all, func() string {
+		var late []int
+		for p := range n {
+			if p != r && s.word64(p, stageArrive).Load() < mark {
+				late = append(late, p)
+			}
+		}
+		return fmt.Sprintf("waiting at staging barrier %d for ranks %v", k, late)
+	})
+}
+
+// begin marks this rank busy with collective seq, reading the buffers in
+// mask (bit i for buffer i), and waits until no peer still reads any of
+// them for an earlier collective, so that this rank may write them.
+func (s *stage) begin(ctx context.Context, c *opCtx, seq uint64, mask uint64) error {
+	n, r := c.size(), c.rank()
+	s.word64(r, stageBusy).Store((seq+1)<<stageBuffers | mask)
+	free := func() bool {
+		for p := range n {
+			b := s.word64(p, stageBusy).Load()
+			if p != r && b != 0 && b>>stageBuffers-1 < seq && b&mask != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	return s.await(ctx, c, free, func() string { return "waiting for the peers to finish reading the staging buffers" })
+}
+
+// end marks this rank done reading the peers' regions.
+func (s *stage) end(r int) {
+	s.word64(r, stageBusy).Store(0)
+	s.ring()
+}
+
+// extend returns the 64-bit sequence number of collective seq: the last
+// staged collective's plus the 32-bit distance to it.
+func (s *stage) extend(seq uint32) uint64 {
+	s.last += uint64(seq - uint32(s.last))
+	return s.last
+}
+
+// allReduce all-reduces b through the staging segment (see above).
+func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, k ReduceKind, finalize func([]byte), threshold int) error {
+	n, r := c.size(), c.rank()
+	seq := s.extend(c.seq)
+	if len(b) < threshold && len(b) <= s.block {
+		// Every rank reduces all of it, in rank order, from one buffer:
+		// consecutive collectives take turns with the three, so a rank
+		// seldom waits for a slow peer to finish reading the last.
+		i := int(seq % stageBuffers)
+		if err := s.begin(ctx, c, seq, 1<<i); err != nil {
+			return err
+		}
+		defer s.end(r)
+		copy(s.buffer(r, i), b)
+		if err := s.barrier(ctx, c, seq, 1); err != nil {
+			return err
+		}
+		if r != 0 {
+			copy(b, s.buffer(0, i)[:len(b)])
+		}
+		for p := 1; p < n; p++ {
+			reduceInto(b, s.buffer(p, i)[:len(b)], dt, k)
+		}
+		if finalize != nil {
+			finalize(b)
+		}
+		return nil
+	}
+	if err := s.begin(ctx, c, seq, 1<<stageBuffers-1); err != nil {
+		return err
+	}
+	defer s.end(r)
+	es := dt.size()
+	block := s.block / es * es
+	rounds := (len(b) + block - 1) / block
+	// shares returns block j of b and its shares' bounds.
+	bounds := make([]int, n+1)
+	shares := func(j int) []byte {
+		blk := b[j*block : min((j+1)*block, len(b))]
+		at := 0
+		for i, p := range splitEven(blk, es, n) {
+			bounds[i] = at
+			at += len(p)
+		}
+		bounds[n] = at
+		return blk
+	}
+	stageIn := func(j int) {
+		blk, buf := shares(j), s.buffer(r, j%stageBuffers)
+		copyCached(buf[:bounds[r]], blk[:bounds[r]])
+		copyCached(buf[bounds[r+1]:len(blk)], blk[bounds[r+1]:])
+	}
+	reduce := func(j int) {
+		blk := shares(j)
+		lo, hi := bounds[r], bounds[r+1]
+		mine := blk[lo:hi]
+		for p := range n {
+			if p != r {
+				reduceInto(mine, s.buffer(p, j%stageBuffers)[lo:hi], dt, k)
+			}
+		}
+		if finalize != nil {
+			finalize(mine)
+		}
+		copyCached(s.buffer(r, j%stageBuffers)[lo:hi], mine)
+	}
+	gather := func(j int) {
+		blk := shares(j)
+		for p := range n {
+			if p != r {
+				copyCached(blk[bounds[p]:bounds[p+1]], s.buffer(p, j%stageBuffers)[bounds[p]:bounds[p+1]])
+			}
+		}
+	}
+	stageIn(0)
+	if err := s.barrier(ctx, c, seq, 1); err != nil {
+		return err
+	}
+	for j := range rounds {
+		reduce(j)
+		if j+1 < rounds {
+			stageIn(j + 1)
+		}
+		if err := s.barrier(ctx, c, seq, j+2); err != nil {
+			return err
+		}
+		gather(j)
+	}
+	return nil
+}
+
+// cachedPiece bounds the pieces copyCached copies: below the size from
+// which the runtime's copy writes around the caches (1 MiB on amd64).
+const cachedPiece = 512 << 10
+
+// copyCached copies src to dst in pieces that the runtime copies through
+// the caches, where a peer reads them soon after: staged data is written
+// by one rank and read by the others within the block.
+func copyCached(dst, src []byte) {
+	for len(src) > cachedPiece {
+		copy(dst[:cachedPiece], src[:cachedPiece])
+		dst, src = dst[cachedPiece:], src[cachedPiece:]
+	}
+	copy(dst, src)
+}

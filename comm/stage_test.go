@@ -1,0 +1,296 @@
+//go:build linux
+
+package comm_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"gorgonia.org/tensor"
+
+	"github.com/tandemml/tandem/comm"
+	"github.com/tandemml/tandem/comm/commtest"
+	"github.com/tandemml/tandem/comm/local"
+	"github.com/tandemml/tandem/comm/shm"
+	"github.com/tandemml/tandem/comm/transport"
+)
+
+// wantReduced is what an all-reduce with op of fill's values gives at
+// element i, in a world of n ranks.
+func wantReduced(op comm.ReduceOp, dt tensor.Dtype, n, i int) float64 {
+	sum, mx := 0.0, 0.0
+	for q := 0; q < n; q++ {
+		v := float64((q + 1) * (i%7 + 1))
+		sum += v
+		mx = max(mx, v)
+	}
+	switch op {
+	case comm.Sum:
+		return sum
+	case comm.Max:
+		return mx
+	case comm.Avg:
+		if dt == tensor.Int64 {
+			return float64(int64(sum) / int64(n))
+		}
+		return sum / float64(n)
+	}
+	return 0.5 * sum // PremulSum(0.5)
+}
+
+// TestStagedAllReduce: all-reduces of ordinary tensors on groups whose
+// ranks share a host go through the staging segment: whole below the ring
+// threshold, by blocks above it (a tensor of several blocks and a ragged
+// end), for several worlds, dtypes and ops. Every element is right on
+// every rank, and only fingerprints go through the transport.
+func TestStagedAllReduce(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		inner  transport.Backend
+		worlds []int
+	}{{"shm", shm.NewBackend(shm.WithRingBytes(256 << 10)), []int{2, 3, 4}}, {"local", local.Backend{}, []int{3}}} {
+		for _, n := range c.worlds {
+			t.Run(fmt.Sprintf("%s/world%d", c.name, n), func(t *testing.T) {
+				var sent atomic.Int64
+				pgs := commtest.Groups(t, commtest.Counting(c.inner, &sent), n)
+				ctx := shortCtx(t)
+				for _, size := range []struct {
+					elems int
+					dts   []tensor.Dtype
+					ops   []comm.ReduceOp
+				}{
+					{1001, []tensor.Dtype{tensor.Float32, tensor.Float64, tensor.Int64}, nil},      // whole
+					{40003, []tensor.Dtype{tensor.Float32, tensor.Int64}, nil},                     // one block
+					{1100003, []tensor.Dtype{tensor.Float32}, []comm.ReduceOp{comm.Sum, comm.Avg}}, // 4.2 MB: three blocks, the last short
+				} {
+					for _, dt := range size.dts {
+						ops := size.ops
+						if ops == nil {
+							ops = []comm.ReduceOp{comm.Sum, comm.Max, comm.Avg}
+							if dt != tensor.Int64 {
+								ops = append(ops, comm.PremulSum(0.5))
+							}
+						}
+						xs := make([]*tensor.Dense, n)
+						for r := range xs {
+							xs[r] = tensor.New(tensor.Of(dt), tensor.WithShape(size.elems))
+						}
+						for _, op := range ops {
+							for r, x := range xs {
+								fill(x, r)
+							}
+							before := sent.Load()
+							for r, err := range eachRank(pgs, func(r int, pg *comm.ProcessGroup) error {
+								return pg.AllReduce(ctx, xs[r], op).Wait(ctx)
+							}) {
+								if err != nil {
+									t.Fatalf("%d %v %v rank %d: %v", size.elems, dt, op, r, err)
+								}
+							}
+							if moved := sent.Load() - before; moved > int64(n*n*1024) {
+								t.Errorf("%d %v %v: the ranks sent %d bytes through the transport", size.elems, dt, op, moved)
+							}
+							for r, x := range xs {
+								for i := 0; i < size.elems; i += 1 + i/3 {
+									if got, want := at(x, i), wantReduced(op, dt, n, i); got != want {
+										t.Fatalf("%d %v %v rank %d element %d = %v, want %v", size.elems, dt, op, r, i, got, want)
+									}
+								}
+								if got, want := at(x, size.elems-1), wantReduced(op, dt, n, size.elems-1); got != want {
+									t.Fatalf("%d %v %v rank %d last element = %v, want %v", size.elems, dt, op, r, got, want)
+								}
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestStagedAllReduceBits: float sums whose order matters (values of
+// mixed magnitudes) come out with the same bits on every rank, whole and
+// by blocks, and match the transport's algorithms to rounding.
+func TestStagedAllReduceBits(t *testing.T) {
+	const n = 3
+	for _, elems := range []int{999, 600001} {
+		results := make([][][]float32, 2) // [staged?][rank]
+		for run, staged := range []bool{false, true} {
+			pgs := commtest.Groups(t, local.Backend{}, n, comm.WithStaging(staged))
+			ctx := shortCtx(t)
+			results[run] = make([][]float32, n)
+			for r, err := range eachRank(pgs, func(r int, pg *comm.ProcessGroup) error {
+				d := make([]float32, elems)
+				for i := range d {
+					d[i] = float32(math.Pow(10, float64((i+r)%9-4))) * float32(1+i%5)
+				}
+				results[run][r] = d
+				return pg.AllReduce(ctx, tensor.New(tensor.WithShape(elems), tensor.WithBacking(d)), comm.Sum).Wait(ctx)
+			}) {
+				if err != nil {
+					t.Fatalf("%d elements, staged %v, rank %d: %v", elems, staged, r, err)
+				}
+			}
+		}
+		for r := 1; r < n; r++ {
+			for i, v := range results[1][r] {
+				if math.Float32bits(v) != math.Float32bits(results[1][0][i]) {
+					t.Fatalf("%d elements: rank %d element %d = %v, rank 0 has %v: the ranks differ", elems, r, i, v, results[1][0][i])
+				}
+			}
+		}
+		for i, v := range results[1][0] {
+			if w := results[0][0][i]; math.Abs(float64(v-w)) > 1e-6*math.Abs(float64(w)) {
+				t.Fatalf("%d elements: element %d staged %v, through the transport %v", elems, i, v, w)
+			}
+		}
+	}
+}
+
+// TestStagedMismatch: a collective on which the ranks disagree while
+// others stage (another length, or another collective) fails with
+// ErrMismatch on every rank, and the group's next staged all-reduces, whole
+// and by blocks, are right again: nothing of the failed one is left out of
+// step.
+func TestStagedMismatch(t *testing.T) {
+	const n, big = 3, 700001
+	pgs := commtest.Groups(t, local.Backend{}, n)
+	ctx := shortCtx(t)
+	check := func(what string, elems int) {
+		t.Helper()
+		xs := make([]*tensor.Dense, n)
+		for r, err := range eachRank(pgs, func(r int, pg *comm.ProcessGroup) error {
+			xs[r] = tensor.New(tensor.Of(tensor.Float64), tensor.WithShape(elems))
+			fill(xs[r], r)
+			return pg.AllReduce(ctx, xs[r], comm.Sum).Wait(ctx)
+		}) {
+			if err != nil {
+				t.Fatalf("%s: rank %d: %v", what, r, err)
+			}
+		}
+		for r, x := range xs {
+			if got, want := at(x, elems-1), wantReduced(comm.Sum, tensor.Float64, n, elems-1); got != want {
+				t.Fatalf("%s: rank %d's last element = %v, want %v", what, r, got, want)
+			}
+		}
+	}
+	check("first", big) // maps the staging segment
+	for _, c := range []struct {
+		name string
+		odd  func(pg *comm.ProcessGroup) comm.Work // rank 2's call
+	}{
+		{"length", func(pg *comm.ProcessGroup) comm.Work {
+			return pg.AllReduce(ctx, tensor.New(tensor.Of(tensor.Float64), tensor.WithShape(big/3)), comm.Sum)
+		}},
+		{"collective", func(pg *comm.ProcessGroup) comm.Work {
+			return pg.Broadcast(ctx, tensor.New(tensor.Of(tensor.Float64), tensor.WithShape(big)), 0)
+		}},
+		{"whole", func(pg *comm.ProcessGroup) comm.Work {
+			return pg.AllReduce(ctx, tensor.New(tensor.Of(tensor.Float64), tensor.WithShape(10)), comm.Sum)
+		}},
+	} {
+		for r, err := range eachRank(pgs, func(r int, pg *comm.ProcessGroup) error {
+			if r == 2 {
+				return c.odd(pg).Wait(ctx)
+			}
+			return pg.AllReduce(ctx, tensor.New(tensor.Of(tensor.Float64), tensor.WithShape(big)), comm.Sum).Wait(ctx)
+		}) {
+			if !errors.Is(err, comm.ErrMismatch) {
+				t.Fatalf("%s: rank %d: got %v, want ErrMismatch", c.name, r, err)
+			}
+		}
+		check("after "+c.name+", whole", 7)
+		check("after "+c.name+", by blocks", big)
+	}
+}
+
+// TestStagingOff: WithStaging(false), or a transport that does not say
+// its ranks share a host, sends all-reduces through the transport.
+func TestStagingOff(t *testing.T) {
+	const n, elems = 2, 100000
+	for _, c := range []struct {
+		name  string
+		inner transport.Backend
+		opts  []comm.Option
+	}{{"option", local.Backend{}, []comm.Option{comm.WithStaging(false)}}, {"hidden host", hiddenHost{local.Backend{}}, nil}} {
+		var sent atomic.Int64
+		pgs := commtest.Groups(t, commtest.Counting(c.inner, &sent), n, c.opts...)
+		ctx := shortCtx(t)
+		for r, err := range eachRank(pgs, func(r int, pg *comm.ProcessGroup) error {
+			x := tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(elems))
+			fill(x, r)
+			return pg.AllReduce(ctx, x, comm.Sum).Wait(ctx)
+		}) {
+			if err != nil {
+				t.Fatalf("%s: rank %d: %v", c.name, r, err)
+			}
+		}
+		if moved := sent.Load(); moved < 4*elems {
+			t.Errorf("%s: the ranks sent %d bytes; the all-reduce did not go through the transport", c.name, moved)
+		}
+	}
+}
+
+// TestStagingLeavesNothing: the staging segment's file has no name once
+// every rank mapped it, and Close unmaps it.
+func TestStagingLeavesNothing(t *testing.T) {
+	before := tandemSegments(t)
+	mapped := stagingMappings(t)
+	pgs := commtest.Groups(t, shm.NewBackend(shm.WithRingBytes(256<<10)), 2)
+	ctx := shortCtx(t)
+	for r, err := range eachRank(pgs, func(r int, pg *comm.ProcessGroup) error {
+		return pg.AllReduce(ctx, tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(100000)), comm.Sum).Wait(ctx)
+	}) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for name := range tandemSegments(t) {
+		if !before[name] {
+			t.Errorf("%s is still in /dev/shm after every rank mapped it", name)
+		}
+	}
+	if got := stagingMappings(t); got != mapped+2 {
+		t.Errorf("the process maps %d segments of shared tensors and staging, %d before the all-reduce; want 2 more (a rank each)", got, mapped)
+	}
+	for _, pg := range pgs {
+		if err := pg.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := stagingMappings(t); got != mapped {
+		t.Errorf("after Close the process maps %d segments of shared tensors and staging, %d before", got, mapped)
+	}
+}
+
+// stagingMappings counts this process's mappings of shared tensors' and
+// staging segments.
+func stagingMappings(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skipf("no /proc/self/maps: %v", err)
+	}
+	return strings.Count(string(b), "/tandem-tensor-")
+}
+
+// tandemSegments returns the names of Tandem's segments in /dev/shm.
+func tandemSegments(t *testing.T) map[string]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/dev/shm")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	names := map[string]bool{}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "tandem-") {
+			names[e.Name()] = true
+		}
+	}
+	return names
+}
