@@ -66,3 +66,31 @@ TEXT ·addF64(SB), NOSPLIT, $0-48
 // func mulF64(dst, src []float64)
 TEXT ·mulF64(SB), NOSPLIT, $0-48
 	ELEMENTWISE(MOVUPD, MULPD, MOVSD, MULSD, 8, 8)
+
+// func copyStreamAligned(dst, src []byte)
+// Copies len(dst) bytes, a multiple of 64, from src to dst (16-byte
+// aligned) with non-temporal stores, which write around the caches
+// without reading the destination's lines first, then fences them so
+// that later stores are seen after them.
+TEXT ·copyStreamAligned(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), CX
+	MOVQ src_base+24(FP), SI
+	XORQ AX, AX
+	TESTQ CX, CX
+	JZ   fence
+stream:
+	MOVOU (SI)(AX*1), X0
+	MOVOU 16(SI)(AX*1), X1
+	MOVOU 32(SI)(AX*1), X2
+	MOVOU 48(SI)(AX*1), X3
+	MOVNTO X0, (DI)(AX*1)
+	MOVNTO X1, 16(DI)(AX*1)
+	MOVNTO X2, 32(DI)(AX*1)
+	MOVNTO X3, 48(DI)(AX*1)
+	ADDQ $64, AX
+	CMPQ AX, CX
+	JB   stream
+fence:
+	SFENCE
+	RET

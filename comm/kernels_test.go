@@ -85,3 +85,27 @@ func BenchmarkReduceInto(b *testing.B) {
 		})
 	}
 }
+
+// TestCopyStream: copyStream copies exactly, for lengths around its
+// thresholds and destinations at every alignment.
+func TestCopyStream(t *testing.T) {
+	src := make([]byte, 100003+64)
+	for i := range src {
+		src[i] = byte(i*7 + i>>8)
+	}
+	for _, n := range []int{0, 1, 63, 4095, 4096, 4097, 4160, 100003} {
+		for off := range 18 {
+			dst := make([]byte, n+off+8)
+			copyStream(dst[off:off+n], src[off:off+n])
+			for i := range dst {
+				want := byte(0)
+				if i >= off && i < off+n {
+					want = src[i]
+				}
+				if dst[i] != want {
+					t.Fatalf("length %d at offset %d: byte %d = %d, want %d", n, off, i, dst[i], want)
+				}
+			}
+		}
+	}
+}

@@ -352,11 +352,17 @@ func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, k R
 		}
 		copyCached(s.buffer(r, j%stageBuffers)[lo:hi], mine)
 	}
+	// The result goes to b through the caches, or around them for a
+	// tensor that cannot stay in them (stageStream).
+	out := copyCached
+	if len(b) >= stageStream {
+		out = copyStream
+	}
 	gather := func(j int) {
 		blk := shares(j)
 		for p := range n {
 			if p != r {
-				copyCached(blk[bounds[p]:bounds[p+1]], s.buffer(p, j%stageBuffers)[bounds[p]:bounds[p+1]])
+				out(blk[bounds[p]:bounds[p+1]], s.buffer(p, j%stageBuffers)[bounds[p]:bounds[p+1]])
 			}
 		}
 	}
@@ -376,6 +382,16 @@ func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, k R
 	}
 	return nil
 }
+
+// stageStream is the size of tensor from which a staged all-reduce writes
+// the other ranks' shares of the result into it with non-temporal stores,
+// which do not read the destination's lines first. On the two-core
+// development machine (2026-11-25, tandem bench allreduce, 15 iterations,
+// three runs each) 64 MiB with four ranks took 47-49 ms so against 50-53
+// through the caches, and 16 MiB 11.4-11.6 against 11.3-12.9; with two
+// ranks 64 MiB took 16.7-18.3 ms against 17.1-17.2, and 16 MiB (the
+// ranks' tensors together still within the caches) 2.8-4.1 against 2.5-2.6.
+const stageStream = 32 << 20
 
 // cachedPiece bounds the pieces copyCached copies: below the size from
 // which the runtime's copy writes around the caches (1 MiB on amd64).

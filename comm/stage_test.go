@@ -113,6 +113,31 @@ func TestStagedAllReduce(t *testing.T) {
 	}
 }
 
+// TestStagedAllReduceLarge: a tensor large enough that the result is
+// written around the caches (32 MiB and a ragged end) is right everywhere.
+func TestStagedAllReduceLarge(t *testing.T) {
+	const n, elems = 2, 8<<20 + 3
+	pgs := commtest.Groups(t, local.Backend{}, n)
+	ctx := shortCtx(t)
+	xs := make([]*tensor.Dense, n)
+	for r, err := range eachRank(pgs, func(r int, pg *comm.ProcessGroup) error {
+		xs[r] = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(elems))
+		fill(xs[r], r)
+		return pg.AllReduce(ctx, xs[r], comm.Sum).Wait(ctx)
+	}) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for r, x := range xs {
+		for i, v := range x.Float32s() {
+			if want := float32(3 * (i%7 + 1)); v != want {
+				t.Fatalf("rank %d element %d = %v, want %v", r, i, v, want)
+			}
+		}
+	}
+}
+
 // TestStagedAllReduceBits: float sums whose order matters (values of
 // mixed magnitudes) come out with the same bits on every rank, whole and
 // by blocks, and match the transport's algorithms to rounding.
