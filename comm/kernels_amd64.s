@@ -51,21 +51,68 @@ tail:                                    \
 done:                                    \
 	RET
 
-// func addF32(dst, src []float32)
-TEXT ·addF32(SB), NOSPLIT, $0-48
+// func addF32SSE(dst, src []float32)
+TEXT ·addF32SSE(SB), NOSPLIT, $0-48
 	ELEMENTWISE(MOVUPS, ADDPS, MOVSS, ADDSS, 4, 16)
 
 // func mulF32(dst, src []float32)
 TEXT ·mulF32(SB), NOSPLIT, $0-48
 	ELEMENTWISE(MOVUPS, MULPS, MOVSS, MULSS, 4, 16)
 
-// func addF64(dst, src []float64)
-TEXT ·addF64(SB), NOSPLIT, $0-48
+// func addF64SSE(dst, src []float64)
+TEXT ·addF64SSE(SB), NOSPLIT, $0-48
 	ELEMENTWISE(MOVUPD, ADDPD, MOVSD, ADDSD, 8, 8)
 
 // func mulF64(dst, src []float64)
 TEXT ·mulF64(SB), NOSPLIT, $0-48
 	ELEMENTWISE(MOVUPD, MULPD, MOVSD, MULSD, 8, 8)
+
+// ELEMENTWISE_AVX is ELEMENTWISE in four 32-byte vectors an iteration
+// (VMOVV and the three-operand VOPV), for processors with AVX; it clears
+// the vector registers' upper halves before returning.
+#define ELEMENTWISE_AVX(VMOVV, VOPV, MOVS, OPS, SIZE, N) \
+	MOVQ dst_base+0(FP), DI          \
+	MOVQ dst_len+8(FP), CX           \
+	MOVQ src_base+24(FP), SI         \
+	XORQ AX, AX                      \
+	MOVQ CX, BX                      \
+	ANDQ $-N, BX                     \
+	JZ   tail                        \
+loop:                                    \
+	VMOVV (DI)(AX*SIZE), Y0          \
+	VMOVV 32(DI)(AX*SIZE), Y1        \
+	VMOVV 64(DI)(AX*SIZE), Y2        \
+	VMOVV 96(DI)(AX*SIZE), Y3        \
+	VOPV  (SI)(AX*SIZE), Y0, Y0      \
+	VOPV  32(SI)(AX*SIZE), Y1, Y1    \
+	VOPV  64(SI)(AX*SIZE), Y2, Y2    \
+	VOPV  96(SI)(AX*SIZE), Y3, Y3    \
+	VMOVV Y0, (DI)(AX*SIZE)          \
+	VMOVV Y1, 32(DI)(AX*SIZE)        \
+	VMOVV Y2, 64(DI)(AX*SIZE)        \
+	VMOVV Y3, 96(DI)(AX*SIZE)        \
+	ADDQ $N, AX                      \
+	CMPQ AX, BX                      \
+	JB   loop                        \
+	VZEROUPPER                       \
+tail:                                    \
+	CMPQ AX, CX                      \
+	JAE  done                        \
+	MOVS (DI)(AX*SIZE), X0           \
+	OPS  (SI)(AX*SIZE), X0           \
+	MOVS X0, (DI)(AX*SIZE)           \
+	INCQ AX                          \
+	JMP  tail                        \
+done:                                    \
+	RET
+
+// func addF32AVX(dst, src []float32)
+TEXT ·addF32AVX(SB), NOSPLIT, $0-48
+	ELEMENTWISE_AVX(VMOVUPS, VADDPS, MOVSS, ADDSS, 4, 32)
+
+// func addF64AVX(dst, src []float64)
+TEXT ·addF64AVX(SB), NOSPLIT, $0-48
+	ELEMENTWISE_AVX(VMOVUPD, VADDPD, MOVSD, ADDSD, 8, 16)
 
 // func copyStreamAligned(dst, src []byte)
 // Copies len(dst) bytes, a multiple of 64, from src to dst (16-byte
