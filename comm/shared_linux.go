@@ -13,12 +13,12 @@ import (
 	"unsafe"
 )
 
-// sharedDir holds the shared tensors' segments; sharedPrefix starts their
-// names.
-const (
-	sharedDir    = "/dev/shm"
-	sharedPrefix = "tandem-tensor-"
-)
+// sharedDir holds the shared tensors' and staging segments (a variable
+// for the tests, which point it where no segment can be made);
+// sharedPrefix starts their names.
+var sharedDir = "/dev/shm"
+
+const sharedPrefix = "tandem-tensor-"
 
 // createShared creates, sizes and maps a segment of size bytes, mode 0600,
 // and returns its name.
