@@ -18,6 +18,15 @@ func (pg *ProcessGroup) Broadcast(ctx context.Context, t *tensor.Dense, root int
 	desc := fmt.Sprintf("broadcast(%v,%s,root=%d)", buf.dt, shapeString(buf.shape), root)
 	return pg.start(ctx, collective{name: "broadcast", desc: desc, invalid: err,
 		run: func(ctx context.Context, c *opCtx) error {
+			if len(buf.b) > 0 {
+				st, err := c.staging(ctx)
+				if err != nil {
+					return err
+				}
+				if st != nil {
+					return st.broadcast(ctx, c, buf.b, root)
+				}
+			}
 			return broadcastTree(ctx, c, buf.b, buf.dt, root)
 		}})
 }

@@ -111,23 +111,25 @@
 // programming error, refused with ErrInvalidArgument. Messages read
 // "pkg: operation: detail: cause".
 //
-// # Staged all-reduce
+// # Staged collectives
 //
 // When every rank of a group runs on one host (the shm backend, or
-// in-process ranks), all-reduces of ordinary tensors go through a staging
-// segment in /dev/shm that the group maps on its first all-reduce (three
-// buffers of 2 MiB a rank): each rank copies its tensor in, and the ranks
-// reduce straight out of each other's buffers, synchronised by words in
-// the segment rather than messages. Below the ring threshold every rank
-// reduces the whole tensor, in rank order, after one barrier; above it each
-// rank reduces its share of each 2 MiB block and the others copy it, one
-// barrier a block. Every rank ends with the same bits. A rank that dies or
-// freezes while the others wait fails their all-reduce with ErrPeerLost,
-// as through the transport. WithStaging(false) turns it off; a segment
-// that cannot be mapped (a /dev/shm too small) leaves the group's
-// all-reduces on the transport, and the group's logger says why. Float16
-// and bfloat16 all-reduces, the other collectives and the hierarchical
-// all-reduce of several hosts go through the transport.
+// in-process ranks), all-reduces, broadcasts, all-gathers and
+// reduce-scatters of ordinary tensors go through a staging segment in
+// /dev/shm that the group maps on its first such collective (three
+// buffers of 2 MiB a rank): each rank copies what it contributes into its
+// buffers, and the ranks read, or reduce, straight out of each other's,
+// synchronised by words in the segment rather than messages, one barrier a
+// round of 2 MiB. An all-reduce below the ring threshold is reduced whole by
+// every rank, in rank order, after one barrier; above it each rank reduces
+// its share of each block and the others copy it. Every rank ends with the
+// same bits. A rank that dies or freezes while the others wait fails their
+// collective with ErrPeerLost, as through the transport. WithStaging(false)
+// turns it off; a segment that cannot be mapped (a /dev/shm too small)
+// leaves the group's collectives on the transport, and the group's logger
+// says why. Float16 and bfloat16 all-reduces and reduce-scatters, reduce,
+// gather, scatter, all-to-all, and the hierarchical all-reduce of several
+// hosts go through the transport.
 //
 // # Shared tensors
 //

@@ -20,8 +20,7 @@ func (pg *ProcessGroup) AllGather(ctx context.Context, outs []*tensor.Dense, in 
 	desc := fmt.Sprintf("all_gather(%v,%s)", src.dt, shapeString(src.shape))
 	return pg.start(ctx, collective{name: "all_gather", desc: desc, invalid: err,
 		run: func(ctx context.Context, c *opCtx) error {
-			copy(blocks[c.rank()], src.b)
-			return ringRun(ctx, c, blocks, src.dt, KindSum, c.size()-1, 2*(c.size()-1), nil)
+			return allGatherBlocks(ctx, c, blocks, src)
 		}})
 }
 
@@ -40,10 +39,25 @@ func (pg *ProcessGroup) AllGatherIntoTensor(ctx context.Context, out, in *tensor
 	desc := fmt.Sprintf("all_gather_into_tensor(%v,%s)", src.dt, shapeString(src.shape))
 	return pg.start(ctx, collective{name: "all_gather_into_tensor", desc: desc, invalid: err,
 		run: func(ctx context.Context, c *opCtx) error {
-			blocks := splitBlocks(dst.b, len(src.b), c.size())
-			copy(blocks[c.rank()], src.b)
-			return ringRun(ctx, c, blocks, src.dt, KindSum, c.size()-1, 2*(c.size()-1), nil)
+			return allGatherBlocks(ctx, c, splitBlocks(dst.b, len(src.b), c.size()), src)
 		}})
+}
+
+// allGatherBlocks copies every rank's src into blocks[rank] on every rank:
+// through the group's staging segment on one host, else along a pipelined
+// ring.
+func allGatherBlocks(ctx context.Context, c *opCtx, blocks [][]byte, src buffer) error {
+	if len(src.b) > 0 {
+		st, err := c.staging(ctx)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			return st.allGather(ctx, c, blocks, src.b)
+		}
+	}
+	copy(blocks[c.rank()], src.b)
+	return ringRun(ctx, c, blocks, src.dt, KindSum, c.size()-1, 2*(c.size()-1), nil)
 }
 
 // Gather sends every rank's in to root, into outs[i] for rank i. outs is used

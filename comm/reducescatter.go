@@ -48,11 +48,21 @@ func (pg *ProcessGroup) ReduceScatterTensor(ctx context.Context, out, in *tensor
 		}})
 }
 
-// reduceScatterBlocks reduces block r of every rank into out. The inputs are
-// copied once into pooled scratch, which the ring then reduces in place.
+// reduceScatterBlocks reduces block r of every rank into out: through the
+// group's staging segment on one host, else with the inputs copied once
+// into pooled scratch, which the ring then reduces in place.
 func reduceScatterBlocks(ctx context.Context, c *opCtx, out []byte, blocks [][]byte, dt dtype, op ReduceOp) error {
 	if dt.isHalf() {
 		return halfReduceScatter(ctx, c, blocks, out, dt, op)
+	}
+	if len(out) > 0 {
+		st, err := c.staging(ctx)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			return st.reduceScatter(ctx, c, out, blocks, dt, op)
+		}
 	}
 	n, r := c.size(), c.rank()
 	size := len(out)

@@ -16,8 +16,9 @@ import (
 //
 // On a group whose ranks all run on this host (the shm backend, in-process
 // ranks), an all-reduce of an ordinary tensor goes through a staging
-// segment instead of the transport. The group maps it on its first
-// all-reduce (mapShared): a region a rank, each a header and three buffers
+// segment instead of the transport (and so do broadcasts, all-gathers and
+// reduce-scatters: stagecopy.go). The group maps it on its first staged
+// collective (mapShared): a region a rank, each a header and three buffers
 // of stageBlock bytes. A rank copies its tensor into its own region, and
 // the ranks then read each other's regions directly:
 //
@@ -85,7 +86,7 @@ const maxStageRounds = 1<<24 - 2
 
 // stepStage numbers mapShared's messages when it maps a group's staging
 // segment: steps no algorithm of the collective uses, since the mapping
-// runs inside the group's first all-reduce.
+// runs inside the group's first staged collective.
 const stepStage = 0xFF00
 
 // stage is a group's staging segment.
@@ -117,7 +118,7 @@ func (pg *ProcessGroup) stageFor(ctx context.Context, c *opCtx) (*stage, error) 
 	if st != nil || off {
 		return st, nil
 	}
-	seg, err := mapShared(ctx, c, stageHeader+stageBuffers*stageBlock, stepStage, "staging all-reduces")
+	seg, err := mapShared(ctx, c, stageHeader+stageBuffers*stageBlock, stepStage, "staging collectives")
 	if err != nil && ctx.Err() != nil {
 		return nil, err
 	}
@@ -125,7 +126,7 @@ func (pg *ProcessGroup) stageFor(ctx context.Context, c *opCtx) (*stage, error) 
 	defer pg.stageMu.Unlock()
 	if err != nil {
 		pg.stageOff = true
-		pg.opts.logger.Warn("comm: all-reduces of this group go through the transport: no staging segment", "group", pg.name, "rank", pg.rank, "err", err)
+		pg.opts.logger.Warn("comm: this group's collectives go through the transport: no staging segment", "group", pg.name, "rank", pg.rank, "err", err)
 		return nil, nil
 	}
 	spin := stageSpin
@@ -140,6 +141,14 @@ func (pg *ProcessGroup) stageFor(ctx context.Context, c *opCtx) (*stage, error) 
 	}
 	pg.stage = &stage{seg: seg, block: stageBlock, spin: spin}
 	return pg.stage, nil
+}
+
+// staging is stageFor for a collective of c: nil for a group of one.
+func (c *opCtx) staging(ctx context.Context) (*stage, error) {
+	if c.size() == 1 {
+		return nil, nil
+	}
+	return c.pg.stageFor(ctx, c)
 }
 
 // releaseStage unmaps the group's staging segment, once no collective can

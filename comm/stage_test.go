@@ -3,6 +3,7 @@
 package comm_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -318,4 +319,132 @@ func tandemSegments(t *testing.T) map[string]bool {
 		}
 	}
 	return names
+}
+
+// TestStagedCollectives: broadcasts, all-gathers and reduce-scatters on
+// groups whose ranks share a host go through the staging segment, in
+// several rounds for tensors larger than a buffer: every element is right
+// on every rank, the inputs are left alone, and only fingerprints go
+// through the transport.
+func TestStagedCollectives(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("world%d", n), func(t *testing.T) {
+			var sent atomic.Int64
+			pgs := commtest.Groups(t, commtest.Counting(shm.NewBackend(shm.WithRingBytes(256<<10)), &sent), n)
+			ctx := shortCtx(t)
+			const elems = 700001 // 2.8 MB of float32: two rounds and a ragged end
+			check := func(what string, x *tensor.Dense, want func(i int) float64) {
+				t.Helper()
+				d := x.Float32s()
+				for i := 0; i < len(d); i += 1 + i/5 {
+					if float64(d[i]) != want(i) {
+						t.Fatalf("%s: element %d = %v, want %v", what, i, d[i], want(i))
+					}
+				}
+				if i := len(d) - 1; float64(d[i]) != want(i) {
+					t.Fatalf("%s: last element %d = %v, want %v", what, i, d[i], want(i))
+				}
+			}
+			value := func(r, i int) float64 { return float64((r + 1) * (i%7 + 1)) }
+			run := func(what string, f func(r int, pg *comm.ProcessGroup) error) {
+				t.Helper()
+				before := sent.Load()
+				for r, err := range eachRank(pgs, f) {
+					if err != nil {
+						t.Fatalf("%s: rank %d: %v", what, r, err)
+					}
+				}
+				if moved := sent.Load() - before; moved > int64(n*n*1024) {
+					t.Errorf("%s: the ranks sent %d bytes through the transport", what, moved)
+				}
+			}
+			newFilled := func(r, elems int) *tensor.Dense {
+				x := tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(elems))
+				fill(x, r)
+				return x
+			}
+
+			root := n - 1
+			xs := make([]*tensor.Dense, n)
+			run("broadcast", func(r int, pg *comm.ProcessGroup) error {
+				xs[r] = newFilled(r, elems)
+				return pg.Broadcast(ctx, xs[r], root).Wait(ctx)
+			})
+			for r, x := range xs {
+				check(fmt.Sprintf("broadcast, rank %d", r), x, func(i int) float64 { return value(root, i) })
+			}
+
+			outs := make([][]*tensor.Dense, n)
+			run("all_gather", func(r int, pg *comm.ProcessGroup) error {
+				outs[r] = make([]*tensor.Dense, n)
+				for p := range outs[r] {
+					outs[r][p] = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(elems))
+				}
+				return pg.AllGather(ctx, outs[r], newFilled(r, elems)).Wait(ctx)
+			})
+			for r := range outs {
+				for p, x := range outs[r] {
+					check(fmt.Sprintf("all_gather, rank %d, outs[%d]", r, p), x, func(i int) float64 { return value(p, i) })
+				}
+			}
+
+			// Block q of rank r holds value(r, q*elems+i): rank q gets
+			// their sum (or average) over the ranks.
+			for _, op := range []comm.ReduceOp{comm.Sum, comm.Avg, comm.PremulSum(0.5)} {
+				ins := make([]*tensor.Dense, n)
+				run(fmt.Sprintf("reduce_scatter %v", op), func(r int, pg *comm.ProcessGroup) error {
+					ins[r] = newFilled(r, n*elems)
+					xs[r] = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(elems))
+					return pg.ReduceScatterTensor(ctx, xs[r], ins[r], op).Wait(ctx)
+				})
+				for r, x := range xs {
+					check(fmt.Sprintf("reduce_scatter %v, rank %d", op, r), x, func(i int) float64 {
+						return wantReduced(op, tensor.Float32, n, r*elems+i)
+					})
+					check(fmt.Sprintf("reduce_scatter %v, rank %d's input", op, r), ins[r], func(i int) float64 { return value(r, i) })
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkStagedCollectives times each collective of 16 MiB a rank (a
+// broadcast's tensor, an all-gather's input, a reduce-scatter's output)
+// among four goroutine ranks over the shm backend, through the staging
+// segment and through the transport, interleaved.
+func BenchmarkStagedCollectives(b *testing.B) {
+	const n, elems = 4, 4 << 20
+	for _, coll := range []string{"broadcast", "all_gather", "reduce_scatter", "all_reduce"} {
+		for _, staged := range []bool{true, false} {
+			b.Run(fmt.Sprintf("%s/staged=%v", coll, staged), func(b *testing.B) {
+				pgs := commtest.Groups(b, shm.NewBackend(), n, comm.WithStaging(staged))
+				ctx := context.Background()
+				xs := make([]*tensor.Dense, n)
+				bigs := make([]*tensor.Dense, n)
+				for r := range n {
+					xs[r] = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(elems))
+					bigs[r] = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(n*elems))
+				}
+				op := func(r int, pg *comm.ProcessGroup) error {
+					switch coll {
+					case "broadcast":
+						return pg.Broadcast(ctx, xs[r], 0).Wait(ctx)
+					case "all_gather":
+						return pg.AllGatherIntoTensor(ctx, bigs[r], xs[r]).Wait(ctx)
+					case "reduce_scatter":
+						return pg.ReduceScatterTensor(ctx, xs[r], bigs[r], comm.Sum).Wait(ctx)
+					}
+					return pg.AllReduce(ctx, xs[r], comm.Sum).Wait(ctx)
+				}
+				b.SetBytes(4 * elems)
+				for b.Loop() {
+					for r, err := range eachRank(pgs, op) {
+						if err != nil {
+							b.Fatalf("rank %d: %v", r, err)
+						}
+					}
+				}
+			})
+		}
+	}
 }

@@ -25,6 +25,18 @@ var algorithms = []struct {
 	{"staged-whole", nil},
 }
 
+// stagings run a collective other than all-reduce through the transport
+// and, on backends whose ranks share a host, through the staging segment
+// (elsewhere both are the transport's algorithms), with chunks small
+// enough that the pipelines really pipeline.
+var stagings = []struct {
+	name string
+	opts []comm.Option
+}{
+	{"transport", []comm.Option{comm.WithStaging(false), comm.WithChunkSize(8)}},
+	{"staged", []comm.Option{comm.WithChunkSize(8)}},
+}
+
 // shapes include an empty tensor, a scalar, sizes not divisible by the world
 // size and a matrix.
 var shapes = [][]int{{0}, {}, {1}, {7}, {37}, {2, 3}}
@@ -107,28 +119,30 @@ func (s *suite) testAllReduceCoalesced(t *testing.T) {
 }
 
 func (s *suite) testBroadcast(t *testing.T) {
-	for n := 1; n <= maxWorld; n++ {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			ctx := testCtx(t)
-			pgs := s.world(t, n, comm.WithChunkSize(8))
-			mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
-				for root := range n {
-					for _, dt := range dtypes {
-						for _, shape := range shapes {
-							x := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
-							if err := pg.Broadcast(ctx, x, root).Wait(ctx); err != nil {
-								return fmt.Errorf("broadcast %v %v root %d: %w", dt, shape, root, err)
-							}
-							want := castAll(dt, inputsOf(n, 0, numel(shape))[root])
-							if got := values(x); !equal(got, want) {
-								return fmt.Errorf("broadcast %v %v root %d: got %v, want %v", dt, shape, root, got, want)
+	for _, v := range stagings {
+		for n := 1; n <= maxWorld; n++ {
+			t.Run(fmt.Sprintf("%s/n=%d", v.name, n), func(t *testing.T) {
+				ctx := testCtx(t)
+				pgs := s.world(t, n, v.opts...)
+				mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
+					for root := range n {
+						for _, dt := range dtypes {
+							for _, shape := range shapes {
+								x := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
+								if err := pg.Broadcast(ctx, x, root).Wait(ctx); err != nil {
+									return fmt.Errorf("broadcast %v %v root %d: %w", dt, shape, root, err)
+								}
+								want := castAll(dt, inputsOf(n, 0, numel(shape))[root])
+								if got := values(x); !equal(got, want) {
+									return fmt.Errorf("broadcast %v %v root %d: got %v, want %v", dt, shape, root, got, want)
+								}
 							}
 						}
 					}
-				}
-				return nil
+					return nil
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -166,47 +180,49 @@ func (s *suite) testReduce(t *testing.T) {
 }
 
 func (s *suite) testAllGather(t *testing.T) {
-	for n := 1; n <= maxWorld; n++ {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			ctx := testCtx(t)
-			pgs := s.world(t, n, comm.WithChunkSize(8))
-			mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
-				for _, dt := range dtypes {
-					for _, shape := range [][]int{{0}, {}, {5}, {2, 3}} {
-						in := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
-						outs := make([]*tensor.Dense, n)
-						for i := range outs {
-							outs[i] = zeros(dt, shape)
-						}
-						if err := pg.AllGather(ctx, outs, in).Wait(ctx); err != nil {
-							return fmt.Errorf("all_gather %v %v: %w", dt, shape, err)
-						}
-						all := inputsOf(n, 0, numel(shape))
-						for i := range outs {
-							if got, want := values(outs[i]), castAll(dt, all[i]); !equal(got, want) {
-								return fmt.Errorf("all_gather %v %v: outs[%d] = %v, want %v", dt, shape, i, got, want)
+	for _, v := range stagings {
+		for n := 1; n <= maxWorld; n++ {
+			t.Run(fmt.Sprintf("%s/n=%d", v.name, n), func(t *testing.T) {
+				ctx := testCtx(t)
+				pgs := s.world(t, n, v.opts...)
+				mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
+					for _, dt := range dtypes {
+						for _, shape := range [][]int{{0}, {}, {5}, {2, 3}} {
+							in := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
+							outs := make([]*tensor.Dense, n)
+							for i := range outs {
+								outs[i] = zeros(dt, shape)
+							}
+							if err := pg.AllGather(ctx, outs, in).Wait(ctx); err != nil {
+								return fmt.Errorf("all_gather %v %v: %w", dt, shape, err)
+							}
+							all := inputsOf(n, 0, numel(shape))
+							for i := range outs {
+								if got, want := values(outs[i]), castAll(dt, all[i]); !equal(got, want) {
+									return fmt.Errorf("all_gather %v %v: outs[%d] = %v, want %v", dt, shape, i, got, want)
+								}
+							}
+							if len(shape) == 0 {
+								continue
+							}
+							big := append([]int{n * shape[0]}, shape[1:]...)
+							out := zeros(dt, big)
+							if err := pg.AllGatherIntoTensor(ctx, out, in).Wait(ctx); err != nil {
+								return fmt.Errorf("all_gather_into_tensor %v %v: %w", dt, shape, err)
+							}
+							var want []float64
+							for i := range n {
+								want = append(want, castAll(dt, all[i])...)
+							}
+							if got := values(out); !equal(got, want) {
+								return fmt.Errorf("all_gather_into_tensor %v %v: got %v, want %v", dt, shape, got, want)
 							}
 						}
-						if len(shape) == 0 {
-							continue
-						}
-						big := append([]int{n * shape[0]}, shape[1:]...)
-						out := zeros(dt, big)
-						if err := pg.AllGatherIntoTensor(ctx, out, in).Wait(ctx); err != nil {
-							return fmt.Errorf("all_gather_into_tensor %v %v: %w", dt, shape, err)
-						}
-						var want []float64
-						for i := range n {
-							want = append(want, castAll(dt, all[i])...)
-						}
-						if got := values(out); !equal(got, want) {
-							return fmt.Errorf("all_gather_into_tensor %v %v: got %v, want %v", dt, shape, got, want)
-						}
 					}
-				}
-				return nil
+					return nil
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -262,48 +278,50 @@ func (s *suite) testGatherScatter(t *testing.T) {
 }
 
 func (s *suite) testReduceScatter(t *testing.T) {
-	for n := 1; n <= maxWorld; n++ {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			ctx := testCtx(t)
-			pgs := s.world(t, n, comm.WithChunkSize(8))
-			mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
-				for _, dt := range dtypes {
-					ok, _ := opsFor(dt)
-					for _, k := range []int{0, 1, 5} {
-						for _, op := range ok {
-							// Block j of every rank (elements j*k .. j*k+k-1) reduces into rank j.
-							ins := make([]*tensor.Dense, n)
-							for j := range ins {
-								ins[j] = newTensor(dt, []int{k}, func(i int) int64 { return val(r, j*k+i) })
-							}
-							out := zeros(dt, []int{k})
-							if err := pg.ReduceScatter(ctx, out, ins, op).Wait(ctx); err != nil {
-								return fmt.Errorf("reduce_scatter %v k=%d %v: %w", dt, k, op, err)
-							}
-							want := expected(dt, op, inputsOf(n, r*k, k))
-							if got := values(out); !equal(got, want) {
-								return fmt.Errorf("reduce_scatter %v k=%d %v: got %v, want %v", dt, k, op, got, want)
-							}
-							for j := range ins {
-								if got, want := values(ins[j]), castAll(dt, inputsOf(n, j*k, k)[r]); !equal(got, want) {
-									return fmt.Errorf("reduce_scatter changed its input %d: %v, was %v", j, got, want)
+	for _, v := range stagings {
+		for n := 1; n <= maxWorld; n++ {
+			t.Run(fmt.Sprintf("%s/n=%d", v.name, n), func(t *testing.T) {
+				ctx := testCtx(t)
+				pgs := s.world(t, n, v.opts...)
+				mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
+					for _, dt := range dtypes {
+						ok, _ := opsFor(dt)
+						for _, k := range []int{0, 1, 5} {
+							for _, op := range ok {
+								// Block j of every rank (elements j*k .. j*k+k-1) reduces into rank j.
+								ins := make([]*tensor.Dense, n)
+								for j := range ins {
+									ins[j] = newTensor(dt, []int{k}, func(i int) int64 { return val(r, j*k+i) })
 								}
-							}
+								out := zeros(dt, []int{k})
+								if err := pg.ReduceScatter(ctx, out, ins, op).Wait(ctx); err != nil {
+									return fmt.Errorf("reduce_scatter %v k=%d %v: %w", dt, k, op, err)
+								}
+								want := expected(dt, op, inputsOf(n, r*k, k))
+								if got := values(out); !equal(got, want) {
+									return fmt.Errorf("reduce_scatter %v k=%d %v: got %v, want %v", dt, k, op, got, want)
+								}
+								for j := range ins {
+									if got, want := values(ins[j]), castAll(dt, inputsOf(n, j*k, k)[r]); !equal(got, want) {
+										return fmt.Errorf("reduce_scatter changed its input %d: %v, was %v", j, got, want)
+									}
+								}
 
-							in := newTensor(dt, []int{n * k}, func(i int) int64 { return val(r, i) })
-							out2 := zeros(dt, []int{k})
-							if err := pg.ReduceScatterTensor(ctx, out2, in, op).Wait(ctx); err != nil {
-								return fmt.Errorf("reduce_scatter_tensor %v k=%d %v: %w", dt, k, op, err)
-							}
-							if got := values(out2); !equal(got, want) {
-								return fmt.Errorf("reduce_scatter_tensor %v k=%d %v: got %v, want %v", dt, k, op, got, want)
+								in := newTensor(dt, []int{n * k}, func(i int) int64 { return val(r, i) })
+								out2 := zeros(dt, []int{k})
+								if err := pg.ReduceScatterTensor(ctx, out2, in, op).Wait(ctx); err != nil {
+									return fmt.Errorf("reduce_scatter_tensor %v k=%d %v: %w", dt, k, op, err)
+								}
+								if got := values(out2); !equal(got, want) {
+									return fmt.Errorf("reduce_scatter_tensor %v k=%d %v: got %v, want %v", dt, k, op, got, want)
+								}
 							}
 						}
 					}
-				}
-				return nil
+					return nil
+				})
 			})
-		})
+		}
 	}
 }
 
