@@ -49,6 +49,9 @@ type allreduceConfig struct {
 	// (comm.ProcessGroup.NewSharedTensor), as DDP's buckets do with
 	// ddp.SharedBuckets, and all-reduce in place there.
 	shared bool
+	// noStaging: all-reduces on one host go through the transport, not the
+	// group's staging segment (comm.WithStaging(false)).
+	noStaging bool
 }
 
 var benchDtypes = map[string]tensor.Dtype{
@@ -66,6 +69,7 @@ func benchAllReduce(ctx context.Context, args []string, stdout io.Writer, launch
 	iters := fs.Int("iters", 0, "timed iterations per size (0: 200 for small buffers down to 5 for 64 MiB, as PyTorch's script)")
 	asJSON := fs.Bool("json", false, "print one JSON object per size")
 	shared := fs.Bool("shared", false, "all-reduce tensors in memory every rank maps (comm's shared tensors, as ddp.SharedBuckets keeps its buckets), in place; needs every rank on one host (shm, auto on one host, local)")
+	noStaging := fs.Bool("no-staging", false, "on one host, all-reduce through the transport's buffers instead of the group's staging segment (comm.WithStaging(false))")
 	worker := fs.Bool("worker", false, "internal: run as one rank of the benchmark (rank from the environment)")
 	peer := addPeerFlags(fs, "torch_allreduce.py", 3)
 	if err := parseBenchFlags(fs, joinPeerPath(args)); err != nil {
@@ -82,7 +86,7 @@ func benchAllReduce(ctx context.Context, args []string, stdout io.Writer, launch
 	if *iters < 0 {
 		return fmt.Errorf("-iters %d: must not be negative", *iters)
 	}
-	cfg := allreduceConfig{dtype: *dtype, sizes: sizes, iters: *iters, shared: *shared}
+	cfg := allreduceConfig{dtype: *dtype, sizes: sizes, iters: *iters, shared: *shared, noStaging: *noStaging}
 	if *worker {
 		return allreduceWorker(ctx, cfg, stdout)
 	}
@@ -112,6 +116,9 @@ func benchAllReduce(ctx context.Context, args []string, stdout io.Writer, launch
 		if cfg.shared {
 			where = ", tensors in shared memory"
 		}
+		if cfg.noStaging {
+			where += ", no staging"
+		}
 		fmt.Fprintf(stdout, "all_reduce sum, %s, world %d, backend %s%s (rank 0's median; busbw = algbw*2(n-1)/n)\n", cfg.dtype, *nproc, *backend, where)
 		fmt.Fprintf(stdout, "%12s %6s %12s %12s %12s\n", "bytes", "iters", "median", "algbw GB/s", "busbw GB/s")
 	}
@@ -129,6 +136,14 @@ func benchAllReduce(ctx context.Context, args []string, stdout io.Writer, launch
 			fmt.Fprintf(stdout, "%12d %6d %12s %12.3f %12.3f\n", r.Bytes, r.Iters,
 				roundedSeconds(r.MedianS, time.Microsecond), r.AlgBWGBs, r.BusBWGBs)
 		}
+	}
+	return nil
+}
+
+// groupOptions are the options of the benchmark's groups.
+func (c allreduceConfig) groupOptions() []comm.Option {
+	if c.noStaging {
+		return []comm.Option{comm.WithStaging(false)}
 	}
 	return nil
 }
@@ -153,13 +168,17 @@ func allreduceProcesses(ctx context.Context, cfg allreduceConfig, n int, backend
 	if cfg.shared {
 		args = append(args, "-shared")
 	}
+	if cfg.noStaging {
+		args = append(args, "-no-staging")
+	}
 	return runBenchWorkers[allreduceResult](ctx, n, launch, args, []string{comm.BackendEnv + "=" + backend})
 }
 
 // allreduceWorker is one rank: it joins the world from the environment,
 // times every size and, on rank 0, prints one JSON line per size.
 func allreduceWorker(ctx context.Context, cfg allreduceConfig, stdout io.Writer) error {
-	pg, err := comm.InitFromEnv(ctx, comm.WithInitTimeout(time.Minute), comm.WithoutDefault())
+	pg, err := comm.InitFromEnv(ctx, comm.WithInitTimeout(time.Minute), comm.WithoutDefault(),
+		comm.WithGroupOptions(cfg.groupOptions()...))
 	if err != nil {
 		return err
 	}
@@ -182,7 +201,7 @@ func allreduceWorker(ctx context.Context, cfg allreduceConfig, stdout io.Writer)
 // allreduceGoroutines runs the benchmark with goroutine ranks over the local
 // backend and returns rank 0's results.
 func allreduceGoroutines(ctx context.Context, cfg allreduceConfig, n int) ([]allreduceResult, error) {
-	pgs, err := local.NewGroups(ctx, n)
+	pgs, err := local.NewGroups(ctx, n, cfg.groupOptions()...)
 	if err != nil {
 		return nil, err
 	}

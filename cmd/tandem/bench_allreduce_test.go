@@ -46,6 +46,8 @@ func TestBenchAllReduceProcesses(t *testing.T) {
 	checkResults(t, res, "tcp", 3, 4<<10, 256<<10)
 	res = runAllReduceBench(t, "-nproc", "2", "-backend", "shm", "-sizes", "4K", "-iters", "3", "-json")
 	checkResults(t, res, "shm", 2, 4<<10)
+	res = runAllReduceBench(t, "-nproc", "2", "-backend", "shm", "-sizes", "256K", "-iters", "3", "-json", "-no-staging")
+	checkResults(t, res, "shm", 2, 256<<10)
 }
 
 func TestBenchAllReduceGoroutines(t *testing.T) {
@@ -61,6 +63,14 @@ func TestBenchAllReduceTable(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "busbw GB/s") || !strings.Contains(out.String(), "4096") {
 		t.Errorf("table output:\n%s", out.String())
+	}
+	out.Reset()
+	err = benchAllReduce(context.Background(), []string{"-nproc", "2", "-backend", "local", "-sizes", "4K", "-iters", "2", "-no-staging"}, &out, testWorker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "no staging") {
+		t.Errorf("table output without staging:\n%s", out.String())
 	}
 }
 
