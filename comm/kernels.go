@@ -49,6 +49,22 @@ func reduceInto(dst, src []byte, dt dtype, k ReduceKind) {
 	}
 }
 
+// reduceFrom reduces every src into dst in turn, as reduceInto on each
+// would; float32 sums take three sources a pass (addF32x3), which reads
+// and writes dst a third as often.
+func reduceFrom(dst []byte, srcs [][]byte, dt dtype, k ReduceKind) {
+	if dt == dtFloat32 && (k == KindSum || k == KindAvg || k == KindPremulSum) {
+		d := typed[float32](dst)
+		for len(srcs) >= 3 {
+			addF32x3(d, typed[float32](srcs[0]), typed[float32](srcs[1]), typed[float32](srcs[2]))
+			srcs = srcs[3:]
+		}
+	}
+	for _, src := range srcs {
+		reduceInto(dst, src, dt, k)
+	}
+}
+
 func reduceFloat[T ~float32 | ~float64](dst, src []T, k ReduceKind) {
 	if !reduceArith(dst, src, k) {
 		panic("comm: reduce kind " + k.String() + " on a float buffer")

@@ -74,3 +74,18 @@ func copyStream(dst, src []byte) {
 	copyStreamAligned(dst[head:head+body], src[head:head+body])
 	copy(dst[head+body:n], src[head+body:n])
 }
+
+//go:noescape
+func addF32x3AVX(dst, a, b, c []float32)
+
+// addF32x3 adds a, b and c into dst, in that order, element by element:
+// what three calls of addF32 give, in one pass over dst.
+func addF32x3(dst, a, b, c []float32) {
+	if haveAVX {
+		addF32x3AVX(dst, a[:len(dst)], b[:len(dst)], c[:len(dst)])
+		return
+	}
+	addF32SSE(dst, a)
+	addF32SSE(dst, b)
+	addF32SSE(dst, c)
+}

@@ -141,3 +141,45 @@ stream:
 fence:
 	SFENCE
 	RET
+
+// func addF32x3AVX(dst, a, b, c []float32)
+// dst[i] = ((dst[i] + a[i]) + b[i]) + c[i] for i < len(dst): three passes
+// of addF32 in one, the same additions in the same order. a, b and c are
+// at least as long as dst.
+TEXT ·addF32x3AVX(SB), NOSPLIT, $0-96
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), CX
+	MOVQ a_base+24(FP), SI
+	MOVQ b_base+48(FP), R8
+	MOVQ c_base+72(FP), R9
+	XORQ AX, AX
+	MOVQ CX, BX
+	ANDQ $-16, BX
+	JZ   tail3
+loop3:
+	VMOVUPS (DI)(AX*4), Y0
+	VMOVUPS 32(DI)(AX*4), Y1
+	VADDPS  (SI)(AX*4), Y0, Y0
+	VADDPS  32(SI)(AX*4), Y1, Y1
+	VADDPS  (R8)(AX*4), Y0, Y0
+	VADDPS  32(R8)(AX*4), Y1, Y1
+	VADDPS  (R9)(AX*4), Y0, Y0
+	VADDPS  32(R9)(AX*4), Y1, Y1
+	VMOVUPS Y0, (DI)(AX*4)
+	VMOVUPS Y1, 32(DI)(AX*4)
+	ADDQ $16, AX
+	CMPQ AX, BX
+	JB   loop3
+	VZEROUPPER
+tail3:
+	CMPQ AX, CX
+	JAE  done3
+	MOVSS (DI)(AX*4), X0
+	ADDSS (SI)(AX*4), X0
+	ADDSS (R8)(AX*4), X0
+	ADDSS (R9)(AX*4), X0
+	MOVSS X0, (DI)(AX*4)
+	INCQ AX
+	JMP  tail3
+done3:
+	RET

@@ -26,3 +26,10 @@ func mulLoop[T ~float32 | ~float64](dst, src []T) {
 
 // copyStream copies src to dst; amd64 writes around the caches.
 func copyStream(dst, src []byte) { copy(dst, src) }
+
+// addF32x3 adds a, b and c into dst, in that order.
+func addF32x3(dst, a, b, c []float32) {
+	addLoop(dst, a)
+	addLoop(dst, b)
+	addLoop(dst, c)
+}

@@ -320,9 +320,11 @@ func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, k R
 		if r != 0 {
 			copy(b, s.buffer(0, i)[:len(b)])
 		}
+		srcs := make([][]byte, 0, n-1)
 		for p := 1; p < n; p++ {
-			reduceInto(b, s.buffer(p, i)[:len(b)], dt, k)
+			srcs = append(srcs, s.buffer(p, i)[:len(b)])
 		}
+		reduceFrom(b, srcs, dt, k)
 		if finalize != nil {
 			finalize(b)
 		}
@@ -352,15 +354,18 @@ func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, k R
 		copyCached(buf[:bounds[r]], blk[:bounds[r]])
 		copyCached(buf[bounds[r+1]:len(blk)], blk[bounds[r+1]:])
 	}
+	srcs := make([][]byte, 0, n-1)
 	reduce := func(j int) {
 		blk := shares(j)
 		lo, hi := bounds[r], bounds[r+1]
 		mine := blk[lo:hi]
+		srcs = srcs[:0]
 		for p := range n {
 			if p != r {
-				reduceInto(mine, s.buffer(p, j%stageBuffers)[lo:hi], dt, k)
+				srcs = append(srcs, s.buffer(p, j%stageBuffers)[lo:hi])
 			}
 		}
+		reduceFrom(mine, srcs, dt, k)
 		if finalize != nil {
 			finalize(mine)
 		}
