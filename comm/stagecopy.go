@@ -95,6 +95,7 @@ func (s *stage) reduceScatter(ctx context.Context, c *opCtx, out []byte, blocks 
 			scaleBuf(b, dt, op.factor)
 		}
 	}
+	srcs := make([][]byte, 0, n-1)
 	return s.rounds(ctx, c, roundsOf(len(out), slot),
 		func(j int, buf []byte) {
 			for p := range n {
@@ -110,11 +111,13 @@ func (s *stage) reduceScatter(ctx context.Context, c *opCtx, out []byte, blocks 
 			mine := piece(out, j, slot)
 			copy(mine, piece(blocks[r], j, slot))
 			scale(mine)
+			srcs = srcs[:0]
 			for p := range n {
 				if p != r {
-					reduceInto(mine, s.buffer(p, i)[r*slot:r*slot+len(mine)], dt, op.kind)
+					srcs = append(srcs, s.buffer(p, i)[r*slot:r*slot+len(mine)])
 				}
 			}
+			reduceFrom(mine, srcs, dt, op.kind)
 			if op.kind == KindAvg {
 				divideBuf(mine, dt, n)
 			}
