@@ -104,7 +104,7 @@ type stage struct {
 // member gets the same answer: the mapping succeeds or fails on all. A
 // mapping cut short by the collective's context (a deadline, a mismatch
 // that stopped it) is not a failure to map: it returns the context's error
-// and the next all-reduce tries again, as every member does.
+// and the next staged collective tries again, as every member does.
 func (pg *ProcessGroup) stageFor(ctx context.Context, c *opCtx) (*stage, error) {
 	if !pg.opts.staging {
 		return nil, nil
