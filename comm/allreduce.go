@@ -123,7 +123,7 @@ func allReduceBytes(ctx context.Context, c *opCtx, b []byte, dt dtype, op Reduce
 			return err
 		}
 		if st != nil {
-			return st.allReduce(ctx, c, b, dt, op.kind, finalize, c.pg.opts.ringThreshold)
+			return st.allReduce(ctx, c, b, dt, &numbers{dt: dt, k: op.kind, finalize: finalize}, c.pg.opts.ringThreshold)
 		}
 	}
 	if len(b) < c.pg.opts.ringThreshold || len(b)/dt.size() < n {

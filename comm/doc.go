@@ -127,7 +127,8 @@
 // collective with ErrPeerLost, as through the transport. WithStaging(false)
 // turns it off; a segment that cannot be mapped (a /dev/shm too small)
 // leaves the group's collectives on the transport, and the group's logger
-// says why. Float16 and bfloat16 all-reduces and reduce-scatters, reduce,
+// says why. Float16 and bfloat16 reductions stage too, combined in
+// float32 and rounded once, bit for bit as through the transport. Reduce,
 // gather, scatter, all-to-all, and the hierarchical all-reduce of several
 // hosts go through the transport.
 //

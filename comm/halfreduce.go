@@ -21,9 +21,12 @@ import "context"
 //     and folds all n itself (one round; every rank computes the same bits).
 //   - reduce: every rank sends its buffer to the root, which folds.
 //
+// On one host, all-reduce and reduce-scatter go through the group's
+// staging segment instead (stage.go), folding the same way.
+//
 // So all-reduce, reduce and reduce-scatter give bit-identical results for
-// the same inputs, whatever the buffer size, chunk size or algorithm
-// threshold, and every rank ends with the same bits.
+// the same inputs, whatever the buffer size, chunk size, algorithm
+// threshold or staging, and every rank ends with the same bits.
 //
 // gloo differs: its float16 type rounds after every arithmetic operation,
 // so its ring rounds each partial sum to 16 bits at every hop (n-1 roundings
@@ -40,6 +43,17 @@ func halfAllReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, op ReduceO
 	n, r := c.size(), c.rank()
 	if len(b) == 0 {
 		return nil
+	}
+	if n > 1 {
+		st, err := c.staging(ctx)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			f := newHalfFold(st.block, dt, op, n)
+			defer f.free()
+			return st.allReduce(ctx, c, b, dt, halves{f}, c.pg.opts.ringThreshold)
+		}
 	}
 	if len(b) < c.pg.opts.ringThreshold || len(b)/dt.size() < n {
 		// send a snapshot: b is rewritten while the sends may be running

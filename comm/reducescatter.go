@@ -52,9 +52,6 @@ func (pg *ProcessGroup) ReduceScatterTensor(ctx context.Context, out, in *tensor
 // group's staging segment on one host, else with the inputs copied once
 // into pooled scratch, which the ring then reduces in place.
 func reduceScatterBlocks(ctx context.Context, c *opCtx, out []byte, blocks [][]byte, dt dtype, op ReduceOp) error {
-	if dt.isHalf() {
-		return halfReduceScatter(ctx, c, blocks, out, dt, op)
-	}
 	if len(out) > 0 {
 		st, err := c.staging(ctx)
 		if err != nil {
@@ -63,6 +60,9 @@ func reduceScatterBlocks(ctx context.Context, c *opCtx, out []byte, blocks [][]b
 		if st != nil {
 			return st.reduceScatter(ctx, c, out, blocks, dt, op)
 		}
+	}
+	if dt.isHalf() {
+		return halfReduceScatter(ctx, c, blocks, out, dt, op)
 	}
 	n, r := c.size(), c.rank()
 	size := len(out)

@@ -182,6 +182,49 @@ func (s *stage) buffer(r, i int) []byte {
 // header has reached none.
 func stageMark(seq uint64, k int) uint64 { return seq<<24 | uint64(k) }
 
+// A combiner reduces the ranks' parts of a staged reduction, given in rank
+// order.
+type combiner interface {
+	// whole sets out (none of the parts) to their reduction, in rank
+	// order, so that every rank computes the same bits.
+	whole(out []byte, parts [][]byte)
+	// share reduces the parts into mine, which is parts[r] itself.
+	share(mine []byte, parts [][]byte, r int)
+}
+
+// numbers combines the six plain dtypes with a reduce kind (a
+// premultiplied sum's inputs are scaled beforehand); finalize, when not
+// nil, runs on every result (an average's division).
+type numbers struct {
+	dt       dtype
+	k        ReduceKind
+	finalize func([]byte)
+	others   [][]byte
+}
+
+func (m *numbers) whole(out []byte, parts [][]byte) {
+	copy(out, parts[0])
+	reduceFrom(out, parts[1:], m.dt, m.k)
+	if m.finalize != nil {
+		m.finalize(out)
+	}
+}
+
+// share adds the others' parts to mine in rank order.
+func (m *numbers) share(mine []byte, parts [][]byte, r int) {
+	m.others = append(append(m.others[:0], parts[:r]...), parts[r+1:]...)
+	reduceFrom(mine, m.others, m.dt, m.k)
+	if m.finalize != nil {
+		m.finalize(mine)
+	}
+}
+
+// halves combines 16-bit floats in float32, rounding once (halfreduce.go).
+type halves struct{ f *halfFold }
+
+func (h halves) whole(out []byte, parts [][]byte)         { h.f.fold(out, parts) }
+func (h halves) share(mine []byte, parts [][]byte, _ int) { h.f.fold(mine, parts) }
+
 // ring tells sleepers that a word they may wait on changed. The
 // sequentially consistent atomics order it against await: either a
 // sleeper's count is seen here and it is woken, or its re-check of its
@@ -301,7 +344,7 @@ func (s *stage) extend(seq uint32) uint64 {
 }
 
 // allReduce all-reduces b through the staging segment (see above).
-func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, k ReduceKind, finalize func([]byte), threshold int) error {
+func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, comb combiner, threshold int) error {
 	n, r := c.size(), c.rank()
 	seq := s.extend(c.seq)
 	if len(b) < threshold && len(b) <= s.block {
@@ -317,17 +360,11 @@ func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, k R
 		if err := s.barrier(ctx, c, seq, 1); err != nil {
 			return err
 		}
-		if r != 0 {
-			copy(b, s.buffer(0, i)[:len(b)])
+		parts := make([][]byte, n)
+		for p := range parts {
+			parts[p] = s.buffer(p, i)[:len(b)]
 		}
-		srcs := make([][]byte, 0, n-1)
-		for p := 1; p < n; p++ {
-			srcs = append(srcs, s.buffer(p, i)[:len(b)])
-		}
-		reduceFrom(b, srcs, dt, k)
-		if finalize != nil {
-			finalize(b)
-		}
+		comb.whole(b, parts)
 		return nil
 	}
 	if err := s.begin(ctx, c, seq, 1<<stageBuffers-1); err != nil {
@@ -354,21 +391,16 @@ func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, k R
 		copyCached(buf[:bounds[r]], blk[:bounds[r]])
 		copyCached(buf[bounds[r+1]:len(blk)], blk[bounds[r+1]:])
 	}
-	srcs := make([][]byte, 0, n-1)
+	parts := make([][]byte, n)
 	reduce := func(j int) {
 		blk := shares(j)
 		lo, hi := bounds[r], bounds[r+1]
 		mine := blk[lo:hi]
-		srcs = srcs[:0]
 		for p := range n {
-			if p != r {
-				srcs = append(srcs, s.buffer(p, j%stageBuffers)[lo:hi])
-			}
+			parts[p] = s.buffer(p, j%stageBuffers)[lo:hi]
 		}
-		reduceFrom(mine, srcs, dt, k)
-		if finalize != nil {
-			finalize(mine)
-		}
+		parts[r] = mine
+		comb.share(mine, parts, r)
 		copyCached(s.buffer(r, j%stageBuffers)[lo:hi], mine)
 	}
 	// The result goes to b through the caches, or around them for a

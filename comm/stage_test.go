@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"gorgonia.org/tensor"
 
@@ -447,4 +448,71 @@ func BenchmarkStagedCollectives(b *testing.B) {
 			})
 		}
 	}
+}
+
+// TestStagedHalf: float16 and bfloat16 all-reduces and reduce-scatters
+// staged (whole and by blocks) give bit for bit what the transport's
+// algorithms give: both widen to float32, combine in rank order and round
+// once.
+func TestStagedHalf(t *testing.T) {
+	const n = 3
+	for _, dt := range []tensor.Dtype{comm.Float16Dtype, comm.BFloat16Dtype} {
+		for _, elems := range []int{1001, 1500007} {
+			for _, op := range []comm.ReduceOp{comm.Sum, comm.Avg, comm.Max, comm.PremulSum(0.25)} {
+				results := make([][][]uint16, 2) // [staged?][rank] all-reduce, then reduce-scatter
+				for run, staged := range []bool{false, true} {
+					pgs := commtest.Groups(t, local.Backend{}, n, comm.WithStaging(staged))
+					ctx := shortCtx(t)
+					results[run] = make([][]uint16, n)
+					for r, err := range eachRank(pgs, func(r int, pg *comm.ProcessGroup) error {
+						bits := make([]uint16, elems)
+						for i := range bits {
+							// Values of mixed magnitudes and signs, finite in
+							// both formats.
+							bits[i] = uint16((i*2654435761+r*40503)>>7) & 0x3bff
+							if dt == comm.BFloat16Dtype {
+								bits[i] = uint16((i*2654435761+r*40503)>>7) & 0x3f7f
+							}
+							if (i+r)%3 == 0 {
+								bits[i] |= 0x8000
+							}
+						}
+						in := append([]uint16(nil), bits...)
+						x := tensor.New(tensor.WithShape(elems), tensor.Of(dt), tensor.WithBacking(halfBacking(dt, bits)))
+						if err := pg.AllReduce(ctx, x, op).Wait(ctx); err != nil {
+							return err
+						}
+						per := elems / n
+						out := make([]uint16, per)
+						y := tensor.New(tensor.WithShape(per), tensor.Of(dt), tensor.WithBacking(halfBacking(dt, out)))
+						whole := tensor.New(tensor.WithShape(per*n), tensor.Of(dt), tensor.WithBacking(halfBacking(dt, in[:per*n])))
+						if err := pg.ReduceScatterTensor(ctx, y, whole, op).Wait(ctx); err != nil {
+							return err
+						}
+						results[run][r] = append(bits, out...)
+						return nil
+					}) {
+						if err != nil {
+							t.Fatalf("%v %d %v staged %v rank %d: %v", dt, elems, op, staged, r, err)
+						}
+					}
+				}
+				for r := range n {
+					for i, v := range results[1][r] {
+						if w := results[0][r][i]; v != w {
+							t.Fatalf("%v %d %v rank %d element %d: staged %04x, through the transport %04x", dt, elems, op, r, i, v, w)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// halfBacking returns bits as the backing slice of a tensor of dtype dt.
+func halfBacking(dt tensor.Dtype, bits []uint16) any {
+	if dt == comm.Float16Dtype {
+		return unsafe.Slice((*comm.Float16)(unsafe.Pointer(&bits[0])), len(bits))
+	}
+	return unsafe.Slice((*comm.BFloat16)(unsafe.Pointer(&bits[0])), len(bits))
 }

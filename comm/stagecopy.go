@@ -83,19 +83,29 @@ func (s *stage) allGather(ctx context.Context, c *opCtx, blocks [][]byte, src []
 }
 
 // reduceScatter reduces block r of every rank's blocks into out (each
-// block len(out) bytes), scaling the inputs first for a premultiplied sum
-// and dividing the result for an average. A round moves a slot of every
-// block: rank r reads slot r of each peer's buffer and adds it to its own
-// block's, in rank order.
+// block len(out) bytes): plain dtypes with their inputs scaled first for a
+// premultiplied sum and the result divided for an average, 16-bit floats
+// in float32, rounded once (halfFold). A round moves a slot of every
+// block: rank r reads slot r of each peer's buffer and combines it with
+// its own block's, in rank order.
 func (s *stage) reduceScatter(ctx context.Context, c *opCtx, out []byte, blocks [][]byte, dt dtype, op ReduceOp) error {
 	n, r, es := c.size(), c.rank(), dt.size()
 	slot := max(es, s.block/n/es*es)
 	scale := func(b []byte) {
-		if op.kind == KindPremulSum {
+		if op.kind == KindPremulSum && !dt.isHalf() {
 			scaleBuf(b, dt, op.factor)
 		}
 	}
-	srcs := make([][]byte, 0, n-1)
+	var comb combiner = &numbers{dt: dt, k: op.kind}
+	if op.kind == KindAvg {
+		comb.(*numbers).finalize = func(b []byte) { divideBuf(b, dt, n) }
+	}
+	if dt.isHalf() {
+		f := newHalfFold(slot, dt, op, n)
+		defer f.free()
+		comb = halves{f}
+	}
+	parts := make([][]byte, n)
 	return s.rounds(ctx, c, roundsOf(len(out), slot),
 		func(j int, buf []byte) {
 			for p := range n {
@@ -109,17 +119,19 @@ func (s *stage) reduceScatter(ctx context.Context, c *opCtx, out []byte, blocks 
 		},
 		func(j, i int) {
 			mine := piece(out, j, slot)
+			for p := range n {
+				parts[p] = s.buffer(p, i)[r*slot : r*slot+len(mine)]
+			}
+			if dt.isHalf() {
+				parts[r] = piece(blocks[r], j, slot)
+				comb.whole(mine, parts)
+				return
+			}
+			// The own block's piece is copied, and scaled there: the
+			// input stays as it was.
 			copy(mine, piece(blocks[r], j, slot))
 			scale(mine)
-			srcs = srcs[:0]
-			for p := range n {
-				if p != r {
-					srcs = append(srcs, s.buffer(p, i)[r*slot:r*slot+len(mine)])
-				}
-			}
-			reduceFrom(mine, srcs, dt, op.kind)
-			if op.kind == KindAvg {
-				divideBuf(mine, dt, n)
-			}
+			parts[r] = mine
+			comb.share(mine, parts, r)
 		})
 }
