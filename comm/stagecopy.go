@@ -96,10 +96,11 @@ func (s *stage) reduceScatter(ctx context.Context, c *opCtx, out []byte, blocks 
 			scaleBuf(b, dt, op.factor)
 		}
 	}
-	var comb combiner = &numbers{dt: dt, k: op.kind}
+	nums := &numbers{dt: dt, k: op.kind}
 	if op.kind == KindAvg {
-		comb.(*numbers).finalize = func(b []byte) { divideBuf(b, dt, n) }
+		nums.finalize = func(b []byte) { divideBuf(b, dt, n) }
 	}
+	var comb combiner = nums
 	if dt.isHalf() {
 		f := newHalfFold(slot, dt, op, n)
 		defer f.free()
