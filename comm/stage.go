@@ -374,17 +374,24 @@ func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, com
 	es := dt.size()
 	block := s.block / es * es
 	rounds := (len(b) + block - 1) / block
-	// shares returns block j of b and its shares' bounds.
-	bounds := make([]int, n+1)
-	shares := func(j int) []byte {
-		blk := b[j*block : min((j+1)*block, len(b))]
-		at := 0
-		for i, p := range splitEven(blk, es, n) {
-			bounds[i] = at
-			at += len(p)
+	// Every block but the last is block bytes long, so their shares'
+	// bounds (splitEven's) are worked out once, and the last block's once.
+	boundsOf := func(length int) []int {
+		bs := make([]int, n+1)
+		for i, p := range splitEven(b[:length], es, n) {
+			bs[i+1] = bs[i] + len(p)
 		}
-		bounds[n] = at
-		return blk
+		return bs
+	}
+	full, last := boundsOf(min(block, len(b))), boundsOf(len(b)-(rounds-1)*block)
+	// shares returns block j of b and sets bounds to its shares' bounds.
+	var bounds []int
+	shares := func(j int) []byte {
+		bounds = full
+		if j == rounds-1 {
+			bounds = last
+		}
+		return b[j*block : min((j+1)*block, len(b))]
 	}
 	stageIn := func(j int) {
 		blk, buf := shares(j), s.buffer(r, j%stageBuffers)

@@ -115,22 +115,30 @@ func TestStagedAllReduce(t *testing.T) {
 	}
 }
 
+// allReduceFilled all-reduces with Sum, on every rank, a new tensor of dt
+// and elems elements holding fill's values, and returns the ranks'
+// tensors; what names the case in a failure.
+func allReduceFilled(t *testing.T, ctx context.Context, pgs []*comm.ProcessGroup, dt tensor.Dtype, elems int, what string) []*tensor.Dense {
+	t.Helper()
+	xs := make([]*tensor.Dense, len(pgs))
+	for r, err := range eachRank(pgs, func(r int, pg *comm.ProcessGroup) error {
+		xs[r] = tensor.New(tensor.Of(dt), tensor.WithShape(elems))
+		fill(xs[r], r)
+		return pg.AllReduce(ctx, xs[r], comm.Sum).Wait(ctx)
+	}) {
+		if err != nil {
+			t.Fatalf("%s: rank %d: %v", what, r, err)
+		}
+	}
+	return xs
+}
+
 // TestStagedAllReduceLarge: a tensor large enough that the result is
 // written around the caches (32 MiB and a ragged end) is right everywhere.
 func TestStagedAllReduceLarge(t *testing.T) {
 	const n, elems = 2, 8<<20 + 3
 	pgs := commtest.Groups(t, local.Backend{}, n)
-	ctx := shortCtx(t)
-	xs := make([]*tensor.Dense, n)
-	for r, err := range eachRank(pgs, func(r int, pg *comm.ProcessGroup) error {
-		xs[r] = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(elems))
-		fill(xs[r], r)
-		return pg.AllReduce(ctx, xs[r], comm.Sum).Wait(ctx)
-	}) {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	xs := allReduceFilled(t, shortCtx(t), pgs, tensor.Float32, elems, "32 MiB")
 	for r, x := range xs {
 		for i, v := range x.Float32s() {
 			if want := float32(3 * (i%7 + 1)); v != want {
@@ -190,17 +198,7 @@ func TestStagedMismatch(t *testing.T) {
 	ctx := shortCtx(t)
 	check := func(what string, elems int) {
 		t.Helper()
-		xs := make([]*tensor.Dense, n)
-		for r, err := range eachRank(pgs, func(r int, pg *comm.ProcessGroup) error {
-			xs[r] = tensor.New(tensor.Of(tensor.Float64), tensor.WithShape(elems))
-			fill(xs[r], r)
-			return pg.AllReduce(ctx, xs[r], comm.Sum).Wait(ctx)
-		}) {
-			if err != nil {
-				t.Fatalf("%s: rank %d: %v", what, r, err)
-			}
-		}
-		for r, x := range xs {
+		for r, x := range allReduceFilled(t, ctx, pgs, tensor.Float64, elems, what) {
 			if got, want := at(x, elems-1), wantReduced(comm.Sum, tensor.Float64, n, elems-1); got != want {
 				t.Fatalf("%s: rank %d's last element = %v, want %v", what, r, got, want)
 			}
@@ -247,16 +245,7 @@ func TestStagingOff(t *testing.T) {
 	}{{"option", local.Backend{}, []comm.Option{comm.WithStaging(false)}}, {"hidden host", hiddenHost{local.Backend{}}, nil}} {
 		var sent atomic.Int64
 		pgs := commtest.Groups(t, commtest.Counting(c.inner, &sent), n, c.opts...)
-		ctx := shortCtx(t)
-		for r, err := range eachRank(pgs, func(r int, pg *comm.ProcessGroup) error {
-			x := tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(elems))
-			fill(x, r)
-			return pg.AllReduce(ctx, x, comm.Sum).Wait(ctx)
-		}) {
-			if err != nil {
-				t.Fatalf("%s: rank %d: %v", c.name, r, err)
-			}
-		}
+		allReduceFilled(t, shortCtx(t), pgs, tensor.Float32, elems, c.name)
 		if moved := sent.Load(); moved < 4*elems {
 			t.Errorf("%s: the ranks sent %d bytes; the all-reduce did not go through the transport", c.name, moved)
 		}
