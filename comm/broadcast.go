@@ -32,7 +32,8 @@ func (pg *ProcessGroup) Broadcast(ctx context.Context, t *tensor.Dense, root int
 }
 
 // Reduce reduces t across the group with op into root's t (in place), along a
-// binomial tree. On every other rank t is left unchanged.
+// binomial tree, or, when the group's ranks share this host, through its
+// staging segment. On every other rank t is left unchanged.
 func (pg *ProcessGroup) Reduce(ctx context.Context, t *tensor.Dense, root int, op ReduceOp) Work {
 	buf, err := tensorBuffer(t, "reduce tensor")
 	if err == nil {
@@ -44,6 +45,15 @@ func (pg *ProcessGroup) Reduce(ctx context.Context, t *tensor.Dense, root int, o
 	desc := fmt.Sprintf("reduce(%v,%s,root=%d,%v)", buf.dt, shapeString(buf.shape), root, op)
 	return pg.start(ctx, collective{name: "reduce", desc: desc, invalid: err,
 		run: func(ctx context.Context, c *opCtx) error {
+			if len(buf.b) > 0 && len(buf.b) <= maxStageRounds*stageBlock {
+				st, err := c.staging(ctx)
+				if err != nil {
+					return err
+				}
+				if st != nil {
+					return st.reduce(ctx, c, buf.b, buf.dt, op, root, c.pg.opts.ringThreshold)
+				}
+			}
 			return reduceTree(ctx, c, buf.b, buf.dt, op, root)
 		}})
 }

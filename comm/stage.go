@@ -345,26 +345,48 @@ func (s *stage) extend(seq uint32) uint64 {
 
 // allReduce all-reduces b through the staging segment (see above).
 func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, comb combiner, threshold int) error {
+	return s.reduceTo(ctx, c, s.extend(c.seq), 0, b, dt, comb, everyRank, nil, threshold)
+}
+
+// everyRank is reduceTo's root for an all-reduce.
+const everyRank = -1
+
+// reduceTo reduces every rank's b through the staging segment into root's
+// b, or into every rank's b when root is everyRank (see above). A rank
+// whose b does not take the result leaves it unchanged: it stages all of
+// b, applies scale (when not nil) to the staged copy, and reduces its
+// share in its own buffer, from which root reads it. The collective's
+// barriers are seq's, numbered from k0+1.
+func (s *stage) reduceTo(ctx context.Context, c *opCtx, seq uint64, k0 int, b []byte, dt dtype, comb combiner, root int, scale func([]byte), threshold int) error {
 	n, r := c.size(), c.rank()
-	seq := s.extend(c.seq)
+	takes := root == everyRank || r == root // b takes the result
+	stageCopy := func(dst, src []byte) {
+		copyCached(dst, src)
+		if !takes && scale != nil {
+			scale(dst)
+		}
+	}
 	if len(b) < threshold && len(b) <= s.block {
-		// Every rank reduces all of it, in rank order, from one buffer:
-		// consecutive collectives take turns with the three, so a rank
-		// seldom waits for a slow peer to finish reading the last.
+		// Every rank that takes the result reduces all of it, in rank
+		// order, from one buffer: consecutive collectives take turns with
+		// the three, so a rank seldom waits for a slow peer to finish
+		// reading the last.
 		i := int(seq % stageBuffers)
 		if err := s.begin(ctx, c, seq, 1<<i); err != nil {
 			return err
 		}
 		defer s.end(r)
-		copy(s.buffer(r, i), b)
-		if err := s.barrier(ctx, c, seq, 1); err != nil {
+		stageCopy(s.buffer(r, i)[:len(b)], b)
+		if err := s.barrier(ctx, c, seq, k0+1); err != nil {
 			return err
 		}
-		parts := make([][]byte, n)
-		for p := range parts {
-			parts[p] = s.buffer(p, i)[:len(b)]
+		if takes {
+			parts := make([][]byte, n)
+			for p := range parts {
+				parts[p] = s.buffer(p, i)[:len(b)]
+			}
+			comb.whole(b, parts)
 		}
-		comb.whole(b, parts)
 		return nil
 	}
 	if err := s.begin(ctx, c, seq, 1<<stageBuffers-1); err != nil {
@@ -393,22 +415,35 @@ func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, com
 		}
 		return b[j*block : min((j+1)*block, len(b))]
 	}
+	// A rank that takes the result reduces its share in b, and stages
+	// only the others' shares.
 	stageIn := func(j int) {
 		blk, buf := shares(j), s.buffer(r, j%stageBuffers)
-		copyCached(buf[:bounds[r]], blk[:bounds[r]])
-		copyCached(buf[bounds[r+1]:len(blk)], blk[bounds[r+1]:])
+		if !takes {
+			stageCopy(buf[:len(blk)], blk)
+			return
+		}
+		stageCopy(buf[:bounds[r]], blk[:bounds[r]])
+		stageCopy(buf[bounds[r+1]:len(blk)], blk[bounds[r+1]:])
 	}
 	parts := make([][]byte, n)
 	reduce := func(j int) {
 		blk := shares(j)
 		lo, hi := bounds[r], bounds[r+1]
-		mine := blk[lo:hi]
+		own := s.buffer(r, j%stageBuffers)[lo:hi]
 		for p := range n {
 			parts[p] = s.buffer(p, j%stageBuffers)[lo:hi]
 		}
+		if !takes {
+			comb.share(own, parts, r)
+			return
+		}
+		mine := blk[lo:hi]
 		parts[r] = mine
 		comb.share(mine, parts, r)
-		copyCached(s.buffer(r, j%stageBuffers)[lo:hi], mine)
+		if root == everyRank {
+			copyCached(own, mine)
+		}
 	}
 	// The result goes to b through the caches, or around them for a
 	// tensor that cannot stay in them (stageStream).
@@ -417,6 +452,9 @@ func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, com
 		out = copyStream
 	}
 	gather := func(j int) {
+		if !takes {
+			return
+		}
 		blk := shares(j)
 		for p := range n {
 			if p != r {
@@ -425,7 +463,7 @@ func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, com
 		}
 	}
 	stageIn(0)
-	if err := s.barrier(ctx, c, seq, 1); err != nil {
+	if err := s.barrier(ctx, c, seq, k0+1); err != nil {
 		return err
 	}
 	for j := range rounds {
@@ -433,12 +471,42 @@ func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, com
 		if j+1 < rounds {
 			stageIn(j + 1)
 		}
-		if err := s.barrier(ctx, c, seq, j+2); err != nil {
+		if err := s.barrier(ctx, c, seq, k0+j+2); err != nil {
 			return err
 		}
 		gather(j)
 	}
 	return nil
+}
+
+// reduce reduces every rank's b into root's b with op (Reduce); the other
+// ranks' b are left unchanged. Plain dtypes reduce as all-reduce does (a
+// premultiplied sum's inputs scaled first, an average divided last), 16-bit
+// floats in float32 in rank order, rounded once (halfFold), as through the
+// transport.
+func (s *stage) reduce(ctx context.Context, c *opCtx, b []byte, dt dtype, op ReduceOp, root int, threshold int) error {
+	n, r := c.size(), c.rank()
+	var comb combiner
+	var scale func([]byte)
+	if dt.isHalf() {
+		f := newHalfFold(s.block, dt, op, n)
+		defer f.free()
+		comb = halves{f}
+	} else {
+		nums := &numbers{dt: dt, k: op.kind}
+		if op.kind == KindAvg {
+			nums.finalize = func(p []byte) { divideBuf(p, dt, n) }
+		}
+		if op.kind == KindPremulSum {
+			// Root's b takes the result, so it is scaled in place.
+			if r == root {
+				scaleBuf(b, dt, op.factor)
+			}
+			scale = func(p []byte) { scaleBuf(p, dt, op.factor) }
+		}
+		comb = nums
+	}
+	return s.reduceTo(ctx, c, s.extend(c.seq), 0, b, dt, comb, root, scale, threshold)
 }
 
 // stageStream is the size of tensor from which a staged all-reduce writes

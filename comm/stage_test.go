@@ -311,7 +311,7 @@ func tandemSegments(t *testing.T) map[string]bool {
 	return names
 }
 
-// TestStagedCollectives: broadcasts, all-gathers and reduce-scatters on
+// TestStagedCollectives: broadcasts, reduces, all-gathers and reduce-scatters on
 // groups whose ranks share a host go through the staging segment, in
 // several rounds for tensors larger than a buffer: every element is right
 // on every rank, the inputs are left alone, and only fingerprints go
@@ -378,6 +378,23 @@ func TestStagedCollectives(t *testing.T) {
 				}
 			}
 
+			// Reduce into a root that is neither the first nor the last
+			// rank (for n > 2); the other ranks' tensors stay as they were.
+			for _, op := range []comm.ReduceOp{comm.Sum, comm.Max, comm.Avg, comm.PremulSum(0.5)} {
+				root := 1
+				run(fmt.Sprintf("reduce %v", op), func(r int, pg *comm.ProcessGroup) error {
+					xs[r] = newFilled(r, elems)
+					return pg.Reduce(ctx, xs[r], root, op).Wait(ctx)
+				})
+				for r, x := range xs {
+					want := func(i int) float64 { return value(r, i) }
+					if r == root {
+						want = func(i int) float64 { return wantReduced(op, tensor.Float32, n, i) }
+					}
+					check(fmt.Sprintf("reduce %v, rank %d", op, r), x, want)
+				}
+			}
+
 			// Block q of rank r holds value(r, q*elems+i): rank q gets
 			// their sum (or average) over the ranks.
 			for _, op := range []comm.ReduceOp{comm.Sum, comm.Avg, comm.PremulSum(0.5)} {
@@ -404,7 +421,7 @@ func TestStagedCollectives(t *testing.T) {
 // segment and through the transport, interleaved.
 func BenchmarkStagedCollectives(b *testing.B) {
 	const n, elems = 4, 4 << 20
-	for _, coll := range []string{"broadcast", "all_gather", "reduce_scatter", "all_reduce"} {
+	for _, coll := range []string{"broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce"} {
 		for _, staged := range []bool{true, false} {
 			b.Run(fmt.Sprintf("%s/staged=%v", coll, staged), func(b *testing.B) {
 				pgs := commtest.Groups(b, shm.NewBackend(), n, comm.WithStaging(staged))
@@ -419,6 +436,8 @@ func BenchmarkStagedCollectives(b *testing.B) {
 					switch coll {
 					case "broadcast":
 						return pg.Broadcast(ctx, xs[r], 0).Wait(ctx)
+					case "reduce":
+						return pg.Reduce(ctx, xs[r], 0, comm.Sum).Wait(ctx)
 					case "all_gather":
 						return pg.AllGatherIntoTensor(ctx, bigs[r], xs[r]).Wait(ctx)
 					case "reduce_scatter":
@@ -439,8 +458,8 @@ func BenchmarkStagedCollectives(b *testing.B) {
 	}
 }
 
-// TestStagedHalf: float16 and bfloat16 all-reduces and reduce-scatters
-// staged (whole and by blocks) give bit for bit what the transport's
+// TestStagedHalf: float16 and bfloat16 all-reduces, reduce-scatters and
+// reduces staged (whole and by blocks) give bit for bit what the transport's
 // algorithms give: both widen to float32, combine in rank order and round
 // once.
 func TestStagedHalf(t *testing.T) {
@@ -448,7 +467,7 @@ func TestStagedHalf(t *testing.T) {
 	for _, dt := range []tensor.Dtype{comm.Float16Dtype, comm.BFloat16Dtype} {
 		for _, elems := range []int{1001, 1500007} {
 			for _, op := range []comm.ReduceOp{comm.Sum, comm.Avg, comm.Max, comm.PremulSum(0.25)} {
-				results := make([][][]uint16, 2) // [staged?][rank] all-reduce, then reduce-scatter
+				results := make([][][]uint16, 2) // [staged?][rank] all-reduce, reduce-scatter, then reduce
 				for run, staged := range []bool{false, true} {
 					pgs := commtest.Groups(t, local.Backend{}, n, comm.WithStaging(staged))
 					ctx := shortCtx(t)
@@ -478,7 +497,13 @@ func TestStagedHalf(t *testing.T) {
 						if err := pg.ReduceScatterTensor(ctx, y, whole, op).Wait(ctx); err != nil {
 							return err
 						}
-						results[run][r] = append(bits, out...)
+						// A reduce into rank 1 of the original values.
+						red := append([]uint16(nil), in...)
+						z := tensor.New(tensor.WithShape(elems), tensor.Of(dt), tensor.WithBacking(halfBacking(dt, red)))
+						if err := pg.Reduce(ctx, z, 1, op).Wait(ctx); err != nil {
+							return err
+						}
+						results[run][r] = append(append(bits, out...), red...)
 						return nil
 					}) {
 						if err != nil {

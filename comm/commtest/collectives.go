@@ -146,37 +146,50 @@ func (s *suite) testBroadcast(t *testing.T) {
 	}
 }
 
+// reduces run reduce through the transport and, on backends whose ranks
+// share a host, through the staging segment whole and by blocks.
+var reduces = append(stagings[:len(stagings):len(stagings)], struct {
+	name string
+	opts []comm.Option
+}{"staged-blocks", []comm.Option{comm.WithRingThreshold(0)}})
+
 func (s *suite) testReduce(t *testing.T) {
-	for n := 1; n <= maxWorld; n++ {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			ctx := testCtx(t)
-			pgs := s.world(t, n, comm.WithChunkSize(8))
-			mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
-				for root := range n {
-					for _, dt := range dtypes {
-						ok, _ := opsFor(dt)
-						for _, shape := range [][]int{{0}, {1}, {7}, {2, 3}} {
-							for _, op := range ok {
-								x := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
-								if err := pg.Reduce(ctx, x, root, op).Wait(ctx); err != nil {
-									return fmt.Errorf("reduce %v %v %v root %d: %w", dt, shape, op, root, err)
-								}
-								in := inputsOf(n, 0, numel(shape))
-								want := castAll(dt, in[r])
-								if r == root {
-									want = expected(dt, op, in)
-								}
-								if got := values(x); !equal(got, want) {
-									return fmt.Errorf("reduce %v %v %v root %d: got %v, want %v (rank %d)", dt, shape, op, root, got, want, r)
-								}
+	for _, v := range reduces {
+		for n := 1; n <= maxWorld; n++ {
+			s.testReduceOn(t, v.name, n, v.opts)
+		}
+	}
+}
+
+func (s *suite) testReduceOn(t *testing.T, name string, n int, opts []comm.Option) {
+	t.Run(fmt.Sprintf("%s/n=%d", name, n), func(t *testing.T) {
+		ctx := testCtx(t)
+		pgs := s.world(t, n, opts...)
+		mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
+			for root := range n {
+				for _, dt := range dtypes {
+					ok, _ := opsFor(dt)
+					for _, shape := range [][]int{{0}, {1}, {7}, {2, 3}} {
+						for _, op := range ok {
+							x := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
+							if err := pg.Reduce(ctx, x, root, op).Wait(ctx); err != nil {
+								return fmt.Errorf("reduce %v %v %v root %d: %w", dt, shape, op, root, err)
+							}
+							in := inputsOf(n, 0, numel(shape))
+							want := castAll(dt, in[r])
+							if r == root {
+								want = expected(dt, op, in)
+							}
+							if got := values(x); !equal(got, want) {
+								return fmt.Errorf("reduce %v %v %v root %d: got %v, want %v (rank %d)", dt, shape, op, root, got, want, r)
 							}
 						}
 					}
 				}
-				return nil
-			})
+			}
+			return nil
 		})
-	}
+	})
 }
 
 func (s *suite) testAllGather(t *testing.T) {
