@@ -345,7 +345,7 @@ func (s *stage) extend(seq uint32) uint64 {
 
 // allReduce all-reduces b through the staging segment (see above).
 func (s *stage) allReduce(ctx context.Context, c *opCtx, b []byte, dt dtype, comb combiner, threshold int) error {
-	return s.reduceTo(ctx, c, s.extend(c.seq), 0, b, dt, comb, everyRank, nil, threshold)
+	return s.reduceTo(ctx, c, b, dt, comb, everyRank, nil, threshold)
 }
 
 // everyRank is reduceTo's root for an all-reduce.
@@ -355,10 +355,10 @@ const everyRank = -1
 // b, or into every rank's b when root is everyRank (see above). A rank
 // whose b does not take the result leaves it unchanged: it stages all of
 // b, applies scale (when not nil) to the staged copy, and reduces its
-// share in its own buffer, from which root reads it. The collective's
-// barriers are seq's, numbered from k0+1.
-func (s *stage) reduceTo(ctx context.Context, c *opCtx, seq uint64, k0 int, b []byte, dt dtype, comb combiner, root int, scale func([]byte), threshold int) error {
+// share in its own buffer, from which root reads it.
+func (s *stage) reduceTo(ctx context.Context, c *opCtx, b []byte, dt dtype, comb combiner, root int, scale func([]byte), threshold int) error {
 	n, r := c.size(), c.rank()
+	seq := s.extend(c.seq)
 	takes := root == everyRank || r == root // b takes the result
 	stageCopy := func(dst, src []byte) {
 		copyCached(dst, src)
@@ -377,7 +377,7 @@ func (s *stage) reduceTo(ctx context.Context, c *opCtx, seq uint64, k0 int, b []
 		}
 		defer s.end(r)
 		stageCopy(s.buffer(r, i)[:len(b)], b)
-		if err := s.barrier(ctx, c, seq, k0+1); err != nil {
+		if err := s.barrier(ctx, c, seq, 1); err != nil {
 			return err
 		}
 		if takes {
@@ -463,7 +463,7 @@ func (s *stage) reduceTo(ctx context.Context, c *opCtx, seq uint64, k0 int, b []
 		}
 	}
 	stageIn(0)
-	if err := s.barrier(ctx, c, seq, k0+1); err != nil {
+	if err := s.barrier(ctx, c, seq, 1); err != nil {
 		return err
 	}
 	for j := range rounds {
@@ -471,7 +471,7 @@ func (s *stage) reduceTo(ctx context.Context, c *opCtx, seq uint64, k0 int, b []
 		if j+1 < rounds {
 			stageIn(j + 1)
 		}
-		if err := s.barrier(ctx, c, seq, k0+j+2); err != nil {
+		if err := s.barrier(ctx, c, seq, j+2); err != nil {
 			return err
 		}
 		gather(j)
@@ -506,7 +506,7 @@ func (s *stage) reduce(ctx context.Context, c *opCtx, b []byte, dt dtype, op Red
 		}
 		comb = nums
 	}
-	return s.reduceTo(ctx, c, s.extend(c.seq), 0, b, dt, comb, root, scale, threshold)
+	return s.reduceTo(ctx, c, b, dt, comb, root, scale, threshold)
 }
 
 // stageStream is the size of tensor from which a staged all-reduce writes
