@@ -311,7 +311,8 @@ func tandemSegments(t *testing.T) map[string]bool {
 	return names
 }
 
-// TestStagedCollectives: broadcasts, reduces, all-gathers and reduce-scatters on
+// TestStagedCollectives: broadcasts, reduces, gathers, all-gathers and
+// reduce-scatters on
 // groups whose ranks share a host go through the staging segment, in
 // several rounds for tensors larger than a buffer: every element is right
 // on every rank, the inputs are left alone, and only fingerprints go
@@ -395,6 +396,24 @@ func TestStagedCollectives(t *testing.T) {
 				}
 			}
 
+			// Gather into a root that is neither the first nor the last
+			// rank (for n > 2).
+			gathered := make([]*tensor.Dense, n)
+			run("gather", func(r int, pg *comm.ProcessGroup) error {
+				var outs []*tensor.Dense
+				if r == 1 {
+					outs = make([]*tensor.Dense, n)
+					for p := range outs {
+						outs[p] = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(elems))
+					}
+					copy(gathered, outs)
+				}
+				return pg.Gather(ctx, outs, newFilled(r, elems), 1).Wait(ctx)
+			})
+			for p, x := range gathered {
+				check(fmt.Sprintf("gather, outs[%d]", p), x, func(i int) float64 { return value(p, i) })
+			}
+
 			// Block q of rank r holds value(r, q*elems+i): rank q gets
 			// their sum (or average) over the ranks.
 			for _, op := range []comm.ReduceOp{comm.Sum, comm.Avg, comm.PremulSum(0.5)} {
@@ -416,21 +435,29 @@ func TestStagedCollectives(t *testing.T) {
 }
 
 // BenchmarkStagedCollectives times each collective of 16 MiB a rank (a
-// broadcast's tensor, an all-gather's input, a reduce-scatter's output)
-// among four goroutine ranks over the shm backend, through the staging
-// segment and through the transport, interleaved.
+// broadcast's or a reduce's tensor, a gather's or an all-gather's input, a
+// reduce-scatter's output) among four goroutine ranks over the shm backend,
+// through the staging segment and through the transport, interleaved.
 func BenchmarkStagedCollectives(b *testing.B) {
 	const n, elems = 4, 4 << 20
-	for _, coll := range []string{"broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce"} {
+	for _, coll := range []string{"broadcast", "reduce", "gather", "all_gather", "reduce_scatter", "all_reduce"} {
 		for _, staged := range []bool{true, false} {
 			b.Run(fmt.Sprintf("%s/staged=%v", coll, staged), func(b *testing.B) {
 				pgs := commtest.Groups(b, shm.NewBackend(), n, comm.WithStaging(staged))
 				ctx := context.Background()
 				xs := make([]*tensor.Dense, n)
 				bigs := make([]*tensor.Dense, n)
+				parts := make([]*tensor.Dense, n) // root 0's gather outputs
 				for r := range n {
 					xs[r] = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(elems))
 					bigs[r] = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(n*elems))
+					parts[r] = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(elems))
+				}
+				rootParts := func(r int) []*tensor.Dense {
+					if r == 0 {
+						return parts
+					}
+					return nil
 				}
 				op := func(r int, pg *comm.ProcessGroup) error {
 					switch coll {
@@ -438,6 +465,8 @@ func BenchmarkStagedCollectives(b *testing.B) {
 						return pg.Broadcast(ctx, xs[r], 0).Wait(ctx)
 					case "reduce":
 						return pg.Reduce(ctx, xs[r], 0, comm.Sum).Wait(ctx)
+					case "gather":
+						return pg.Gather(ctx, rootParts(r), xs[r], 0).Wait(ctx)
 					case "all_gather":
 						return pg.AllGatherIntoTensor(ctx, bigs[r], xs[r]).Wait(ctx)
 					case "reduce_scatter":

@@ -2,7 +2,7 @@ package comm
 
 import "context"
 
-// Staged broadcast, all-gather and reduce-scatter.
+// Staged broadcast, gather, all-gather and reduce-scatter.
 //
 // The same staging segment as the all-reduce's (stage.go) carries these on
 // a group whose ranks all run on this host: a rank copies what it
@@ -61,6 +61,32 @@ func (s *stage) broadcast(ctx context.Context, c *opCtx, b []byte, root int) err
 			if r != root {
 				p := piece(b, j, s.block)
 				copyCached(p, s.buffer(root, i)[:len(p)])
+			}
+		})
+}
+
+// gather copies every rank's src into blocks[rank] on root (blocks is
+// root's alone).
+func (s *stage) gather(ctx context.Context, c *opCtx, blocks [][]byte, src []byte, root int) error {
+	n, r := c.size(), c.rank()
+	if r == root {
+		copy(blocks[r], src)
+	}
+	return s.rounds(ctx, c, roundsOf(len(src), s.block),
+		func(j int, buf []byte) {
+			if r != root {
+				copyCached(buf, piece(src, j, s.block))
+			}
+		},
+		func(j, i int) {
+			if r != root {
+				return
+			}
+			for p := range n {
+				if p != r {
+					dst := piece(blocks[p], j, s.block)
+					copyCached(dst, s.buffer(p, i)[:len(dst)])
+				}
 			}
 		})
 }

@@ -240,54 +240,60 @@ func (s *suite) testAllGather(t *testing.T) {
 }
 
 func (s *suite) testGatherScatter(t *testing.T) {
-	for n := 1; n <= maxWorld; n++ {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			ctx := testCtx(t)
-			pgs := s.world(t, n)
-			mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
-				for root := range n {
-					for _, dt := range dtypes {
-						for _, shape := range [][]int{{0}, {4}, {2, 3}} {
-							in := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
-							var outs []*tensor.Dense
-							if r == root {
-								outs = make([]*tensor.Dense, n)
-								for i := range outs {
-									outs[i] = zeros(dt, shape)
-								}
-							}
-							if err := pg.Gather(ctx, outs, in, root).Wait(ctx); err != nil {
-								return fmt.Errorf("gather %v %v root %d: %w", dt, shape, root, err)
-							}
-							all := inputsOf(n, 0, numel(shape))
-							for i := range outs {
-								if got, want := values(outs[i]), castAll(dt, all[i]); !equal(got, want) {
-									return fmt.Errorf("gather %v %v root %d: outs[%d] = %v, want %v", dt, shape, root, i, got, want)
-								}
-							}
+	for _, v := range stagings {
+		for n := 1; n <= maxWorld; n++ {
+			s.testGatherScatterOn(t, v.name, n, v.opts)
+		}
+	}
+}
 
-							// Scatter: root sends block i (values of rank i) to rank i.
-							var ins []*tensor.Dense
-							if r == root {
-								ins = make([]*tensor.Dense, n)
-								for i := range ins {
-									ins[i] = newTensor(dt, shape, func(e int) int64 { return val(i, e) })
-								}
+func (s *suite) testGatherScatterOn(t *testing.T, name string, n int, opts []comm.Option) {
+	t.Run(fmt.Sprintf("%s/n=%d", name, n), func(t *testing.T) {
+		ctx := testCtx(t)
+		pgs := s.world(t, n, opts...)
+		mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
+			for root := range n {
+				for _, dt := range dtypes {
+					for _, shape := range [][]int{{0}, {4}, {2, 3}} {
+						in := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
+						var outs []*tensor.Dense
+						if r == root {
+							outs = make([]*tensor.Dense, n)
+							for i := range outs {
+								outs[i] = zeros(dt, shape)
 							}
-							out := zeros(dt, shape)
-							if err := pg.Scatter(ctx, out, ins, root).Wait(ctx); err != nil {
-								return fmt.Errorf("scatter %v %v root %d: %w", dt, shape, root, err)
+						}
+						if err := pg.Gather(ctx, outs, in, root).Wait(ctx); err != nil {
+							return fmt.Errorf("gather %v %v root %d: %w", dt, shape, root, err)
+						}
+						all := inputsOf(n, 0, numel(shape))
+						for i := range outs {
+							if got, want := values(outs[i]), castAll(dt, all[i]); !equal(got, want) {
+								return fmt.Errorf("gather %v %v root %d: outs[%d] = %v, want %v", dt, shape, root, i, got, want)
 							}
-							if got, want := values(out), castAll(dt, all[r]); !equal(got, want) {
-								return fmt.Errorf("scatter %v %v root %d: got %v, want %v", dt, shape, root, got, want)
+						}
+
+						// Scatter: root sends block i (values of rank i) to rank i.
+						var ins []*tensor.Dense
+						if r == root {
+							ins = make([]*tensor.Dense, n)
+							for i := range ins {
+								ins[i] = newTensor(dt, shape, func(e int) int64 { return val(i, e) })
 							}
+						}
+						out := zeros(dt, shape)
+						if err := pg.Scatter(ctx, out, ins, root).Wait(ctx); err != nil {
+							return fmt.Errorf("scatter %v %v root %d: %w", dt, shape, root, err)
+						}
+						if got, want := values(out), castAll(dt, all[r]); !equal(got, want) {
+							return fmt.Errorf("scatter %v %v root %d: got %v, want %v", dt, shape, root, got, want)
 						}
 					}
 				}
-				return nil
-			})
+			}
+			return nil
 		})
-	}
+	})
 }
 
 func (s *suite) testReduceScatter(t *testing.T) {
