@@ -114,10 +114,10 @@
 // # Staged collectives
 //
 // When every rank of a group runs on one host (the shm backend, or
-// in-process ranks), all-reduces, broadcasts, all-gathers and
-// reduce-scatters of ordinary tensors go through a staging segment in
-// /dev/shm that the group maps on its first such collective (three
-// buffers of 2 MiB a rank): each rank copies what it contributes into its
+// in-process ranks), all-reduces, broadcasts, reduces, gathers,
+// all-gathers and reduce-scatters of ordinary tensors go through a staging
+// segment in /dev/shm that the group maps on its first such collective
+// (three buffers of 2 MiB a rank): each rank copies what it contributes into its
 // buffers, and the ranks read, or reduce, straight out of each other's,
 // synchronised by words in the segment rather than messages, one barrier a
 // round of 2 MiB. An all-reduce below the ring threshold is reduced whole by
@@ -128,9 +128,11 @@
 // turns it off; a segment that cannot be mapped (a /dev/shm too small)
 // leaves the group's collectives on the transport, and the group's logger
 // says why. Float16 and bfloat16 reductions stage too, combined in
-// float32 and rounded once, bit for bit as through the transport. Reduce,
-// gather, scatter, all-to-all, and the hierarchical all-reduce of several
-// hosts go through the transport.
+// float32 and rounded once, bit for bit as through the transport. A staged
+// reduce leaves the other ranks' tensors as they were: each stages all of
+// its tensor and reduces its share of each block in its own buffer, from
+// which the root copies it. Scatter, all-to-all, and the hierarchical
+// all-reduce of several hosts go through the transport.
 //
 // # Shared tensors
 //

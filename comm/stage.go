@@ -12,12 +12,12 @@ import (
 	"github.com/tandemml/tandem/internal/futex"
 )
 
-// Staged all-reduce.
+// Staged all-reduce and reduce.
 //
 // On a group whose ranks all run on this host (the shm backend, in-process
 // ranks), an all-reduce of an ordinary tensor goes through a staging
-// segment instead of the transport (and so do broadcasts, all-gathers and
-// reduce-scatters: stagecopy.go). The group maps it on its first staged
+// segment instead of the transport (and so do reduces, below, and
+// broadcasts, gathers, all-gathers and reduce-scatters: stagecopy.go). The group maps it on its first staged
 // collective (mapShared): a region a rank, each a header and three buffers
 // of stageBlock bytes. A rank copies its tensor into its own region, and
 // the ranks then read each other's regions directly:
