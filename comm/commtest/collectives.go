@@ -1,6 +1,7 @@
 package commtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -148,47 +149,51 @@ func (s *suite) testBroadcast(t *testing.T) {
 
 // reduces run reduce through the transport and, on backends whose ranks
 // share a host, through the staging segment whole and by blocks.
-var reduces = append(stagings[:len(stagings):len(stagings)], struct {
+var reduces = append(stagings[:len(stagings):len(stagings)], variant{"staged-blocks", []comm.Option{comm.WithRingThreshold(0)}})
+
+// variant is a named set of group options a collective's tests run under.
+type variant = struct {
 	name string
 	opts []comm.Option
-}{"staged-blocks", []comm.Option{comm.WithRingThreshold(0)}})
+}
 
-func (s *suite) testReduce(t *testing.T) {
-	for _, v := range reduces {
+// eachVariant runs body on every rank of worlds of 1 to maxWorld ranks
+// made with each variant's options, a subtest each.
+func (s *suite) eachVariant(t *testing.T, variants []variant, body func(ctx context.Context, n, r int, pg *comm.ProcessGroup) error) {
+	for _, v := range variants {
 		for n := 1; n <= maxWorld; n++ {
-			s.testReduceOn(t, v.name, n, v.opts)
+			t.Run(fmt.Sprintf("%s/n=%d", v.name, n), func(t *testing.T) {
+				ctx := testCtx(t)
+				mustEach(t, s.world(t, n, v.opts...), func(r int, pg *comm.ProcessGroup) error { return body(ctx, n, r, pg) })
+			})
 		}
 	}
 }
 
-func (s *suite) testReduceOn(t *testing.T, name string, n int, opts []comm.Option) {
-	t.Run(fmt.Sprintf("%s/n=%d", name, n), func(t *testing.T) {
-		ctx := testCtx(t)
-		pgs := s.world(t, n, opts...)
-		mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
-			for root := range n {
-				for _, dt := range dtypes {
-					ok, _ := opsFor(dt)
-					for _, shape := range [][]int{{0}, {1}, {7}, {2, 3}} {
-						for _, op := range ok {
-							x := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
-							if err := pg.Reduce(ctx, x, root, op).Wait(ctx); err != nil {
-								return fmt.Errorf("reduce %v %v %v root %d: %w", dt, shape, op, root, err)
-							}
-							in := inputsOf(n, 0, numel(shape))
-							want := castAll(dt, in[r])
-							if r == root {
-								want = expected(dt, op, in)
-							}
-							if got := values(x); !equal(got, want) {
-								return fmt.Errorf("reduce %v %v %v root %d: got %v, want %v (rank %d)", dt, shape, op, root, got, want, r)
-							}
+func (s *suite) testReduce(t *testing.T) {
+	s.eachVariant(t, reduces, func(ctx context.Context, n, r int, pg *comm.ProcessGroup) error {
+		for root := range n {
+			for _, dt := range dtypes {
+				ok, _ := opsFor(dt)
+				for _, shape := range [][]int{{0}, {1}, {7}, {2, 3}} {
+					for _, op := range ok {
+						x := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
+						if err := pg.Reduce(ctx, x, root, op).Wait(ctx); err != nil {
+							return fmt.Errorf("reduce %v %v %v root %d: %w", dt, shape, op, root, err)
+						}
+						in := inputsOf(n, 0, numel(shape))
+						want := castAll(dt, in[r])
+						if r == root {
+							want = expected(dt, op, in)
+						}
+						if got := values(x); !equal(got, want) {
+							return fmt.Errorf("reduce %v %v %v root %d: got %v, want %v (rank %d)", dt, shape, op, root, got, want, r)
 						}
 					}
 				}
 			}
-			return nil
-		})
+		}
+		return nil
 	})
 }
 
@@ -240,59 +245,47 @@ func (s *suite) testAllGather(t *testing.T) {
 }
 
 func (s *suite) testGatherScatter(t *testing.T) {
-	for _, v := range stagings {
-		for n := 1; n <= maxWorld; n++ {
-			s.testGatherScatterOn(t, v.name, n, v.opts)
-		}
-	}
-}
-
-func (s *suite) testGatherScatterOn(t *testing.T, name string, n int, opts []comm.Option) {
-	t.Run(fmt.Sprintf("%s/n=%d", name, n), func(t *testing.T) {
-		ctx := testCtx(t)
-		pgs := s.world(t, n, opts...)
-		mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
-			for root := range n {
-				for _, dt := range dtypes {
-					for _, shape := range [][]int{{0}, {4}, {2, 3}} {
-						in := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
-						var outs []*tensor.Dense
-						if r == root {
-							outs = make([]*tensor.Dense, n)
-							for i := range outs {
-								outs[i] = zeros(dt, shape)
-							}
-						}
-						if err := pg.Gather(ctx, outs, in, root).Wait(ctx); err != nil {
-							return fmt.Errorf("gather %v %v root %d: %w", dt, shape, root, err)
-						}
-						all := inputsOf(n, 0, numel(shape))
+	s.eachVariant(t, stagings, func(ctx context.Context, n, r int, pg *comm.ProcessGroup) error {
+		for root := range n {
+			for _, dt := range dtypes {
+				for _, shape := range [][]int{{0}, {4}, {2, 3}} {
+					in := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
+					var outs []*tensor.Dense
+					if r == root {
+						outs = make([]*tensor.Dense, n)
 						for i := range outs {
-							if got, want := values(outs[i]), castAll(dt, all[i]); !equal(got, want) {
-								return fmt.Errorf("gather %v %v root %d: outs[%d] = %v, want %v", dt, shape, root, i, got, want)
-							}
+							outs[i] = zeros(dt, shape)
 						}
+					}
+					if err := pg.Gather(ctx, outs, in, root).Wait(ctx); err != nil {
+						return fmt.Errorf("gather %v %v root %d: %w", dt, shape, root, err)
+					}
+					all := inputsOf(n, 0, numel(shape))
+					for i := range outs {
+						if got, want := values(outs[i]), castAll(dt, all[i]); !equal(got, want) {
+							return fmt.Errorf("gather %v %v root %d: outs[%d] = %v, want %v", dt, shape, root, i, got, want)
+						}
+					}
 
-						// Scatter: root sends block i (values of rank i) to rank i.
-						var ins []*tensor.Dense
-						if r == root {
-							ins = make([]*tensor.Dense, n)
-							for i := range ins {
-								ins[i] = newTensor(dt, shape, func(e int) int64 { return val(i, e) })
-							}
+					// Scatter: root sends block i (values of rank i) to rank i.
+					var ins []*tensor.Dense
+					if r == root {
+						ins = make([]*tensor.Dense, n)
+						for i := range ins {
+							ins[i] = newTensor(dt, shape, func(e int) int64 { return val(i, e) })
 						}
-						out := zeros(dt, shape)
-						if err := pg.Scatter(ctx, out, ins, root).Wait(ctx); err != nil {
-							return fmt.Errorf("scatter %v %v root %d: %w", dt, shape, root, err)
-						}
-						if got, want := values(out), castAll(dt, all[r]); !equal(got, want) {
-							return fmt.Errorf("scatter %v %v root %d: got %v, want %v", dt, shape, root, got, want)
-						}
+					}
+					out := zeros(dt, shape)
+					if err := pg.Scatter(ctx, out, ins, root).Wait(ctx); err != nil {
+						return fmt.Errorf("scatter %v %v root %d: %w", dt, shape, root, err)
+					}
+					if got, want := values(out), castAll(dt, all[r]); !equal(got, want) {
+						return fmt.Errorf("scatter %v %v root %d: got %v, want %v", dt, shape, root, got, want)
 					}
 				}
 			}
-			return nil
-		})
+		}
+		return nil
 	})
 }
 
