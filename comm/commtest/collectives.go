@@ -45,39 +45,31 @@ var shapes = [][]int{{0}, {}, {1}, {7}, {37}, {2, 3}}
 const maxWorld = 5
 
 func (s *suite) testAllReduce(t *testing.T) {
-	for _, alg := range algorithms {
-		for n := 1; n <= maxWorld; n++ {
-			t.Run(fmt.Sprintf("%s/n=%d", alg.name, n), func(t *testing.T) {
-				ctx := testCtx(t)
-				pgs := s.world(t, n, alg.opts...)
-				mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
-					for _, dt := range dtypes {
-						ok, refused := opsFor(dt)
-						for _, shape := range shapes {
-							for _, op := range ok {
-								x := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
-								if err := pg.AllReduce(ctx, x, op).Wait(ctx); err != nil {
-									return fmt.Errorf("all_reduce %v %v %v: %w", dt, shape, op, err)
-								}
-								want := expected(dt, op, inputsOf(n, 0, numel(shape)))
-								if got := values(x); !equal(got, want) {
-									return fmt.Errorf("all_reduce %v %v %v: got %v, want %v", dt, shape, op, got, want)
-								}
-							}
-							for _, op := range refused {
-								x := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
-								err := pg.AllReduce(ctx, x, op).Wait(ctx)
-								if !errors.Is(err, comm.ErrInvalidArgument) {
-									return fmt.Errorf("all_reduce %v with %v: got %v, want ErrInvalidArgument", dt, op, err)
-								}
-							}
-						}
+	s.eachVariant(t, algorithms, func(ctx context.Context, n, r int, pg *comm.ProcessGroup) error {
+		for _, dt := range dtypes {
+			ok, refused := opsFor(dt)
+			for _, shape := range shapes {
+				for _, op := range ok {
+					x := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
+					if err := pg.AllReduce(ctx, x, op).Wait(ctx); err != nil {
+						return fmt.Errorf("all_reduce %v %v %v: %w", dt, shape, op, err)
 					}
-					return nil
-				})
-			})
+					want := expected(dt, op, inputsOf(n, 0, numel(shape)))
+					if got := values(x); !equal(got, want) {
+						return fmt.Errorf("all_reduce %v %v %v: got %v, want %v", dt, shape, op, got, want)
+					}
+				}
+				for _, op := range refused {
+					x := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
+					err := pg.AllReduce(ctx, x, op).Wait(ctx)
+					if !errors.Is(err, comm.ErrInvalidArgument) {
+						return fmt.Errorf("all_reduce %v with %v: got %v, want ErrInvalidArgument", dt, op, err)
+					}
+				}
+			}
 		}
-	}
+		return nil
+	})
 }
 
 func (s *suite) testAllReduceCoalesced(t *testing.T) {
@@ -120,31 +112,23 @@ func (s *suite) testAllReduceCoalesced(t *testing.T) {
 }
 
 func (s *suite) testBroadcast(t *testing.T) {
-	for _, v := range stagings {
-		for n := 1; n <= maxWorld; n++ {
-			t.Run(fmt.Sprintf("%s/n=%d", v.name, n), func(t *testing.T) {
-				ctx := testCtx(t)
-				pgs := s.world(t, n, v.opts...)
-				mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
-					for root := range n {
-						for _, dt := range dtypes {
-							for _, shape := range shapes {
-								x := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
-								if err := pg.Broadcast(ctx, x, root).Wait(ctx); err != nil {
-									return fmt.Errorf("broadcast %v %v root %d: %w", dt, shape, root, err)
-								}
-								want := castAll(dt, inputsOf(n, 0, numel(shape))[root])
-								if got := values(x); !equal(got, want) {
-									return fmt.Errorf("broadcast %v %v root %d: got %v, want %v", dt, shape, root, got, want)
-								}
-							}
-						}
+	s.eachVariant(t, stagings, func(ctx context.Context, n, r int, pg *comm.ProcessGroup) error {
+		for root := range n {
+			for _, dt := range dtypes {
+				for _, shape := range shapes {
+					x := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
+					if err := pg.Broadcast(ctx, x, root).Wait(ctx); err != nil {
+						return fmt.Errorf("broadcast %v %v root %d: %w", dt, shape, root, err)
 					}
-					return nil
-				})
-			})
+					want := castAll(dt, inputsOf(n, 0, numel(shape))[root])
+					if got := values(x); !equal(got, want) {
+						return fmt.Errorf("broadcast %v %v root %d: got %v, want %v", dt, shape, root, got, want)
+					}
+				}
+			}
 		}
-	}
+		return nil
+	})
 }
 
 // reduces run reduce through the transport and, on backends whose ranks
@@ -198,50 +182,42 @@ func (s *suite) testReduce(t *testing.T) {
 }
 
 func (s *suite) testAllGather(t *testing.T) {
-	for _, v := range stagings {
-		for n := 1; n <= maxWorld; n++ {
-			t.Run(fmt.Sprintf("%s/n=%d", v.name, n), func(t *testing.T) {
-				ctx := testCtx(t)
-				pgs := s.world(t, n, v.opts...)
-				mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
-					for _, dt := range dtypes {
-						for _, shape := range [][]int{{0}, {}, {5}, {2, 3}} {
-							in := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
-							outs := make([]*tensor.Dense, n)
-							for i := range outs {
-								outs[i] = zeros(dt, shape)
-							}
-							if err := pg.AllGather(ctx, outs, in).Wait(ctx); err != nil {
-								return fmt.Errorf("all_gather %v %v: %w", dt, shape, err)
-							}
-							all := inputsOf(n, 0, numel(shape))
-							for i := range outs {
-								if got, want := values(outs[i]), castAll(dt, all[i]); !equal(got, want) {
-									return fmt.Errorf("all_gather %v %v: outs[%d] = %v, want %v", dt, shape, i, got, want)
-								}
-							}
-							if len(shape) == 0 {
-								continue
-							}
-							big := append([]int{n * shape[0]}, shape[1:]...)
-							out := zeros(dt, big)
-							if err := pg.AllGatherIntoTensor(ctx, out, in).Wait(ctx); err != nil {
-								return fmt.Errorf("all_gather_into_tensor %v %v: %w", dt, shape, err)
-							}
-							var want []float64
-							for i := range n {
-								want = append(want, castAll(dt, all[i])...)
-							}
-							if got := values(out); !equal(got, want) {
-								return fmt.Errorf("all_gather_into_tensor %v %v: got %v, want %v", dt, shape, got, want)
-							}
-						}
+	s.eachVariant(t, stagings, func(ctx context.Context, n, r int, pg *comm.ProcessGroup) error {
+		for _, dt := range dtypes {
+			for _, shape := range [][]int{{0}, {}, {5}, {2, 3}} {
+				in := newTensor(dt, shape, func(i int) int64 { return val(r, i) })
+				outs := make([]*tensor.Dense, n)
+				for i := range outs {
+					outs[i] = zeros(dt, shape)
+				}
+				if err := pg.AllGather(ctx, outs, in).Wait(ctx); err != nil {
+					return fmt.Errorf("all_gather %v %v: %w", dt, shape, err)
+				}
+				all := inputsOf(n, 0, numel(shape))
+				for i := range outs {
+					if got, want := values(outs[i]), castAll(dt, all[i]); !equal(got, want) {
+						return fmt.Errorf("all_gather %v %v: outs[%d] = %v, want %v", dt, shape, i, got, want)
 					}
-					return nil
-				})
-			})
+				}
+				if len(shape) == 0 {
+					continue
+				}
+				big := append([]int{n * shape[0]}, shape[1:]...)
+				out := zeros(dt, big)
+				if err := pg.AllGatherIntoTensor(ctx, out, in).Wait(ctx); err != nil {
+					return fmt.Errorf("all_gather_into_tensor %v %v: %w", dt, shape, err)
+				}
+				var want []float64
+				for i := range n {
+					want = append(want, castAll(dt, all[i])...)
+				}
+				if got := values(out); !equal(got, want) {
+					return fmt.Errorf("all_gather_into_tensor %v %v: got %v, want %v", dt, shape, got, want)
+				}
+			}
 		}
-	}
+		return nil
+	})
 }
 
 func (s *suite) testGatherScatter(t *testing.T) {
@@ -290,51 +266,43 @@ func (s *suite) testGatherScatter(t *testing.T) {
 }
 
 func (s *suite) testReduceScatter(t *testing.T) {
-	for _, v := range stagings {
-		for n := 1; n <= maxWorld; n++ {
-			t.Run(fmt.Sprintf("%s/n=%d", v.name, n), func(t *testing.T) {
-				ctx := testCtx(t)
-				pgs := s.world(t, n, v.opts...)
-				mustEach(t, pgs, func(r int, pg *comm.ProcessGroup) error {
-					for _, dt := range dtypes {
-						ok, _ := opsFor(dt)
-						for _, k := range []int{0, 1, 5} {
-							for _, op := range ok {
-								// Block j of every rank (elements j*k .. j*k+k-1) reduces into rank j.
-								ins := make([]*tensor.Dense, n)
-								for j := range ins {
-									ins[j] = newTensor(dt, []int{k}, func(i int) int64 { return val(r, j*k+i) })
-								}
-								out := zeros(dt, []int{k})
-								if err := pg.ReduceScatter(ctx, out, ins, op).Wait(ctx); err != nil {
-									return fmt.Errorf("reduce_scatter %v k=%d %v: %w", dt, k, op, err)
-								}
-								want := expected(dt, op, inputsOf(n, r*k, k))
-								if got := values(out); !equal(got, want) {
-									return fmt.Errorf("reduce_scatter %v k=%d %v: got %v, want %v", dt, k, op, got, want)
-								}
-								for j := range ins {
-									if got, want := values(ins[j]), castAll(dt, inputsOf(n, j*k, k)[r]); !equal(got, want) {
-										return fmt.Errorf("reduce_scatter changed its input %d: %v, was %v", j, got, want)
-									}
-								}
-
-								in := newTensor(dt, []int{n * k}, func(i int) int64 { return val(r, i) })
-								out2 := zeros(dt, []int{k})
-								if err := pg.ReduceScatterTensor(ctx, out2, in, op).Wait(ctx); err != nil {
-									return fmt.Errorf("reduce_scatter_tensor %v k=%d %v: %w", dt, k, op, err)
-								}
-								if got := values(out2); !equal(got, want) {
-									return fmt.Errorf("reduce_scatter_tensor %v k=%d %v: got %v, want %v", dt, k, op, got, want)
-								}
-							}
+	s.eachVariant(t, stagings, func(ctx context.Context, n, r int, pg *comm.ProcessGroup) error {
+		for _, dt := range dtypes {
+			ok, _ := opsFor(dt)
+			for _, k := range []int{0, 1, 5} {
+				for _, op := range ok {
+					// Block j of every rank (elements j*k .. j*k+k-1) reduces into rank j.
+					ins := make([]*tensor.Dense, n)
+					for j := range ins {
+						ins[j] = newTensor(dt, []int{k}, func(i int) int64 { return val(r, j*k+i) })
+					}
+					out := zeros(dt, []int{k})
+					if err := pg.ReduceScatter(ctx, out, ins, op).Wait(ctx); err != nil {
+						return fmt.Errorf("reduce_scatter %v k=%d %v: %w", dt, k, op, err)
+					}
+					want := expected(dt, op, inputsOf(n, r*k, k))
+					if got := values(out); !equal(got, want) {
+						return fmt.Errorf("reduce_scatter %v k=%d %v: got %v, want %v", dt, k, op, got, want)
+					}
+					for j := range ins {
+						if got, want := values(ins[j]), castAll(dt, inputsOf(n, j*k, k)[r]); !equal(got, want) {
+							return fmt.Errorf("reduce_scatter changed its input %d: %v, was %v", j, got, want)
 						}
 					}
-					return nil
-				})
-			})
+
+					in := newTensor(dt, []int{n * k}, func(i int) int64 { return val(r, i) })
+					out2 := zeros(dt, []int{k})
+					if err := pg.ReduceScatterTensor(ctx, out2, in, op).Wait(ctx); err != nil {
+						return fmt.Errorf("reduce_scatter_tensor %v k=%d %v: %w", dt, k, op, err)
+					}
+					if got := values(out2); !equal(got, want) {
+						return fmt.Errorf("reduce_scatter_tensor %v k=%d %v: got %v, want %v", dt, k, op, got, want)
+					}
+				}
+			}
 		}
-	}
+		return nil
+	})
 }
 
 func (s *suite) testAllToAll(t *testing.T) {
