@@ -3,6 +3,7 @@ package recvbuf
 import (
 	"runtime"
 	"runtime/debug"
+	rtmetrics "runtime/metrics"
 	"testing"
 	"time"
 	"unsafe"
@@ -186,11 +187,30 @@ func TestRecyclerRelease(t *testing.T) {
 
 // TestRecyclerCollectsDroppedBuffers: a loop that receives large buffers
 // and drops them runs on a few recycled buffers, not on fresh memory, even
-// when the runtime would not collect for a long while (here: never); the
-// recycler starts the collections that bring the dropped buffers back.
+// when the runtime would not collect for a long while: with collections
+// off (GOGC=off; the recycler runs runtime.GC), or with the heap far from
+// its goal (a large live block; the recycler starts collections by
+// allocation). The recycler starts the collections that bring the dropped
+// buffers back.
 func TestRecyclerCollectsDroppedBuffers(t *testing.T) {
-	runtime.GC() // what earlier tests left, so that collections are cheap
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	t.Run("gc-off", func(t *testing.T) {
+		runtime.GC() // what earlier tests left, so that collections are cheap
+		defer debug.SetGCPercent(debug.SetGCPercent(-1))
+		recycleDropped(t)
+	})
+	t.Run("far-goal", func(t *testing.T) {
+		runtime.GC()
+		ballast := make([]byte, 512<<20)
+		_, forced := gcCycles()
+		recycleDropped(t)
+		if _, got := gcCycles(); got != forced {
+			t.Errorf("runtime.GC ran %d times; want the collections started by allocation", got-forced)
+		}
+		runtime.KeepAlive(ballast)
+	})
+}
+
+func recycleDropped(t *testing.T) {
 	r := newRecycler(0)
 	// Until the buffers handed out outweigh the scannable heap the recycler
 	// does not collect: the first few are fresh whatever it does.
@@ -210,5 +230,56 @@ func TestRecyclerCollectsDroppedBuffers(t *testing.T) {
 	r.mu.Unlock()
 	if !collected || len(seen) > calls/2 {
 		t.Fatalf("%d calls used %d distinct buffers (collected: %v, scannable heap %d bytes); want at most %d", calls, len(seen), collected, scannableBytes(), calls/2)
+	}
+}
+
+// gcCycles returns the collections completed so far and how many of them
+// runtime.GC forced.
+func gcCycles() (total, forced uint64) {
+	s := []rtmetrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/cycles/forced:gc-cycles"}}
+	rtmetrics.Read(s)
+	return s[0].Value.Uint64(), s[1].Value.Uint64()
+}
+
+// TestStartCollection: with the heap far from its goal (a large live block
+// that nothing writes), nothing else would start a collection for a long
+// while; startCollection starts one without runtime.GC and without waiting
+// for it, and it completes, having kept no more than a piece of what
+// startCollection allocated.
+func TestStartCollection(t *testing.T) {
+	runtime.GC()
+	ballast := make([]byte, 256<<20)
+	total, forced := gcCycles()
+	startCollection()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, gotForced := gcCycles()
+		if gotForced != forced {
+			t.Fatalf("startCollection ran runtime.GC (forced collections %d -> %d); want a collection started by allocation", forced, gotForced)
+		}
+		if got > total {
+			break
+		}
+		if time.Now().After(deadline) {
+			goal, live, _, _ := heapState()
+			t.Fatalf("no collection completed in 10 s after startCollection (heap goal %d, live %d bytes)", goal, live)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, live, _, _ := heapState(); live > uint64(len(ballast))+64<<20 {
+		t.Errorf("the collection found %d bytes live, with %d of them the live block; want the blocks allocated to start it freed", live, len(ballast))
+	}
+	runtime.KeepAlive(ballast)
+}
+
+// TestStartCollectionGCOff: with collections off (GOGC=off) no allocation
+// starts one; startCollection runs runtime.GC instead.
+func TestStartCollectionGCOff(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	total, forced := gcCycles()
+	startCollection()
+	got, gotForced := gcCycles()
+	if got <= total || gotForced <= forced {
+		t.Fatalf("collections %d -> %d, forced %d -> %d; want runtime.GC's", total, got, forced, gotForced)
 	}
 }
