@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,8 @@ func TestBenchRPCInProcess(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("line %q: %v", line, err)
 		}
-		if r.Bench != "rpc" {
+		// One core a worker by default.
+		if r.Bench != "rpc" || r.GOMAXPROCS != 1 {
 			t.Fatalf("line %q", line)
 		}
 		cases[r.Case]++
@@ -49,6 +51,29 @@ func TestBenchRPCInProcess(t *testing.T) {
 	// 4, 16, 64, 256, 1K, 4K
 	if cases["echo"] != 6 || cases["echo_reuse"] != 6 || cases["async"] != 1 || cases["remote_to_here"] != 1 {
 		t.Fatalf("cases: %v\n%s", cases, out.String())
+	}
+}
+
+// TestBenchRPCCores: -cores sets the workers' GOMAXPROCS for the run only
+// (with -inproc the one process gets both workers' share), and the header
+// says so; a negative count is refused.
+func TestBenchRPCCores(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	before := runtime.GOMAXPROCS(0)
+	var out bytes.Buffer
+	if err := benchRPC(ctx, []string{"-inproc", "-cores", "3", "-max", "4", "-iters", "3", "-calls", "20", "-remotes", "5"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "(1 process, GOMAXPROCS 6)") {
+		t.Fatalf("header does not give the workers' GOMAXPROCS:\n%s", out.String())
+	}
+	if after := runtime.GOMAXPROCS(0); after != before {
+		t.Fatalf("GOMAXPROCS %d after the bench, %d before", after, before)
+	}
+	err := benchRPC(ctx, []string{"-inproc", "-cores", "-1"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "-cores") {
+		t.Fatalf("-cores -1: %v", err)
 	}
 }
 
