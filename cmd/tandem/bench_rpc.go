@@ -395,6 +395,15 @@ func rpcBenchCases(ctx context.Context, a *rpc.Agent, cfg rpcBenchConfig) ([]rpc
 // rpcBenchEcho times iters echo round trips of x after 5 untimed ones and
 // returns their times. With reuse, each call lends the last result for the
 // next and calls the function that reuses its argument's memory.
+// echoWarmup is how many untimed calls of each size an echo loop makes
+// first, as peers/torch_rpc.py does: the first calls of a size find no
+// memory of that size to reuse, and the memory a process takes fresh from
+// the kernel costs several milliseconds a megabyte on the first touch on
+// the development machine (a virtual machine whose host backs it lazily).
+// After five calls the plain 4 MiB echo's p99 still counted those; after
+// fifty it is the steady state's.
+const echoWarmup = 50
+
 func rpcBenchEcho(ctx context.Context, a *rpc.Agent, x *tensor.Dense, iters int, reuse bool) ([]time.Duration, error) {
 	fn := rpcEcho
 	if reuse {
@@ -410,7 +419,7 @@ func rpcBenchEcho(ctx context.Context, a *rpc.Agent, x *tensor.Dense, iters int,
 		y, err = rpc.Sync[*tensor.Dense](ctx, a, "w1", fn, x, opts...)
 		return err
 	}
-	for i := 0; i < 5; i++ {
+	for i := 0; i < echoWarmup; i++ {
 		if err := call(); err != nil {
 			return nil, err
 		}
