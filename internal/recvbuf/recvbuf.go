@@ -244,12 +244,6 @@ func (r *recycler) collectGarbage() {
 	r.mu.Unlock()
 }
 
-// nudgeMax bounds the block startCollection allocates to start a
-// collection: address space it never touches, gone at the next sweep.
-// Further from the runtime's next collection than that (or with
-// collections off, GOGC=off), it runs runtime.GC instead.
-const nudgeMax = 1 << 30
-
 // startCollection starts a garbage collection and returns without waiting
 // for it, the way the runtime starts its own: by allocation. It allocates,
 // and drops, blocks until the heap passes the point at which the runtime's
@@ -285,14 +279,16 @@ func startCollection() {
 	}
 }
 
-// nudgePieces and nudgeMin set the pieces startCollection allocates in.
+// What startCollection allocates: at most nudgeMax (address space it never
+// touches, gone at the next sweep; further from the goal than that it runs
+// runtime.GC), nudgeMargin beyond the goal, in nudgePieces pieces of at
+// least nudgeMin.
 const (
+	nudgeMax    = 1 << 30
+	nudgeMargin = 1 << 20
 	nudgePieces = 64
 	nudgeMin    = 4 << 20
 )
-
-// nudgeMargin is added to the block startCollection allocates.
-const nudgeMargin = 1 << 20
 
 // heapState returns the heap size at which the runtime means to have
 // finished its next collection, the heap that the last collection found
