@@ -6,20 +6,40 @@
 // IEEE operations, no reassociation, no fused multiply-add), 64 bytes per
 // iteration, then one element at a time for the tail. len(src) >= len(dst).
 
+// ELEMENTWISE_ARGS loads the arguments, each kernel's own (go vet checks
+// each TEXT line's frame size against the Go declaration, not the offsets
+// in a macro): DI dst, CX len(dst), SI src, AX the index (0), BX the
+// elements the vector loop covers (len(dst) rounded down to N); with none
+// it goes to the tail.
+#define ELEMENTWISE_ARGS(N) \
+	MOVQ dst_base+0(FP), DI  \
+	MOVQ dst_len+8(FP), CX   \
+	MOVQ src_base+24(FP), SI \
+	XORQ AX, AX              \
+	MOVQ CX, BX              \
+	ANDQ $-N, BX             \
+	JZ   tail
+
+// ELEMENTWISE_TAIL is the scalar loop after the vectors, one element of
+// SIZE bytes at a time (MOVS and OPS), then the return.
+#define ELEMENTWISE_TAIL(MOVS, OPS, SIZE) \
+tail:                          \
+	CMPQ AX, CX            \
+	JAE  done              \
+	MOVS (DI)(AX*SIZE), X0 \
+	OPS  (SI)(AX*SIZE), X0 \
+	MOVS X0, (DI)(AX*SIZE) \
+	INCQ AX                \
+	JMP  tail              \
+done:                          \
+	RET
+
 // ELEMENTWISE is the body of every kernel here, func(dst, src []T):
 // dst[i] = dst[i] op src[i] for i < len(dst), in four 16-byte vectors an
 // iteration (MOVV and OPV, N elements) and then one element at a time (MOVS
-// and OPS), elements SIZE bytes wide. It loads the arguments itself, the
-// same in every kernel: go vet checks each TEXT line's frame size against
-// the Go declaration, not the offsets in a macro.
+// and OPS), elements SIZE bytes wide.
 #define ELEMENTWISE(MOVV, OPV, MOVS, OPS, SIZE, N) \
-	MOVQ dst_base+0(FP), DI          \
-	MOVQ dst_len+8(FP), CX           \
-	MOVQ src_base+24(FP), SI         \
-	XORQ AX, AX                      \
-	MOVQ CX, BX                      \
-	ANDQ $-N, BX                     \
-	JZ   tail                        \
+	ELEMENTWISE_ARGS(N)              \
 loop:                                    \
 	MOVV (DI)(AX*SIZE), X0           \
 	MOVV 16(DI)(AX*SIZE), X1         \
@@ -40,16 +60,7 @@ loop:                                    \
 	ADDQ $N, AX                      \
 	CMPQ AX, BX                      \
 	JB   loop                        \
-tail:                                    \
-	CMPQ AX, CX                      \
-	JAE  done                        \
-	MOVS (DI)(AX*SIZE), X0           \
-	OPS  (SI)(AX*SIZE), X0           \
-	MOVS X0, (DI)(AX*SIZE)           \
-	INCQ AX                          \
-	JMP  tail                        \
-done:                                    \
-	RET
+	ELEMENTWISE_TAIL(MOVS, OPS, SIZE)
 
 // func addF32SSE(dst, src []float32)
 TEXT ·addF32SSE(SB), NOSPLIT, $0-48
@@ -71,13 +82,7 @@ TEXT ·mulF64(SB), NOSPLIT, $0-48
 // (VMOVV and the three-operand VOPV), for processors with AVX; it clears
 // the vector registers' upper halves before returning.
 #define ELEMENTWISE_AVX(VMOVV, VOPV, MOVS, OPS, SIZE, N) \
-	MOVQ dst_base+0(FP), DI          \
-	MOVQ dst_len+8(FP), CX           \
-	MOVQ src_base+24(FP), SI         \
-	XORQ AX, AX                      \
-	MOVQ CX, BX                      \
-	ANDQ $-N, BX                     \
-	JZ   tail                        \
+	ELEMENTWISE_ARGS(N)              \
 loop:                                    \
 	VMOVV (DI)(AX*SIZE), Y0          \
 	VMOVV 32(DI)(AX*SIZE), Y1        \
@@ -95,16 +100,7 @@ loop:                                    \
 	CMPQ AX, BX                      \
 	JB   loop                        \
 	VZEROUPPER                       \
-tail:                                    \
-	CMPQ AX, CX                      \
-	JAE  done                        \
-	MOVS (DI)(AX*SIZE), X0           \
-	OPS  (SI)(AX*SIZE), X0           \
-	MOVS X0, (DI)(AX*SIZE)           \
-	INCQ AX                          \
-	JMP  tail                        \
-done:                                    \
-	RET
+	ELEMENTWISE_TAIL(MOVS, OPS, SIZE)
 
 // func addF32AVX(dst, src []float32)
 TEXT ·addF32AVX(SB), NOSPLIT, $0-48
