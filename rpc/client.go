@@ -237,8 +237,12 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 	id := p.id
 	f := wire.Frame{Kind: wire.KindRequest, ID: id, Fn: call.Function, Type: typ, Aux: uint64(timeout), Meta: call.Meta, Payload: enc.enc.Payload(), Tensors: enc.enc.Sent()}
 	byRef := c.byRefOK(f.Tensors)
+	var grant *peerGrant
 	if byRef {
 		f.Flags = wire.FlagByRef
+		if grant, f.Push = c.takeGrant(f.Tensors); grant != nil {
+			f.Flags |= wire.FlagPushed
+		}
 		if call.waits {
 			// The caller waits for the reply, which comes after the callee
 			// has copied the tensors: no read-done frame, and the tensors
@@ -250,6 +254,11 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 			byRef = false
 		}
 	}
+	if len(call.into) > 0 && c.pushOK {
+		// The reply goes into the lent memory: the callee is not to push
+		// it into memory granted for it.
+		f.Flags |= wire.FlagLent
+	}
 	hb := getBuf()
 	defer putBuf(hb)
 	head, data, err := wire.AppendHead((*hb)[:0], &f)
@@ -258,6 +267,9 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 		err = fmt.Errorf("the argument makes a message of %d bytes, over the limit of %d (WithMaxMessageSize): %w", len(head)-wire.HeaderLen+int(data), a.opts.maxMessage, ErrTooLarge)
 	}
 	if err != nil {
+		if grant != nil {
+			c.pushAbort(grant)
+		}
 		if q := c.take(id); q != nil {
 			q.finish(nil, err)
 		}
@@ -289,10 +301,16 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 		if byRef {
 			c.dropAck(id)
 		}
+		if grant != nil {
+			c.pushAbort(grant)
+		}
 		if q := c.take(id); q != nil {
 			q.finish(nil, fmt.Errorf("sending the call failed: %v: %w", err, ErrPeerLost))
 		}
 		return fut
+	}
+	if grant != nil {
+		c.pushTail(grant, f.Tensors[f.Push.Index].Header.Raw, f.Push)
 	}
 	sent = true
 	a.m.sent.Add(1)

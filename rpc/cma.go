@@ -53,6 +53,7 @@ const (
 const (
 	cmaSentProof = 1 // the sender has proved itself to the other's challenge
 	cmaReadsYou  = 2 // the sender reads the other's tensors from its memory
+	cmaPushes    = 4 // the sender pushes tensors and grants memory (push.go, WithPush)
 )
 
 // cmaHello is one side's offer of same-host copies.

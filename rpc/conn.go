@@ -75,6 +75,12 @@ type conn struct {
 	// acknowledgement that only the read loop can deliver, so sends made
 	// meanwhile go inline.
 	dispatching atomic.Int32
+	// pushed tensors (push.go): whether this connection pushes (both ends
+	// copy each other's memory, and pushing is on), the memory granted to
+	// the peer, and the memory the peer granted.
+	pushOK bool
+	land   landings
+	grant  grants
 	// poll reads the socket under br, polling before it parks (poll.go);
 	// nil where the connection has no descriptor to poll (TLS).
 	poll *pollReader
@@ -82,7 +88,7 @@ type conn struct {
 	closeOnce sync.Once
 }
 
-func newConn(a *Agent, nc net.Conn, peer WorkerInfo, client bool, br *bufio.Reader, peerPID int, sendByRef, recvByRef bool) *conn {
+func newConn(a *Agent, nc net.Conn, peer WorkerInfo, client bool, br *bufio.Reader, peerPID int, sendByRef, recvByRef, push bool) *conn {
 	c := &conn{a: a, nc: nc, peer: peer, client: client, br: br, peerPID: peerPID, sendByRef: sendByRef, recvByRef: recvByRef,
 		acks: map[uint64]chan struct{}{}, done: make(chan struct{})}
 	c.rd = &lifeReader{r: br, at: &c.readAt}
@@ -99,6 +105,7 @@ func newConn(a *Agent, nc net.Conn, peer WorkerInfo, client bool, br *bufio.Read
 		liveness.SetUserTimeout(raw, lc.Timeout)
 	}
 	c.fetch = c.fetcher()
+	c.pushOK = sendByRef && recvByRef && push
 	if client {
 		c.into = c.lent
 	}
@@ -202,6 +209,8 @@ func (c *conn) close(reason error) {
 	c.closeOnce.Do(func() {
 		c.nc.Close()
 		close(c.done)
+		c.closeGrants()
+		c.closeLandings()
 		c.wmu.Lock()
 		if c.werr == nil {
 			c.werr = net.ErrClosed
@@ -266,7 +275,7 @@ func (c *conn) readLoop(context.Context) (handler func()) {
 func (c *conn) readFrames() (handler func()) {
 	hdr := make([]byte, wire.HeaderLen)
 	for {
-		f, err := wire.ReadFrame(c.rd, hdr, c.a.opts.maxMessage, c.intern, c.fetch, c.into)
+		f, err := wire.ReadFrame(c.rd, hdr, c.a.opts.maxMessage, c.intern, c.fetch, c.into, c.landingsFor())
 		if err != nil {
 			var pe *wire.ProtocolError
 			if errors.As(err, &pe) {
@@ -281,12 +290,24 @@ func (c *conn) readFrames() (handler func()) {
 			head, _, _ := wire.AppendHead(make([]byte, 0, wire.HeaderLen+8), &wire.Frame{Kind: wire.KindReadDone, ID: f.ID})
 			c.post(head)
 		}
+		if f.Flags&wire.FlagByRef != 0 && c.pushOK {
+			c.afterByRef(f)
+		}
 		switch f.Kind {
 		case wire.KindReadDone:
 			c.ackArrived(f.ID)
 			continue
 		case wire.KindHeartbeat:
 			continue // its bytes were the point
+		case wire.KindGrant:
+			c.onGrant(f)
+			continue
+		case wire.KindRevoke:
+			c.onRevoke(f.ID)
+			continue
+		case wire.KindRevoked:
+			c.onRevoked(f.ID)
+			continue
 		}
 		if c.client {
 			c.dispatching.Add(1)

@@ -86,6 +86,20 @@
 // more are shared between the receiving goroutine and a helper, so they use
 // a second core where one is free.
 //
+// Where both ends copy each other's memory, tensors of 1 MiB or more are
+// also pushed (WithPush): the receiver of a large tensor grants the sender
+// memory for the next one of that size (a receive buffer and a completion
+// word), and the sender, which would otherwise wait for the copy, writes
+// the tensor's tail into that memory itself (process_vm_writev) once the
+// frame is sent, while the receiver copies its head; the receiver adapts
+// the split so both finish together. The copy runs on two cores, even
+// with one processor a process. Only memory the receiver granted is
+// written, by the process the kernel named; granted memory is never reused
+// until the sender is known to be done with it (a grant outstanding when a
+// connection fails is held back until its completion word is set or the
+// sender's process is gone). A call that lends memory for its reply
+// (WithResultInto) gets the reply there, not pushed.
+//
 // On connections to workers of the same host, a read loop that finds no
 // bytes polls the socket for up to 50 µs (WithPoll), yielding the processor
 // between looks, before it parks on the network poller: waking a parked

@@ -221,7 +221,7 @@ func (a *Agent) dial(ctx context.Context, id int) (*conn, error) {
 	pr := newPollReader(nc)
 	br := bufio.NewReaderSize(readerOf(nc, pr), 64<<10)
 	var peerPID int
-	var sendByRef bool
+	var sendByRef, push bool
 	status, msg, err := func() (byte, string, error) {
 		status, msg, err := dialAuth(nc, br, a.token, a.self.ID, side.hello.append(nil))
 		if err != nil || status != statusOK {
@@ -241,6 +241,9 @@ func (a *Agent) dial(ctx context.Context, id int) (*conn, error) {
 		if peerPID != 0 {
 			mine |= cmaReadsYou
 		}
+		if a.opts.push && peerPID != 0 {
+			mine |= cmaPushes
+		}
 		if _, err := nc.Write([]byte{mine}); err != nil {
 			return 0, "", err
 		}
@@ -249,6 +252,7 @@ func (a *Agent) dial(ctx context.Context, id int) (*conn, error) {
 			return 0, "", err
 		}
 		sendByRef = b&cmaReadsYou != 0 && mine&cmaSentProof != 0
+		push = b&mine&cmaPushes != 0
 		return statusOK, "", nil
 	}()
 	if errors.Is(err, errImpostor) {
@@ -273,7 +277,7 @@ func (a *Agent) dial(ctx context.Context, id int) (*conn, error) {
 		return nil, fmt.Errorf("%w: rpc: worker %s refused the connection: %s (this worker speaks RPC protocol version %d)", ErrMismatch, peer, msg, helloVersion)
 	}
 	nc.SetDeadline(time.Time{})
-	c := newConn(a, nc, peer, true, br, peerPID, sendByRef, peerPID != 0)
+	c := newConn(a, nc, peer, true, br, peerPID, sendByRef, peerPID != 0, push)
 	c.pollFor(pr)
 	return c, nil
 }
@@ -463,6 +467,9 @@ func (a *Agent) handshake(nc net.Conn, admitted func()) *conn {
 	if peerPID != 0 {
 		mine |= cmaReadsYou
 	}
+	if a.opts.push && peerPID != 0 {
+		mine |= cmaPushes
+	}
 	if _, err := nc.Write([]byte{mine}); err != nil {
 		nc.Close()
 		return nil
@@ -473,7 +480,7 @@ func (a *Agent) handshake(nc net.Conn, admitted func()) *conn {
 	}
 	nc.SetDeadline(time.Time{})
 	sendByRef := b&cmaReadsYou != 0 && offer.flags&cmaProved != 0
-	c := newConn(a, nc, a.workers[id], false, br, peerPID, sendByRef, peerPID != 0)
+	c := newConn(a, nc, a.workers[id], false, br, peerPID, sendByRef, peerPID != 0, b&mine&cmaPushes != 0)
 	c.pollFor(pr)
 	a.mu.Lock()
 	if a.state == stateClosed {

@@ -21,6 +21,7 @@ type Metrics struct {
 	ConnectionsRefused int64 // connections refused at the handshake (token, TLS, hello)
 	MalformedFrames    int64 // connections closed for a malformed or oversized frame
 	SameHostCopies     int64 // frames whose tensors the peer copied from this process's memory
+	PushedTensors      int64 // tensors this process wrote in part into the peer's memory itself (WithPush)
 
 	// Latency of outgoing calls, from the call to its completion: the mean
 	// over all calls, and quantiles over the most recent ones.
@@ -50,6 +51,7 @@ type metrics struct {
 	refused        atomic.Int64
 	malformed      atomic.Int64
 	byRef          atomic.Int64
+	pushed         atomic.Int64
 
 	mu      sync.Mutex
 	ring    []time.Duration
@@ -107,6 +109,7 @@ func (a *Agent) Metrics() Metrics {
 		ConnectionsRefused: m.refused.Load(),
 		MalformedFrames:    m.malformed.Load(),
 		SameHostCopies:     m.byRef.Load(),
+		PushedTensors:      m.pushed.Load(),
 	}
 	m.mu.Lock()
 	recent := slices.Clone(m.ring)

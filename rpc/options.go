@@ -52,6 +52,7 @@ type options struct {
 	socketBuffer   int
 	handshakeLimit time.Duration
 	sameHostCopy   bool
+	push           bool
 	poll           time.Duration
 	live           liveness.Config
 	extensions     []Extension
@@ -66,6 +67,7 @@ func newOptions(opts []Option) options {
 		socketBuffer:   4 << 20,
 		handshakeLimit: admit.HandshakeTimeout,
 		sameHostCopy:   true,
+		push:           true,
 		poll:           DefaultPoll,
 	}
 	for _, f := range opts {
@@ -198,6 +200,15 @@ func WithSocketBuffer(n int) Option { return func(o *options) { o.socketBuffer =
 // sender's memory (Linux process_vm_readv) instead of through the socket,
 // where the handshake finds that this works (see the package docs).
 func WithSameHostCopy(on bool) Option { return func(o *options) { o.sameHostCopy = on } }
+
+// WithPush turns pushed tensors on (the default) or off. On a connection
+// with same-host copies both ways, the receiver of a tensor of 1 MiB or
+// more grants the sender memory for the next one, and the sender, which
+// would otherwise wait, writes part of that tensor into it itself
+// (process_vm_writev) while the receiver copies the rest: the copy runs on
+// two cores. Off, the receiver copies every tensor alone. Both ends must
+// agree: a connection pushes when both agents have it on.
+func WithPush(on bool) Option { return func(o *options) { o.push = on } }
 
 // WithPoll sets how long a read loop on a connection to a worker of the
 // same host looks for the next frame, yielding to the process's other

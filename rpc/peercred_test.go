@@ -116,7 +116,7 @@ func stealSecret(addr string, token []byte, v samehosttest.Victim, prove bool, b
 		return nil, err
 	}
 	var hdr [wire.HeaderLen]byte
-	f, err := wire.ReadFrame(br, hdr[:], 1<<20, func(b []byte) string { return string(b) }, nil, nil)
+	f, err := wire.ReadFrame(br, hdr[:], 1<<20, func(b []byte) string { return string(b) }, nil, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("worker's verdict on reading this process: %d; no reply: %w", verdict, err)
 	}

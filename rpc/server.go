@@ -38,7 +38,7 @@ func (a *Agent) onRequest(c *conn, f *wire.Frame) (handler func()) {
 	e := a.reg.lookup(f.Fn)
 	if e == nil {
 		err := a.reg.unknownFunction(a.self.Name, f.Fn)
-		return func() { a.reply(c, f.ID, f.Fn, nil, nil, nil, err) }
+		return func() { a.reply(c, f, f.Fn, nil, nil, nil, err) }
 	}
 	if e.async {
 		a.serve(c, f, e)
@@ -76,11 +76,11 @@ func (a *Agent) serve(c *conn, f *wire.Frame, e *entry) {
 		err = wrongTypef("function %q takes an argument of type %s, the caller sent %s: %v", e.name, e.argType, displayType(f.Type), err)
 		if e.async { // on the read loop: do not write from it
 			go func() {
-				done(a.reply(c, f.ID, f.Fn, nil, nil, nil, err))
+				done(a.reply(c, f, f.Fn, nil, nil, nil, err))
 			}()
 			return
 		}
-		done(a.reply(c, f.ID, f.Fn, nil, nil, nil, err))
+		done(a.reply(c, f, f.Fn, nil, nil, nil, err))
 		return
 	}
 	sc := &ServerCall{From: c.peer, Function: e.name, ArgType: e.argType, ResultType: e.resType, Meta: f.Meta, tensors: f.Tensors, agent: a}
@@ -104,11 +104,11 @@ func (a *Agent) serve(c *conn, f *wire.Frame, e *entry) {
 		}
 		if e.async && !returned.Load() {
 			go func() {
-				done(a.reply(c, f.ID, e.name, sc.ReplyMeta, &sc.result, v, err))
+				done(a.reply(c, f, e.name, sc.ReplyMeta, &sc.result, v, err))
 			}()
 			return
 		}
-		done(a.reply(c, f.ID, e.name, sc.ReplyMeta, &sc.result, v, err))
+		done(a.reply(c, f, e.name, sc.ReplyMeta, &sc.result, v, err))
 	})
 	returned.Store(true)
 }
@@ -188,8 +188,10 @@ func isOwnFrame(fn string) bool {
 // settled: written, and when by reference, copied by the caller, so that
 // the tensors in v may change. pre (may be nil) holds the encoding of v
 // that an interceptor asked for (ServerCall.ResultTensors).
-func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, pre *pending, v any, err error) (settled bool) {
+func (a *Agent) reply(c *conn, req *wire.Frame, fn string, meta Metadata, pre *pending, v any, err error) (settled bool) {
+	id := req.ID
 	f := wire.Frame{ID: id, Meta: meta}
+	var grant *peerGrant
 	var enc *encoded
 	if err == nil {
 		if pre != nil {
@@ -204,6 +206,11 @@ func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, pre *pending
 			f.Kind, f.Type, f.Payload, f.Tensors = wire.KindResponse, enc.typ, enc.enc.Payload(), enc.enc.Sent()
 			if c.byRefOK(f.Tensors) {
 				f.Flags = wire.FlagByRef
+				if req.Flags&wire.FlagLent == 0 {
+					if grant, f.Push = c.takeGrant(f.Tensors); grant != nil {
+						f.Flags |= wire.FlagPushed
+					}
+				}
 			}
 		}
 	} else if pre != nil {
@@ -224,6 +231,10 @@ func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, pre *pending
 		if len(msg) > 64<<10 {
 			msg = msg[:64<<10] + "…"
 		}
+		if grant != nil {
+			c.pushAbort(grant)
+			grant = nil
+		}
 		f = wire.Frame{Kind: wire.KindError, Code: byte(code), ID: id, Aux: mask, Payload: []byte(msg), Meta: meta}
 		head, _, _ = wire.AppendHead((*hb)[:0], &f)
 		if enc != nil {
@@ -234,7 +245,15 @@ func (a *Agent) reply(c *conn, id uint64, fn string, meta Metadata, pre *pending
 	settled = true
 	if f.Flags&wire.FlagByRef != 0 {
 		ack := c.expectAck(id)
-		if werr := c.write(wire.Buffers(head, &f)); werr != nil {
+		werr := c.write(wire.Buffers(head, &f))
+		if grant != nil {
+			if werr != nil {
+				c.pushAbort(grant)
+			} else {
+				c.pushTail(grant, f.Tensors[f.Push.Index].Header.Raw, f.Push)
+			}
+		}
+		if werr != nil {
 			c.dropAck(id)
 			enc.abandon()
 		} else if aerr := c.awaitAck(ack, id, nil, a.opts.timeout); aerr != nil {

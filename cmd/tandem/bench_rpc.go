@@ -87,6 +87,8 @@ type rpcBenchConfig struct {
 	sameHostCopy bool
 	// poll: how long read loops poll before they park (rpc.WithPoll).
 	poll time.Duration
+	// push: let senders write part of large tensors themselves (rpc.WithPush).
+	push bool
 	// cores: GOMAXPROCS of each worker process (0: the runtime's default).
 	cores int
 }
@@ -108,6 +110,7 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 	inproc := fs.Bool("inproc", false, "run both workers in this process (default: the callee is a second process)")
 	noCMA := fs.Bool("no-same-host-copy", false, "send large tensors through the socket even between processes on one host")
 	poll := fs.Duration("poll", rpc.DefaultPoll, "how long a read loop polls for the next frame before it parks (0: park at once)")
+	noPush := fs.Bool("no-push", false, "let the receiver copy every large tensor alone, without the sender writing part of it (rpc.WithPush(false))")
 	cores := fs.Int("cores", 1, "GOMAXPROCS of each worker process (0: the Go runtime's default; with -inproc the one process gets twice this)")
 	peer := addPeerFlags(fs, "torch_rpc.py", 3)
 	torch := fs.Bool("torch", false, "the same as -peer")
@@ -116,7 +119,7 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *callee {
-		return rpcBenchCallee(ctx, !*noCMA, *poll)
+		return rpcBenchCallee(ctx, !*noCMA, *poll, !*noPush)
 	}
 	peer.peer.on = peer.peer.on || *torch
 	maxBytes, err := parseByteSize(*maxFlag)
@@ -130,7 +133,7 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 	if *inflight < 1 || *calls < 1 || *remotes < 1 || *iters < 0 || *cores < 0 {
 		return fmt.Errorf("-inflight, -calls and -remotes must be positive, -iters and -cores not negative")
 	}
-	cfg := rpcBenchConfig{inflight: *inflight, calls: *calls, remotes: *remotes, iters: *iters, sameHostCopy: !*noCMA, poll: *poll, cores: *cores}
+	cfg := rpcBenchConfig{inflight: *inflight, calls: *calls, remotes: *remotes, iters: *iters, sameHostCopy: !*noCMA, poll: *poll, push: !*noPush, cores: *cores}
 	for b := 4; b <= maxBytes; b *= 4 {
 		if b >= minBytes {
 			cfg.sizes = append(cfg.sizes, b)
@@ -242,7 +245,7 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		done := make(chan error, 1)
 		peerDone = done
 		go func() {
-			a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy), rpc.WithPoll(cfg.poll))
+			a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy), rpc.WithPoll(cfg.poll), rpc.WithPush(cfg.push))
 			if err == nil {
 				err = a.Shutdown(ctx)
 			}
@@ -255,7 +258,7 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		}
 		_, port, _ := net.SplitHostPort(st.Addr())
 		portNum, _ := strconv.Atoi(port)
-		cmd := exec.CommandContext(ctx, exe, "bench", "rpc", "-callee", "-no-same-host-copy="+strconv.FormatBool(!cfg.sameHostCopy), "-poll="+cfg.poll.String())
+		cmd := exec.CommandContext(ctx, exe, "bench", "rpc", "-callee", "-no-same-host-copy="+strconv.FormatBool(!cfg.sameHostCopy), "-poll="+cfg.poll.String(), "-no-push="+strconv.FormatBool(!cfg.push))
 		peer := launch.Job{
 			Launcher: launch.TandemRun, Rank: 1, WorldSize: 2, LocalRank: 1, LocalWorldSize: 2, NodeRank: 0, NumNodes: 1,
 			MasterAddr: "127.0.0.1", MasterPort: portNum, MaxRestarts: 0, Token: token,
@@ -273,7 +276,7 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		peerDone = done
 		go func() { done <- cmd.Wait() }()
 	}
-	a, err := rpc.Init(ctx, "w0", 0, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy), rpc.WithPoll(cfg.poll))
+	a, err := rpc.Init(ctx, "w0", 0, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy), rpc.WithPoll(cfg.poll), rpc.WithPush(cfg.push))
 	if err != nil {
 		cancel()
 		<-peerDone
@@ -302,8 +305,8 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 
 // rpcBenchCallee is the callee process: it serves until the caller shuts the
 // group down.
-func rpcBenchCallee(ctx context.Context, sameHostCopy bool, poll time.Duration) error {
-	a, err := rpc.InitFromEnv(ctx, "w1", rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithSameHostCopy(sameHostCopy), rpc.WithPoll(poll))
+func rpcBenchCallee(ctx context.Context, sameHostCopy bool, poll time.Duration, push bool) error {
+	a, err := rpc.InitFromEnv(ctx, "w1", rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithSameHostCopy(sameHostCopy), rpc.WithPoll(poll), rpc.WithPush(push))
 	if err != nil {
 		return err
 	}

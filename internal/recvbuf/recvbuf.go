@@ -469,3 +469,82 @@ func (r *recycler) put(base unsafe.Pointer, class uintptr) {
 
 // Valid reports whether b is a block (not the zero Block).
 func (b Block) Valid() bool { return b.base != nil }
+
+// Class is the size of the buffer that a receive of n bytes is given: n
+// rounded up to a size class.
+func Class(n uint64) uint64 { return uint64(sizeClass(uintptr(n))) }
+
+// Landing returns a receive buffer of Class(size) bytes, whose contents are
+// undefined, and its block, for memory that another process is to write
+// into (rpc's pushed tensors): until TensorOn makes a tensor of it, the
+// caller keeps the block reachable (or quarantined) itself.
+func Landing(size uint64) ([]byte, Block) {
+	blk := receiveBuffers.get(uintptr(size))
+	return unsafe.Slice((*byte)(bufferStart(blk.base, blk.class)), blk.class), blk
+}
+
+// TensorOn returns a tensor of dtype dt and shape whose data is the first
+// bytes of mem (from Landing), which must hold them.
+func TensorOn(dt tensor.Dtype, shape []int, mem []byte) *tensor.Dense {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	if n == 0 || len(mem) == 0 {
+		return tensor.New(tensor.Of(dt), tensor.WithShape(shape...))
+	}
+	backing := reflect.SliceAt(dt.Type, unsafe.Pointer(&mem[0]), n).Interface()
+	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing))
+}
+
+// Quarantine keeps the block b, and keep, out of every other use until
+// free reports true: memory that another process may still write into
+// (its writes were granted and could not be shown to be over) must never
+// be handed to the allocator again, where they would land in unrelated
+// objects. free is asked at each later call, and is called with no lock
+// held; once it reports true the block goes back to the free lists. The
+// zero Block is ignored.
+func Quarantine(b Block, keep any, free func() bool) {
+	if b.base == nil {
+		return
+	}
+	runtime.SetFinalizer((*byte)(b.base), nil)
+	q := &quarantined
+	q.mu.Lock()
+	all := append(q.held, quarantinedBlock{b, keep, free})
+	q.held = nil
+	q.mu.Unlock()
+	var still []quarantinedBlock
+	for _, h := range all {
+		if h.free() {
+			receiveBuffers.put(h.b.base, h.b.class)
+			continue
+		}
+		still = append(still, h)
+	}
+	q.mu.Lock()
+	q.held = append(q.held, still...)
+	q.mu.Unlock()
+}
+
+// Quarantined reports how many blocks Quarantine still holds (for tests).
+func Quarantined() int {
+	q := &quarantined
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.held)
+}
+
+// quarantinedBlock is a block Quarantine holds.
+type quarantinedBlock struct {
+	b    Block
+	keep any
+	free func() bool
+}
+
+// quarantined is this process's quarantine, like receiveBuffers one for
+// all its agents: a block held there outlives whatever quarantined it.
+var quarantined struct {
+	mu   sync.Mutex
+	held []quarantinedBlock
+}

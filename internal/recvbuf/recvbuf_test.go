@@ -283,3 +283,21 @@ func TestStartCollectionGCOff(t *testing.T) {
 		t.Fatalf("collections %d -> %d, forced %d -> %d; want runtime.GC's", total, got, forced, gotForced)
 	}
 }
+
+// TestQuarantine: a quarantined block goes back to the free lists only
+// once its release condition holds.
+func TestQuarantine(t *testing.T) {
+	mem, blk := Landing(1 << 20)
+	free := false
+	before := Quarantined()
+	Quarantine(blk, nil, func() bool { return free })
+	if Quarantined() != before+1 || Free(uintptr(unsafe.Pointer(&mem[0]))) {
+		t.Fatal("the block is not held")
+	}
+	free = true
+	_, other := Landing(1 << 20)
+	Quarantine(other, nil, func() bool { return true })
+	if Quarantined() != before || !Free(uintptr(unsafe.Pointer(&mem[0]))) {
+		t.Fatalf("%d blocks held, want %d, and the freed one on its free list", Quarantined(), before)
+	}
+}

@@ -84,12 +84,27 @@ func readShared(pid int, dst []byte, addr uint64) error {
 
 // readSerial is Read on this goroutine alone.
 func readSerial(pid int, dst []byte, addr uint64) error {
-	for len(dst) > 0 {
-		piece := min(len(dst), readPiece)
-		liov := syscall.Iovec{Base: &dst[0]}
+	return transfer(sysProcessVMReadv, pid, dst, addr)
+}
+
+// Write copies src into address addr of process pid with
+// process_vm_writev(2), on this goroutine, in pieces of readPiece. As for
+// Read, the process id must be one the kernel vouched for, and the address
+// one that process named for the purpose: the kernel checks only that this
+// process may write there, not that it should.
+func Write(pid int, addr uint64, src []byte) error {
+	return transfer(sysProcessVMWritev, pid, src, addr)
+}
+
+// transfer moves the bytes of local from or to addr in process pid with
+// the process_vm_readv or process_vm_writev system call sysno.
+func transfer(sysno uintptr, pid int, local []byte, addr uint64) error {
+	for len(local) > 0 {
+		piece := min(len(local), readPiece)
+		liov := syscall.Iovec{Base: &local[0]}
 		liov.SetLen(piece)
 		riov := remoteIovec{base: uintptr(addr), len: uintptr(piece)}
-		n, _, errno := syscall.RawSyscall6(sysProcessVMReadv, uintptr(pid),
+		n, _, errno := syscall.RawSyscall6(sysno, uintptr(pid),
 			uintptr(unsafe.Pointer(&liov)), 1, uintptr(unsafe.Pointer(&riov)), 1, 0)
 		switch {
 		case errno == syscall.EINTR:
@@ -99,7 +114,7 @@ func readSerial(pid int, dst []byte, addr uint64) error {
 		case n == 0:
 			return io.ErrUnexpectedEOF
 		}
-		dst = dst[n:]
+		local = local[n:]
 		addr += uint64(n)
 	}
 	return nil

@@ -10,3 +10,7 @@ const Supported = false
 // Read is Linux's process_vm_readv(2); elsewhere same-host copies are not
 // offered and data always travels through the socket.
 func Read(pid int, dst []byte, addr uint64) error { return errors.ErrUnsupported }
+
+// Write is Linux's process_vm_writev(2); elsewhere nothing is written into
+// another process.
+func Write(pid int, addr uint64, src []byte) error { return errors.ErrUnsupported }

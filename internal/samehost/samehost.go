@@ -1,5 +1,6 @@
 // Package samehost copies memory between two processes of one machine, for
-// the same-host copies of comm/tcp and rpc: one process_vm_readv(2), one
+// the same-host copies of comm/tcp and rpc: one process_vm_readv(2) (and
+// process_vm_writev(2), for rpc's pushed tensors), one
 // system call table and one probe that settles, per connection, whether the
 // other end's memory may be read.
 //

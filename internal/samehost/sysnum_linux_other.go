@@ -4,4 +4,7 @@ package samehost
 
 import "syscall"
 
-const sysProcessVMReadv = syscall.SYS_PROCESS_VM_READV
+const (
+	sysProcessVMReadv  = syscall.SYS_PROCESS_VM_READV
+	sysProcessVMWritev = syscall.SYS_PROCESS_VM_WRITEV
+)

@@ -24,13 +24,18 @@ import (
 //	  [0:4]   head length (u32): bytes of the head that follows
 //	  [4:12]  data length (u64): bytes of raw tensor data after the head
 //	  [12]    kind: 1 request, 2 response, 3 error, 4 cancel, 5 read-done,
-//	          6 heartbeat
-//	  [13]    code: error frames carry an error code, others 0
+//	          6 heartbeat, 7 grant, 8 revoke, 9 revoked
+//	  [13]    code: error frames carry an error code, grants the sender's
+//	          share (below), others 0
 //	  [14]    version: 1
 //	  [15]    flags: bit 0 "tensors by reference" (same-host copies); bit 1
 //	          "no read-done frame" (requests by reference only: the caller
-//	          waits for the reply, which tells it the copy is made)
-//	  [16:24] call id (u64)
+//	          waits for the reply, which tells it the copy is made); bit 2
+//	          "pushed" (by reference only: the sender writes the tail of
+//	          one tensor into granted memory itself); bit 3 "lent" (requests
+//	          only: the caller lent memory for the reply, which is not to
+//	          be pushed)
+//	  [16:24] call id (u64); a grant's token for kinds 7 to 9
 //	head:
 //	  uvarint n, n bytes   function name (requests)
 //	  uvarint n, n bytes   type name of the value carried
@@ -40,6 +45,7 @@ import (
 //	  uvarint n, n bytes   payload: the value's encoding, tensors excepted
 //	  uvarint t            tensors, then t × (dtype byte, uvarint ndim, ndim × uvarint dim,
 //	                       and with flag bit 0: uvarint address in the sender)
+//	  with flag bit 2: uvarint token, uvarint tensor index, uvarint cut
 //	data: the tensors' bytes, one after another, in native little-endian
 //	  element order; their sizes follow from dtype and shape and must add up
 //	  to the data length. With flag bit 0 there is no data (length 0): the
@@ -51,6 +57,20 @@ import (
 // the receiver drops it, having counted its bytes as a sign of life (see
 // WithLivenessTimeout). It came with the liveness check; frames before it
 // end at kind 5, and both ends of a connection run the same build.
+//
+// Pushed tensors. A receiver that has copied a large tensor by reference
+// may grant the sender memory for the next one (kind 7, the token in the
+// id field, the size in aux, the payload the memory's address and the
+// address of an 8-byte completion word, both u64, and in code the part of
+// the tensor the sender is to write itself, in 256ths). The sender may then
+// send a by-reference frame with flag bit 2, naming the token, a tensor
+// that fits the memory and a cut: the receiver copies bytes [0, cut) of
+// that tensor into the granted memory while the sender writes the rest
+// there itself (process_vm_writev), then stores the token in the
+// completion word; the two copies run at once, on two cores. A grant is
+// used once. The receiver may take back a grant not yet used (kind 8,
+// revoke, the token in the id field); the sender answers with kind 9
+// (revoked, the same token) and never uses it after.
 //
 // A frame whose head does not parse exactly, whose sizes disagree, or whose
 // length passes the connection's limit is malformed: the connection that
@@ -65,9 +85,18 @@ const (
 	KindCancel    = 4
 	KindReadDone  = 5
 	KindHeartbeat = 6
+	KindGrant     = 7
+	KindRevoke    = 8
+	KindRevoked   = 9
 
-	FlagByRef = 1
-	FlagNoAck = 2
+	FlagByRef  = 1
+	FlagNoAck  = 2
+	FlagPushed = 4
+	FlagLent   = 8
+
+	// GrantLen is the payload of a grant frame: the memory's address and
+	// the completion word's.
+	GrantLen = 16
 
 	MaxNameLen   = 4096
 	maxMetaPairs = 1024
@@ -94,6 +123,29 @@ type Frame struct {
 	// (recvbuf.Release) when the function that takes them says it keeps
 	// none.
 	Blocks []recvbuf.Block
+	// Push: with FlagPushed, which tensor the sender writes in part itself.
+	Push Push
+}
+
+// Push names a pushed tensor (FlagPushed): the grant used, the tensor's
+// index in the frame, and the byte from which the sender writes it.
+type Push struct {
+	Token uint64
+	Index uint64
+	Cut   uint64
+}
+
+// Landings is the receiving side of pushed tensors: the memory this side
+// granted and the wait for the sender's part.
+type Landings interface {
+	// Land returns the memory granted under token for a tensor of size
+	// bytes and its receive buffer's block, or an error when no such grant
+	// is outstanding or the tensor does not fit it.
+	Land(token, size uint64) ([]byte, recvbuf.Block, error)
+	// Landed waits until the sender has written its part of the memory
+	// granted under token: true, or false when it could not, and the
+	// receiver is to copy that part too.
+	Landed(token uint64) (bool, error)
 }
 
 // dtype codes on the wire.
@@ -196,6 +248,11 @@ func AppendHead(dst []byte, f *Frame) ([]byte, uint64, error) {
 		}
 		data += uint64(len(t.Header.Raw))
 	}
+	if f.Flags&FlagPushed != 0 {
+		dst = binary.AppendUvarint(dst, f.Push.Token)
+		dst = binary.AppendUvarint(dst, f.Push.Index)
+		dst = binary.AppendUvarint(dst, f.Push.Cut)
+	}
 	head := len(dst) - start - HeaderLen
 	if head > math.MaxUint32 {
 		return nil, 0, fmt.Errorf("%w: rpc: message head of %d bytes", errs.TooLarge, head)
@@ -292,10 +349,13 @@ func parseHeader(h []byte, maxSize int64) (f Frame, headLen uint32, dataLen uint
 	if h[14] != Version {
 		return f, 0, 0, Malformed("frame version %d, this side speaks %d", h[14], Version)
 	}
-	if f.Flags&^(FlagByRef|FlagNoAck) != 0 || (f.Flags&FlagNoAck != 0 && (f.Flags&FlagByRef == 0 || f.Kind != KindRequest)) {
+	if f.Flags&^(FlagByRef|FlagNoAck|FlagPushed|FlagLent) != 0 ||
+		(f.Flags&FlagNoAck != 0 && (f.Flags&FlagByRef == 0 || f.Kind != KindRequest)) ||
+		(f.Flags&FlagPushed != 0 && f.Flags&FlagByRef == 0) ||
+		(f.Flags&FlagLent != 0 && f.Kind != KindRequest) {
 		return f, 0, 0, Malformed("frame flags %#x on a frame of kind %d", f.Flags, f.Kind)
 	}
-	if f.Kind < KindRequest || f.Kind > KindHeartbeat {
+	if f.Kind < KindRequest || f.Kind > KindRevoked {
 		return f, 0, 0, Malformed("frame kind %d", f.Kind)
 	}
 	if f.Flags&FlagByRef != 0 && (dataLen != 0 || (f.Kind != KindRequest && f.Kind != KindResponse)) {
@@ -392,6 +452,14 @@ func parseHead(f *Frame, head []byte, dataLen uint64, maxSize int64, intern func
 		}
 		descs = append(descs, tensorDesc{dt: dt, shape: shape, size: size, addr: addr})
 	}
+	if f.Flags&FlagPushed != 0 && d.err == nil {
+		f.Push.Token = d.uvarint("push token")
+		f.Push.Index = d.uvarint("pushed tensor")
+		f.Push.Cut = d.uvarint("push cut")
+		if d.err == nil && (f.Push.Index >= uint64(len(descs)) || f.Push.Cut > descs[f.Push.Index].size) {
+			d.err = Malformed("pushed tensor %d cut at byte %d, of %d tensors", f.Push.Index, f.Push.Cut, len(descs))
+		}
+	}
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -406,9 +474,13 @@ func parseHead(f *Frame, head []byte, dataLen uint64, maxSize int64, intern func
 		if f.Fn == "" {
 			return nil, Malformed("request without a function name")
 		}
-	case KindCancel, KindReadDone, KindHeartbeat:
+	case KindCancel, KindReadDone, KindHeartbeat, KindRevoke, KindRevoked:
 		if len(descs) != 0 || len(f.Payload) != 0 {
 			return nil, Malformed("frame of kind %d with a body", f.Kind)
+		}
+	case KindGrant:
+		if len(descs) != 0 || len(f.Payload) != GrantLen {
+			return nil, Malformed("a grant with %d tensors and %d payload bytes", len(descs), len(f.Payload))
 		}
 	case KindError:
 		if len(descs) != 0 {
@@ -423,12 +495,16 @@ func parseHead(f *Frame, head []byte, dataLen uint64, maxSize int64, intern func
 // fetch; nil fetch refuses such frames). I/O errors come back as they are; a
 // malformed or oversized frame yields a *ProtocolError.
 //
+// land receives a pushed tensor (FlagPushed) into the memory granted for it,
+// fetching the part before the cut while the sender writes the rest; nil
+// land refuses pushed frames.
+//
 // into, when not nil, offers memory for a by-reference frame's tensors: it
 // returns the tensors a caller lent for the frame's call (WithResultInto),
 // and a function to call once the copying into them is over, whether it
 // succeeded or not. A lent tensor receives the frame's tensor of the same
 // index when its dtype and shape match; others get new memory.
-func ReadFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) string, fetch func(dst []byte, addr uint64) error, into func(id uint64) ([]*tensor.Dense, func())) (*Frame, error) {
+func ReadFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) string, fetch func(dst []byte, addr uint64) error, into func(id uint64) ([]*tensor.Dense, func()), land Landings) (*Frame, error) {
 	if _, err := io.ReadFull(r, hdr[:HeaderLen]); err != nil {
 		return nil, err
 	}
@@ -442,6 +518,9 @@ func ReadFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) strin
 	}
 	if f.Flags&FlagByRef != 0 && fetch == nil {
 		return nil, Malformed("a by-reference frame on a connection without same-host copies")
+	}
+	if f.Flags&FlagPushed != 0 && land == nil {
+		return nil, Malformed("a pushed frame on a connection that grants no memory")
 	}
 	descs, err := parseHead(&f, head, dataLen, maxSize, intern)
 	if err != nil {
@@ -457,6 +536,14 @@ func ReadFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) strin
 		}
 		f.Tensors = make([]*tensor.Dense, len(descs))
 		for i, d := range descs {
+			if f.Flags&FlagPushed != 0 && uint64(i) == f.Push.Index {
+				t, err := receivePushed(&f, d, fetch, land)
+				if err != nil {
+					return nil, err
+				}
+				f.Tensors[i] = t
+				continue
+			}
 			var t *tensor.Dense
 			if i < len(lent) && fits(lent[i], d) && !slices.Contains(lent[:i], lent[i]) {
 				t = lent[i]
@@ -484,6 +571,38 @@ func ReadFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) strin
 		}
 	}
 	return &f, nil
+}
+
+// receivePushed receives the pushed tensor d of f into the memory granted
+// for it: it copies the part before the cut while the sender writes the
+// rest, then waits for the sender's part, or copies it too when the sender
+// could not write it. An error leaves the granted memory with land, which
+// must keep it from any other use.
+func receivePushed(f *Frame, d tensorDesc, fetch func(dst []byte, addr uint64) error, land Landings) (*tensor.Dense, error) {
+	mem, blk, err := land.Land(f.Push.Token, d.size)
+	if err != nil {
+		return nil, &ProtocolError{err}
+	}
+	raw := mem[:d.size]
+	cut := f.Push.Cut
+	if cut > 0 {
+		if err := fetch(raw[:cut], d.addr); err != nil {
+			return nil, &ProtocolError{err}
+		}
+	}
+	written, err := land.Landed(f.Push.Token)
+	if err != nil {
+		return nil, err
+	}
+	if !written && cut < d.size {
+		if err := fetch(raw[cut:], d.addr+cut); err != nil {
+			return nil, &ProtocolError{err}
+		}
+	}
+	if blk.Valid() {
+		f.Blocks = append(f.Blocks, blk)
+	}
+	return recvbuf.TensorOn(d.dt, d.shape, raw), nil
 }
 
 // fits reports whether the lent tensor t can receive the tensor d
@@ -517,7 +636,7 @@ func unexpectedEOF(err error) error {
 // for tests and tools.
 func DecodeFrame(b []byte, maxSize int64, fetch func(dst []byte, addr uint64) error) (*Frame, error) {
 	r := bytes.NewReader(b)
-	f, err := ReadFrame(r, make([]byte, HeaderLen), maxSize, nil, fetch, nil)
+	f, err := ReadFrame(r, make([]byte, HeaderLen), maxSize, nil, fetch, nil, nil)
 	if err != nil {
 		return nil, err
 	}

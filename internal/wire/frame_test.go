@@ -6,10 +6,12 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/internal/errs"
+	"github.com/tandemml/tandem/internal/recvbuf"
 )
 
 func encodeFrame(t testing.TB, f *Frame) []byte {
@@ -66,8 +68,20 @@ func TestFrameRejects(t *testing.T) {
 	b[15] |= FlagNoAck
 	cases["no-ack flag on a response"] = b
 	b = bytes.Clone(good)
-	b[15] = 8
+	b[15] = 16
 	cases["unknown flag"] = b
+	b = bytes.Clone(good)
+	b[15] = FlagPushed
+	cases["pushed flag without by-reference tensors"] = b
+	b = encodeFrame(t, &Frame{Kind: KindResponse, ID: 1, Type: "x"})
+	b[15] = FlagLent
+	cases["lent flag on a response"] = b
+	one := []*tensor.Dense{dense([]int{4}, []float32{1, 2, 3, 4})}
+	cases["pushed frame, no landings"] = encodeFrame(t, &Frame{Kind: KindRequest, ID: 1, Fn: "f", Flags: FlagByRef | FlagPushed, Tensors: one, Push: Push{Token: 1, Cut: 8}})
+	cases["grant with tensors"] = encodeFrame(t, &Frame{Kind: KindGrant, ID: 1, Aux: 1 << 20, Payload: make([]byte, GrantLen), Tensors: one})
+	cases["grant of the wrong length"] = encodeFrame(t, &Frame{Kind: KindGrant, ID: 1, Aux: 1 << 20, Payload: make([]byte, GrantLen-1)})
+	cases["revoke with a body"] = encodeFrame(t, &Frame{Kind: KindRevoke, ID: 1, Payload: []byte{1}})
+	cases["kind past the last"] = func() []byte { b := encodeFrame(t, &Frame{Kind: KindRevoked, ID: 1}); b[12]++; return b }()
 	for name, b := range cases {
 		_, err := DecodeFrame(b, 1<<20, fakeFetch)
 		if err == nil {
@@ -85,6 +99,8 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add(encodeFrame(f, &Frame{Kind: KindError, Code: 1, ID: 2, Aux: 1, Payload: []byte("boom"), Meta: map[string]string{"k": "v"}}))
 	f.Add(encodeFrame(f, &Frame{Kind: KindCancel, ID: 3}))
 	f.Add(encodeFrame(f, &Frame{Kind: KindResponse, ID: 4, Type: "[]int", Payload: []byte{4, 2, 4, 6}}))
+	f.Add(encodeFrame(f, &Frame{Kind: KindGrant, ID: 5, Code: 128, Aux: 1 << 20, Payload: make([]byte, GrantLen)}))
+	f.Add(encodeFrame(f, &Frame{Kind: KindRevoke, ID: 5}))
 	f.Add([]byte("TNDMRPC garbage"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		g, err := DecodeFrame(b, 1<<16, fakeFetch)
@@ -125,5 +141,75 @@ func TestFrameNoAckRequest(t *testing.T) {
 	}
 	if g.Flags != FlagByRef|FlagNoAck || len(g.Tensors) != 1 || len(g.Tensors[0].Header.Raw) != 16 {
 		t.Fatalf("decoded %+v", g)
+	}
+}
+
+// landingsFake is a receiver's side of pushed tensors in decoder tests:
+// memory granted under token 5, and a sender that writes its part (the
+// bytes from the cut, as fakeFetch would) or fails to.
+type landingsFake struct {
+	mem     []byte
+	written bool
+	landed  int
+}
+
+func (l *landingsFake) Land(token, size uint64) ([]byte, recvbuf.Block, error) {
+	if token != 5 || size > uint64(len(l.mem)) {
+		return nil, recvbuf.Block{}, Malformed("no grant %d for %d bytes", token, size)
+	}
+	return l.mem, recvbuf.Block{}, nil
+}
+
+func (l *landingsFake) Landed(token uint64) (bool, error) {
+	l.landed++
+	return l.written, nil
+}
+
+// TestFramePushed: a pushed tensor lands in the granted memory, its head
+// fetched and its tail written by the sender, or fetched too when the
+// sender could not write it; other tensors of the frame arrive as usual;
+// a push under another grant, or cut past the tensor, is refused.
+func TestFramePushed(t *testing.T) {
+	small := dense([]int{2}, []float32{1, 2})
+	big := dense([]int{64}, make([]float32, 64))
+	f := &Frame{Kind: KindResponse, ID: 3, Type: "x", Flags: FlagByRef | FlagPushed, Tensors: []*tensor.Dense{small, big}, Push: Push{Token: 5, Index: 1, Cut: 100}}
+	b := encodeFrame(t, f)
+	addr := uint64(uintptr(unsafe.Pointer(&big.Header.Raw[0])))
+	for _, written := range []bool{true, false} {
+		land := &landingsFake{mem: make([]byte, 512), written: written}
+		const sent = 0xEE // what the sender "wrote" from the cut
+		for i := 100; i < 256; i++ {
+			land.mem[i] = sent
+		}
+		g, err := ReadFrame(bytes.NewReader(b), make([]byte, HeaderLen), 1<<20, nil, fakeFetch, nil, land)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Push != f.Push || land.landed != 1 || len(g.Tensors) != 2 || g.Tensors[1].Shape()[0] != 64 {
+			t.Fatalf("written %v: decoded %+v, landed %d", written, g, land.landed)
+		}
+		raw := g.Tensors[1].Header.Raw
+		if &raw[0] != &land.mem[0] || len(raw) != 256 {
+			t.Fatalf("written %v: the pushed tensor is not in the granted memory", written)
+		}
+		for i, v := range raw {
+			want := byte(addr) + byte(i) // fetched
+			if i >= 100 && written {
+				want = sent
+			}
+			if v != want {
+				t.Fatalf("written %v: byte %d is %#x, want %#x", written, i, v, want)
+			}
+		}
+		if len(g.Tensors[0].Header.Raw) != 8 {
+			t.Fatalf("the other tensor: %v", g.Tensors[0])
+		}
+	}
+	for name, p := range map[string]Push{"another grant": {Token: 6, Index: 1}, "cut past the end": {Token: 5, Index: 1, Cut: 257}, "no such tensor": {Token: 5, Index: 2}} {
+		f.Push = p
+		_, err := ReadFrame(bytes.NewReader(encodeFrame(t, f)), make([]byte, HeaderLen), 1<<20, nil, fakeFetch, nil, &landingsFake{mem: make([]byte, 512)})
+		if !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
+		}
 	}
 }
