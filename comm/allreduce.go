@@ -117,7 +117,7 @@ func allReduceBytes(ctx context.Context, c *opCtx, b []byte, dt dtype, op Reduce
 	if local, leaders, ok := c.hostViews(); ok {
 		return hierAllReduce(ctx, local, leaders, b, dt, op.kind, finalize)
 	}
-	if len(b) <= maxStageRounds*stageBlock {
+	if len(b) <= maxStageRounds*minStageBlock {
 		st, err := c.pg.stageFor(ctx, c)
 		if err != nil {
 			return err

@@ -45,7 +45,7 @@ func (pg *ProcessGroup) Reduce(ctx context.Context, t *tensor.Dense, root int, o
 	desc := fmt.Sprintf("reduce(%v,%s,root=%d,%v)", buf.dt, shapeString(buf.shape), root, op)
 	return pg.start(ctx, collective{name: "reduce", desc: desc, invalid: err,
 		run: func(ctx context.Context, c *opCtx) error {
-			if len(buf.b) > 0 && len(buf.b) <= maxStageRounds*stageBlock {
+			if len(buf.b) > 0 && len(buf.b) <= maxStageRounds*minStageBlock {
 				st, err := c.staging(ctx)
 				if err != nil {
 					return err

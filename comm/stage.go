@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -19,7 +20,7 @@ import (
 // segment instead of the transport (and so do reduces, below, and
 // broadcasts, gathers, all-gathers and reduce-scatters: stagecopy.go). The group maps it on its first staged
 // collective (mapShared): a region a rank, each a header and three buffers
-// of stageBlock bytes. A rank copies its tensor into its own region, and
+// of stageBlock bytes (stageblock.go). A rank copies its tensor into its own region, and
 // the ranks then read each other's regions directly:
 //
 //   - below the ring threshold, every rank reduces the whole tensor out of
@@ -51,13 +52,9 @@ import (
 // ranks have a CPU each), which arrivals ring; a sleeper looks at its
 // context and at the peers' liveness every stageTick.
 
-// stageBlock is the size of one of a rank's three staging buffers. On the
-// two-core development machine (2026-11-25, tandem bench allreduce, world
-// 4, two runs each) 2 MiB did best: 64 MiB took 51-55 ms in blocks of
-// 2 MiB, 54-56 in 1 MiB, 58-61 in 4 MiB, 61-66 in 512 KiB and 67-70 in
-// 8 MiB; a block's shares stay in the level-2 caches while its owner
-// reduces them.
-const stageBlock = 2 << 20
+// stageBlock, the size of one of a rank's three staging buffers, is rank
+// 0's stageBlockSize (stageblock.go: a core's level-2 cache), which every
+// member takes from it when the segment is mapped.
 
 // Layout of a rank's region: the header, then three buffers.
 const (
@@ -118,7 +115,11 @@ func (pg *ProcessGroup) stageFor(ctx context.Context, c *opCtx) (*stage, error) 
 	if st != nil || off {
 		return st, nil
 	}
-	seg, err := mapShared(ctx, c, stageHeader+stageBuffers*stageBlock, stepStage, "staging collectives")
+	block, err := agreeStageBlock(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	seg, err := mapShared(ctx, c, stageHeader+stageBuffers*block, stepStage, "staging collectives")
 	if err != nil && ctx.Err() != nil {
 		return nil, err
 	}
@@ -139,8 +140,33 @@ func (pg *ProcessGroup) stageFor(ctx context.Context, c *opCtx) (*stage, error) 
 		// sleeping at once (tandem bench ddp, two runs each).
 		spin = 0
 	}
-	pg.stage = &stage{seg: seg, block: stageBlock, spin: spin}
+	pg.stage = &stage{seg: seg, block: block, spin: spin}
 	return pg.stage, nil
+}
+
+// agreeStageBlock returns the staging block of rank 0's machine, which
+// rank 0 sends every member (step stepStage+3, after mapShared's), so that
+// all map and walk the segment alike.
+func agreeStageBlock(ctx context.Context, c *opCtx) (int, error) {
+	var msg [4]byte
+	if c.rank() == 0 {
+		block := stageBlockSource()
+		binary.LittleEndian.PutUint32(msg[:], uint32(block))
+		for p := 1; p < c.size(); p++ {
+			if err := c.send(ctx, p, stepStage+3, msg[:]); err != nil {
+				return 0, fmt.Errorf("comm: staging collectives: %w", err)
+			}
+		}
+		return block, nil
+	}
+	if err := c.recv(ctx, 0, stepStage+3, msg[:]); err != nil {
+		return 0, fmt.Errorf("comm: staging collectives: %w", err)
+	}
+	block := int(binary.LittleEndian.Uint32(msg[:]))
+	if block < minStageBlock || block > maxStageBlock || block%4096 != 0 {
+		return 0, fmt.Errorf("comm: staging collectives: rank 0 chose buffers of %d bytes, outside [%d, %d] or not whole pages: %w", block, minStageBlock, maxStageBlock, ErrMismatch)
+	}
+	return block, nil
 }
 
 // staging is stageFor for a collective of c: nil for a group of one.

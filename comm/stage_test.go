@@ -559,3 +559,49 @@ func halfBacking(dt tensor.Dtype, bits []uint16) any {
 	}
 	return unsafe.Slice((*comm.BFloat16)(unsafe.Pointer(&bits[0])), len(bits))
 }
+
+// TestStageBlockAgreed: every member stages with rank 0's block, which only
+// rank 0 asks its machine for, and the all-reduce by those blocks is right.
+func TestStageBlockAgreed(t *testing.T) {
+	calls := 0
+	t.Cleanup(comm.SetStageBlockSource(func() int {
+		calls++
+		if calls > 1 {
+			return 1 << 20 // a member that asked its own machine would differ
+		}
+		return 384 << 10
+	}))
+	const n, elems = 3, 300003 // 1.2 MB: several blocks, the last short
+	pgs := flightWorld(t, n)
+	ctx := shortCtx(t)
+	xs := make([][]float32, n)
+	errs := make(chan error, n)
+	for r := range n {
+		go func() {
+			xs[r] = make([]float32, elems)
+			for i := range xs[r] {
+				xs[r][i] = float32(r + i%5)
+			}
+			x := tensor.New(tensor.WithShape(elems), tensor.WithBacking(xs[r]))
+			errs <- pgs[r].AllReduce(ctx, x, comm.Sum).Wait(ctx)
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r, pg := range pgs {
+		if got := comm.StageBlock(pg); got != 384<<10 {
+			t.Fatalf("rank %d stages with blocks of %d bytes, want 384 KiB", r, got)
+		}
+		for i, v := range xs[r] {
+			if want := float32(3 + 3*(i%5)); v != want {
+				t.Fatalf("rank %d element %d = %v, want %v", r, i, v, want)
+			}
+		}
+	}
+	if calls != 1 {
+		t.Fatalf("the machine's block was asked %d times, want once (rank 0)", calls)
+	}
+}
