@@ -374,39 +374,58 @@ const tileDepth = 256
 func sgemmColumns(kn *kernels, lo, hi int, transB bool, m, n, k int, alpha float32, pa, b []float32, ldb int, c []float32, ldc int, acc bool) {
 	mr, nr := kn.mr, kn.nr
 	kc := min(k, tileDepth)
-	pbp := getPanel(nr * kc)
+	// The 256-bit family packs B for colGroup bytes of panels at a time
+	// (packB reads each row of B once for all of them); the 512-bit family
+	// packs an untransposed B one block at a time, inside its kernel.
+	group := 1
+	if !kn.wide {
+		group = max(1, colGroup/(4*nr*kc))
+	}
+	pbp := getPanel(group * nr * kc)
 	defer panelPool.Put(pbp)
 	pb := *pbp
 	var edgeBuf [8 * 32]float32
 	edge := edgeBuf[:mr*nr]
-	for jb := lo; jb < hi; jb++ {
-		j := jb * nr
-		w := min(nr, n-j)
-		// The 512-bit family packs an untransposed B while it computes the
-		// first row block.
-		inKernel := kn.wide && !transB && w == nr && m >= mr
+	for g0 := lo; g0 < hi; g0 += group {
+		g1 := min(g0+group, hi)
 		for p0 := 0; p0 < k; p0 += kc {
 			d := min(kc, k-p0)
 			add := acc || p0 > 0
-			i := 0
-			if inKernel {
-				sgemmTile8x32Pack(d, &pa[p0*mr], &b[p0*ldb+j], ldb, &c[j], ldc, alpha, add, &pb[0])
-				i = mr
-			} else {
-				packB(pb, jb, jb+1, nr, transB, n, p0, d, b, ldb)
+			j0 := g0 * nr
+			inKernel := kn.wide && !transB && min(nr, n-j0) == nr && m >= mr
+			if !inKernel {
+				packB(pb, g0, g1, nr, transB, n, p0, d, b, ldb)
 			}
-			for ; i < m; i += mr {
-				panel := &pa[i*k+p0*mr]
-				if i+mr <= m && w == nr {
-					kn.tile(d, panel, &pb[0], nr, &c[i*ldc+j], ldc, alpha, add)
-					continue
+			for jb := g0; jb < g1; jb++ {
+				j := jb * nr
+				w := min(nr, n-j)
+				panelB := pb[(jb-g0)*d*nr:]
+				i := 0
+				if inKernel {
+					sgemmTile8x32Pack(d, &pa[p0*mr], &b[p0*ldb+j], ldb, &c[j], ldc, alpha, add, &panelB[0])
+					i = mr
 				}
-				kn.tile(d, panel, &pb[0], nr, &edge[0], nr, alpha, false)
-				addEdge(c[i*ldc+j:], ldc, edge, nr, min(mr, m-i), w, add)
+				for ; i < m; i += mr {
+					panel := &pa[i*k+p0*mr]
+					if i+mr <= m && w == nr {
+						kn.tile(d, panel, &panelB[0], nr, &c[i*ldc+j], ldc, alpha, add)
+						continue
+					}
+					kn.tile(d, panel, &panelB[0], nr, &edge[0], nr, alpha, false)
+					addEdge(c[i*ldc+j:], ldc, edge, nr, min(mr, m-i), w, add)
+				}
 			}
 		}
 	}
 }
+
+// colGroup is the size of the packed panels of B that the 256-bit family
+// packs at once: packed one 64-byte block at a time, the rows of a Linear
+// layer's weight 4 KiB apart, B's reads waited on memory (memmove at 18 to
+// 22% of the MLP's step on a core with 512 KiB of level-2 cache,
+// 2026-12-01); a group reads a kilobyte of each row in order. Half that
+// level-2 cache.
+const colGroup = 256 << 10
 
 // packB packs terms p0..p0+d of op(B)'s columns in the nr-column blocks
 // lo..hi-1 into pbs, one d×nr panel after the other, zero-padded past n.
@@ -438,10 +457,19 @@ func packB(pbs []float32, lo, hi, nr int, transB bool, n, p0, d int, b []float32
 	for p := 0; p < d; p++ {
 		row := b[(p0+p)*ldb : (p0+p)*ldb+n]
 		jb := lo
-		if nr == 32 {
+		// Whole blocks as fixed-size moves: a copy call for each of the
+		// 256-bit family's 64-byte pieces was 18% of the MLP's training
+		// step on a core without the 512-bit family (2026-12-01).
+		switch nr {
+		case 32:
 			for ; jb < full; jb++ {
 				o := (jb-lo)*d*nr + p*nr
 				*(*[32]float32)(pbs[o : o+32]) = *(*[32]float32)(row[jb*32 : jb*32+32])
+			}
+		case 16:
+			for ; jb < full; jb++ {
+				o := (jb-lo)*d*nr + p*nr
+				*(*[16]float32)(pbs[o : o+16]) = *(*[16]float32)(row[jb*16 : jb*16+16])
 			}
 		}
 		for ; jb < hi; jb++ {

@@ -138,12 +138,14 @@ func TestSgemmNTDeep(t *testing.T) {
 
 // TestSgemmTilesDeep: a tiled product deeper than one pass (tileDepth
 // terms) adds the passes' sums, with and without the old C, for all four
-// transposes, with B wider than its 70 columns (the last column block an
+// transposes, with B's columns in several column blocks (the last an
 // edge) and rows enough for the 512-bit family to pack B while computing
 // the first row block.
 func TestSgemmTilesDeep(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
-	const m, n, k, pad = 19, 70, 2*tileDepth + 21, 3
+	// n spans three of the 256-bit family's panel groups (colGroup), the
+	// last short, and its last block is ragged.
+	const m, n, k, pad = 19, 2*256 + 37, 2*tileDepth + 21, 3
 	for _, kn := range families(t) {
 		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
 			tA, tB := tr[0], tr[1]
