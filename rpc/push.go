@@ -148,6 +148,17 @@ func (cl *connLandings) Land(token, size uint64) ([]byte, recvbuf.Block, error) 
 	return l.mem, l.blk, nil
 }
 
+// FetchHead implements wire.Landings: the receiver's part of a pushed
+// tensor, copied on the read loop alone (the sender is the second core; a
+// helper as well would contend with it).
+func (cl *connLandings) FetchHead(dst []byte, addr uint64) error {
+	c := (*conn)(cl)
+	if err := samehost.ReadAlone(c.peerPID, dst, addr); err != nil {
+		return fmt.Errorf("copying %d bytes from worker %s (pid %d): %w", len(dst), c.peer, c.peerPID, err)
+	}
+	return nil
+}
+
 // Landed implements wire.Landings: it waits for the peer's part of the
 // grant being received into, polling its completion word, then sleeping
 // between looks, until the word is set, this connection closes, the peer's

@@ -82,6 +82,10 @@ func readShared(pid int, dst []byte, addr uint64) error {
 	return nil
 }
 
+// ReadAlone is Read on this goroutine alone, never shared with a helper:
+// for a copy that another process shares already (rpc's pushed tensors).
+func ReadAlone(pid int, dst []byte, addr uint64) error { return readSerial(pid, dst, addr) }
+
 // readSerial is Read on this goroutine alone.
 func readSerial(pid int, dst []byte, addr uint64) error {
 	return transfer(sysProcessVMReadv, pid, dst, addr)

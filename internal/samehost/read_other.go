@@ -14,3 +14,6 @@ func Read(pid int, dst []byte, addr uint64) error { return errors.ErrUnsupported
 // Write is Linux's process_vm_writev(2); elsewhere nothing is written into
 // another process.
 func Write(pid int, addr uint64, src []byte) error { return errors.ErrUnsupported }
+
+// ReadAlone is Read on one goroutine; elsewhere it is not offered either.
+func ReadAlone(pid int, dst []byte, addr uint64) error { return errors.ErrUnsupported }

@@ -146,6 +146,10 @@ type Landings interface {
 	// granted under token: true, or false when it could not, and the
 	// receiver is to copy that part too.
 	Landed(token uint64) (bool, error)
+	// FetchHead copies the receiver's part of a pushed tensor, as fetch
+	// does, but on the calling goroutine alone: the sender is the second
+	// core.
+	FetchHead(dst []byte, addr uint64) error
 }
 
 // dtype codes on the wire.
@@ -586,7 +590,7 @@ func receivePushed(f *Frame, d tensorDesc, fetch func(dst []byte, addr uint64) e
 	raw := mem[:d.size]
 	cut := f.Push.Cut
 	if cut > 0 {
-		if err := fetch(raw[:cut], d.addr); err != nil {
+		if err := land.FetchHead(raw[:cut], d.addr); err != nil {
 			return nil, &ProtocolError{err}
 		}
 	}

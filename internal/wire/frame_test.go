@@ -160,6 +160,8 @@ func (l *landingsFake) Land(token, size uint64) ([]byte, recvbuf.Block, error) {
 	return l.mem, recvbuf.Block{}, nil
 }
 
+func (l *landingsFake) FetchHead(dst []byte, addr uint64) error { return fakeFetch(dst, addr) }
+
 func (l *landingsFake) Landed(token uint64) (bool, error) {
 	l.landed++
 	return l.written, nil
