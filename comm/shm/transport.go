@@ -38,7 +38,6 @@ const (
 	// holdMin and holdFor: a frame of holdMin bytes or more that arrives
 	// before its receive waits up to holdFor in the ring for it (see claim).
 	holdMin = 64 << 10
-	holdFor = 5 * time.Millisecond
 	// beatEvery is how often a rank stores the time in its heartbeat word:
 	// often enough for any peer's timeout, whatever interval this rank's own
 	// configuration would pick (a store to memory costs next to nothing).
@@ -47,6 +46,10 @@ const (
 	// it, so that the receiver copies one piece out while the next goes in.
 	maxPiece = 128 << 10
 )
+
+// holdFor is how long a held frame waits for its receive (a variable so
+// that a test can make the wait long enough to tell from scheduling).
+var holdFor = 5 * time.Millisecond
 
 // Transport is a shared-memory transport.Transport: one ring per ordered
 // pair of ranks in a segment that every rank of the world maps. Create it

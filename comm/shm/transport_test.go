@@ -14,7 +14,13 @@ import (
 // TestOutOfOrderLarge: large messages received in another order than sent
 // arrive intact, and a receive waiting behind an unclaimed large frame
 // does not wait for the frame's hold time to run out.
+//
+// The hold is set to 2 s here, so that a receive that waited it out cannot
+// pass for one the scheduler merely delayed (with the default 5 ms, a
+// loaded machine under -race made every try look like one).
 func TestOutOfOrderLarge(t *testing.T) {
+	const hold = 2 * time.Second
+	t.Cleanup(shm.SetHoldFor(hold))
 	ts := pair(t, 64<<10)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -43,10 +49,10 @@ func TestOutOfOrderLarge(t *testing.T) {
 		if !bytes.Equal(gotA, a) || !bytes.Equal(gotB, b) {
 			t.Fatal("messages received out of order were corrupted")
 		}
-		if d := time.Since(start); d < 4*time.Millisecond {
+		if d := time.Since(start); d < hold/2 {
 			fast = true // the held frame was buffered as soon as the other receive came
 			break
-		} else if d > time.Second {
+		} else if d > 3*hold {
 			t.Fatalf("out-of-order receives took %v", d)
 		}
 		go func() {
@@ -58,7 +64,7 @@ func TestOutOfOrderLarge(t *testing.T) {
 		}()
 	}
 	if !fast {
-		t.Error("in 20 tries, every receive behind an unclaimed large frame waited out the frame's 5ms hold")
+		t.Errorf("in 20 tries, every receive behind an unclaimed large frame waited out the frame's %v hold", hold)
 	}
 }
 
