@@ -3,8 +3,9 @@ package comm
 import (
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
+
+	"github.com/tandemml/tandem/internal/bytesize"
 )
 
 // The staging buffers' size (stageBlock in stage.go's notes). A block's
@@ -54,8 +55,8 @@ func stageBlockFrom(dir string) int {
 		if t := readTrim(filepath.Join(e, "type")); t != "Data" && t != "Unified" {
 			continue
 		}
-		n, ok := parseCacheSize(readTrim(filepath.Join(e, "size")))
-		if !ok {
+		n, err := bytesize.Parse(readTrim(filepath.Join(e, "size")))
+		if err != nil {
 			return defaultStageBlock
 		}
 		return min(max(n, minStageBlock), maxStageBlock) &^ 4095
@@ -69,20 +70,4 @@ func readTrim(path string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
-}
-
-// parseCacheSize reads a size as sysfs writes it: "512K", "2048K", "1M".
-func parseCacheSize(s string) (int, bool) {
-	mult := 1
-	switch {
-	case strings.HasSuffix(s, "K"):
-		mult, s = 1<<10, strings.TrimSuffix(s, "K")
-	case strings.HasSuffix(s, "M"):
-		mult, s = 1<<20, strings.TrimSuffix(s, "M")
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		return 0, false
-	}
-	return n * mult, true
 }

@@ -37,6 +37,24 @@ func startServingWorker(t *testing.T, env ...string) (*exec.Cmd, *bytes.Buffer) 
 	return cmd, &out
 }
 
+// withServingWorker starts a worker process as rank 1 of two (serving
+// registerBasics until killed) and this process's agent as rank 0, over a
+// store here; the agent closes when the test ends. out is the worker's
+// output, for failures.
+func withServingWorker(t *testing.T, ctx context.Context, token string) (a *Agent, child *exec.Cmd, out *bytes.Buffer) {
+	t.Helper()
+	st, port := masterStore(t, ctx, token)
+	child, out = startServingWorker(t, "RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, TokenEnv+"="+token)
+	reg := NewRegistry()
+	registerBasics(0, reg)
+	a, err := Init(ctx, "", 0, 2, WithStore(st), WithRegistry(reg), WithToken(token))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a, child, out
+}
+
 // waitStopped waits until process pid is stopped (a signal is delivered
 // asynchronously: a call made at once could still be answered).
 func waitStopped(t *testing.T, pid int) {
@@ -69,16 +87,7 @@ func TestCallToStoppedWorkerFails(t *testing.T) {
 		t.Skip("starts a process")
 	}
 	ctx := testkit.Context(t, 60*time.Second)
-	const token = "liveness-test-token"
-	st, port := masterStore(t, ctx, token)
-	child, out := startServingWorker(t, "RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, TokenEnv+"="+token)
-	reg := NewRegistry()
-	registerBasics(0, reg)
-	a, err := Init(ctx, "", 0, 2, WithStore(st), WithRegistry(reg), WithToken(token))
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	defer a.Close()
+	a, child, _ := withServingWorker(t, ctx, "liveness-test-token")
 	if v, err := Sync[int](ctx, a, "worker1", "add", [2]int{1, 2}); err != nil || v != 3 {
 		t.Fatalf("add before the stop: %v %v", v, err)
 	}
@@ -87,7 +96,7 @@ func TestCallToStoppedWorkerFails(t *testing.T) {
 	}
 	waitStopped(t, child.Process.Pid)
 	start := time.Now()
-	_, err = Sync[string](ctx, a, "worker1", "sleep", time.Millisecond)
+	_, err := Sync[string](ctx, a, "worker1", "sleep", time.Millisecond)
 	took := time.Since(start)
 	if !errors.Is(err, ErrPeerLost) || !strings.Contains(err.Error(), "unresponsive") || !strings.Contains(err.Error(), "worker1") {
 		t.Fatalf("call to a stopped worker: %v after %v, want ErrPeerLost saying worker1 is unresponsive", err, took)

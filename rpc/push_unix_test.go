@@ -20,16 +20,7 @@ func TestPushAcrossProcesses(t *testing.T) {
 		t.Skip("starts a process")
 	}
 	ctx := testkit.Context(t, 60*time.Second)
-	const token = "push-test-token"
-	st, port := masterStore(t, ctx, token)
-	_, out := startServingWorker(t, "RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, TokenEnv+"="+token)
-	reg := NewRegistry()
-	registerBasics(0, reg)
-	a, err := Init(ctx, "", 0, 2, WithStore(st), WithRegistry(reg), WithToken(token))
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	defer a.Close()
+	a, _, out := withServingWorker(t, ctx, "push-test-token")
 	if _, err := Sync[*tensor.Dense](ctx, a, "worker1", "echo", filled(pushFrom/4, 0)); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/tandemml/tandem/internal/bytesize"
 )
 
 // defaultMLPSizes are the layer sizes of the MLP that the training
@@ -86,21 +88,10 @@ func parseLayerSizes(s string) ([]int, error) {
 func parseSizes(s string, elem int) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		mult := 1
-		switch {
-		case strings.HasSuffix(f, "K"):
-			mult, f = 1<<10, strings.TrimSuffix(f, "K")
-		case strings.HasSuffix(f, "M"):
-			mult, f = 1<<20, strings.TrimSuffix(f, "M")
-		case strings.HasSuffix(f, "G"):
-			mult, f = 1<<30, strings.TrimSuffix(f, "G")
+		b, err := bytesize.Parse(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("-sizes: %w", err)
 		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("-sizes: %q is not a positive size (bytes, or with K, M, G)", f)
-		}
-		b := n * mult
 		if b%elem != 0 {
 			return nil, fmt.Errorf("-sizes: %d bytes is not a whole number of %d-byte elements", b, elem)
 		}

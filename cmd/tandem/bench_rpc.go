@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/tandemml/tandem/comm/store"
+	"github.com/tandemml/tandem/internal/bytesize"
 	"github.com/tandemml/tandem/launch"
 	"github.com/tandemml/tandem/rpc"
 	"github.com/tandemml/tandem/rref"
@@ -184,18 +185,14 @@ func fmtSeconds(s float64) string {
 }
 
 func parseByteSize(s string) (int, error) {
-	orig, mult := s, 1
-	switch {
-	case strings.HasSuffix(s, "K"):
-		mult, s = 1<<10, strings.TrimSuffix(s, "K")
-	case strings.HasSuffix(s, "M"):
-		mult, s = 1<<20, strings.TrimSuffix(s, "M")
+	n, err := bytesize.Parse(s)
+	if err != nil {
+		return 0, err
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n*mult < 4 {
-		return 0, fmt.Errorf("%q is not a size of at least 4 bytes", orig)
+	if n < 4 {
+		return 0, fmt.Errorf("%q is not a size of at least 4 bytes", s)
 	}
-	return n * mult, nil
+	return n, nil
 }
 
 func rpcBenchRegistry() *rpc.Registry {
