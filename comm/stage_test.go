@@ -571,7 +571,7 @@ func TestStageBlockAgreed(t *testing.T) {
 		}
 		return 384 << 10
 	}))
-	const n, elems = 3, 300003 // 1.2 MB: several blocks, the last short
+	const n, elems = 3, 700003 // 2.8 MB, past a buffer's 2 MiB: several blocks, the last short
 	pgs := flightWorld(t, n)
 	ctx := shortCtx(t)
 	xs := make([][]float32, n)

@@ -20,7 +20,11 @@ import (
 //     runs each): world 2 at 3.4-4.8 GB/s bus bandwidth in blocks of 256
 //     and 512 KiB against 1.9-2.5 in 2 MiB; world 4 at 1.5-1.96 GB/s
 //     against 0.9-1.1, and 1.1-1.7 in 128 KiB.
+//
+// A staging buffer holds at least stageRoom bytes, so that a reduction of
+// up to that size still goes through in one round.
 const (
+	stageRoom         = 2 << 20
 	defaultStageBlock = 2 << 20 // where the cache's size is unknown
 	minStageBlock     = 256 << 10
 	maxStageBlock     = 4 << 20
