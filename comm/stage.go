@@ -94,7 +94,7 @@ type stage struct {
 	// reduction of up to room bytes goes through in one round.
 	block, room int
 	spin        time.Duration
-	last  uint64 // the extended sequence number of this rank's last staged collective
+	last        uint64 // the extended sequence number of this rank's last staged collective
 }
 
 // stageFor returns the group's staging segment, mapping it on first use
