@@ -117,11 +117,13 @@
 // in-process ranks), all-reduces, broadcasts, reduces, gathers,
 // all-gathers and reduce-scatters of ordinary tensors go through a staging
 // segment in /dev/shm that the group maps on its first such collective
-// (three buffers a rank, each the size of one core's level-2 cache on rank
-// 0's machine, from 256 KiB to 4 MiB; 2 MiB where the system does not say):
-// each rank copies what it contributes into its buffers, and the ranks
-// read, or reduce, straight out of each other's, synchronised by words in
-// the segment rather than messages, one barrier a round of a buffer. An all-reduce below the ring threshold is reduced whole by
+// (three buffers of at least 2 MiB a rank): each rank copies what it
+// contributes into its buffers, and the ranks read, or reduce, straight out
+// of each other's, synchronised by words in the segment rather than
+// messages, one barrier a round. A reduction that fits a buffer goes
+// through in one round; a larger one in blocks the size of one core's
+// level-2 cache on rank 0's machine (256 KiB to 4 MiB; 2 MiB where the
+// system does not say). An all-reduce below the ring threshold is reduced whole by
 // every rank, in rank order, after one barrier; above it each rank reduces
 // its share of each block and the others copy it. Every rank ends with the
 // same bits. A rank that dies or freezes while the others wait fails their
