@@ -350,8 +350,7 @@ func (a *Agent) connect(ctx context.Context, w WorkerInfo, timeout time.Duration
 
 // cancelRemote tells the callee to cancel the handler of call id.
 func (c *conn) cancelRemote(id uint64) {
-	head, _, _ := wire.AppendHead(make([]byte, 0, wire.HeaderLen+8), &wire.Frame{Kind: wire.KindCancel, ID: id})
-	c.post(head)
+	c.post(control(wire.KindCancel, id))
 }
 
 // onReply completes the call a reply frame answers.

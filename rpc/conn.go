@@ -287,8 +287,7 @@ func (c *conn) readFrames() (handler func()) {
 		}
 		if f.Flags&(wire.FlagByRef|wire.FlagNoAck) == wire.FlagByRef {
 			// The tensors are copied: the sender may go on.
-			head, _, _ := wire.AppendHead(make([]byte, 0, wire.HeaderLen+8), &wire.Frame{Kind: wire.KindReadDone, ID: f.ID})
-			c.post(head)
+			c.post(control(wire.KindReadDone, f.ID))
 		}
 		if f.Flags&wire.FlagByRef != 0 && c.pushOK {
 			c.afterByRef(f)
@@ -403,8 +402,7 @@ func (c *conn) heartbeat() {
 	if busy {
 		return
 	}
-	head, _, _ := wire.AppendHead(make([]byte, 0, wire.HeaderLen+8), &wire.Frame{Kind: wire.KindHeartbeat})
-	c.post(head)
+	c.post(control(wire.KindHeartbeat, 0))
 }
 
 // intern returns b as a string, reusing the strings of names seen before
@@ -419,4 +417,11 @@ func (c *conn) intern(b []byte) string {
 	}
 	c.names[s] = s
 	return s
+}
+
+// control returns a frame of kind with id and nothing else (cancel,
+// read-done, heartbeat, revoke, revoked).
+func control(kind byte, id uint64) []byte {
+	head, _, _ := wire.AppendHead(make([]byte, 0, wire.HeaderLen+8), &wire.Frame{Kind: kind, ID: id})
+	return head
 }

@@ -286,12 +286,6 @@ func (c *conn) grantLocked(class uint64) {
 	c.post(head)
 }
 
-// control returns a frame of kind with id and nothing else.
-func control(kind byte, id uint64) []byte {
-	head, _, _ := wire.AppendHead(make([]byte, 0, wire.HeaderLen+8), &wire.Frame{Kind: kind, ID: id})
-	return head
-}
-
 // onRevoked takes back the grant the peer has let go, and grants one of
 // the size wanted now.
 func (c *conn) onRevoked(token uint64) {
