@@ -109,6 +109,11 @@ func (openBLAS) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []fl
 		pure{}.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
+	cblasSgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// cblasSgemm is OpenBLAS's sgemm itself, the operands not empty.
+func cblasSgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	C.cblas_sgemm(C.CblasRowMajor, trans(tA), trans(tB), C.blasint(m), C.blasint(n), C.blasint(k),
 		C.float(alpha), (*C.float)(unsafe.Pointer(&a[0])), C.blasint(lda),
 		(*C.float)(unsafe.Pointer(&b[0])), C.blasint(ldb),

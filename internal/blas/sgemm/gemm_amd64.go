@@ -13,7 +13,7 @@ import (
 func sgemmTile6x16(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 
 //go:noescape
-func sdot2x4(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
+func sdot3x4(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 
 //go:noescape
 func sgemmTile8x32(k int, a, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
@@ -53,12 +53,12 @@ func (kn *kernels) dot(k int, a *float32, lda int, b *float32, ldb int, c *float
 	if kn.wide {
 		sdot4x4(k, a, lda, b, ldb, c, ldc, alpha, acc)
 	} else {
-		sdot2x4(k, a, lda, b, ldb, c, ldc, alpha, acc)
+		sdot3x4(k, a, lda, b, ldb, c, ldc, alpha, acc)
 	}
 }
 
-// avx2 is the 256-bit family (AVX2 and FMA3): 6x16 tiles, 2x4 dots.
-var avx2 = &kernels{name: "go-fma", mr: 6, nr: 16, dr: 2, dc: 4, dk: 8}
+// avx2 is the 256-bit family (AVX2 and FMA3): 6x16 tiles, 3x4 dots.
+var avx2 = &kernels{name: "go-fma", mr: 6, nr: 16, dr: 3, dc: 4, dk: 8}
 
 // avx512 is the 512-bit family (AVX-512 F and VL): 8x32 tiles, 4x4 dots
 // sixteen terms at a time.
@@ -182,7 +182,10 @@ func sgemmNT(kn *kernels, m, n, k int, alpha float32, a []float32, lda int, b []
 	kq := k - k%kn.dk
 	var out [16]float32
 	// edge computes the rows×cols block at (i, j) over terms k0..k1, one
-	// of rows and cols being 1, and writes or adds it into C.
+	// of rows and cols being 1, and writes or adds it into C. To add, the
+	// block's part of C goes into the buffer first and the kernel adds
+	// into it, so that an edge rounds as the blocks do (one fused
+	// multiply-add of the sums and alpha into C).
 	edge := func(i, rows, j, cols, k0, k1 int, add bool) {
 		la, lb := lda, ldb
 		if rows == 1 {
@@ -191,20 +194,20 @@ func sgemmNT(kn *kernels, m, n, k int, alpha float32, a []float32, lda int, b []
 		if cols == 1 {
 			lb = 0
 		}
-		if k1 > k0 {
-			kn.dot(k1-k0, &a[i*lda+k0], la, &b[j*ldb+k0], lb, &out[0], dc, alpha, false)
-		} else {
-			clear(out[:])
-		}
 		for r := 0; r < rows; r++ {
 			for cc := 0; cc < cols; cc++ {
-				x := (i+r)*ldc + j + cc
 				if add {
-					c[x] += out[r*dc+cc]
+					out[r*dc+cc] = c[(i+r)*ldc+j+cc]
 				} else {
-					c[x] = out[r*dc+cc]
+					out[r*dc+cc] = 0
 				}
 			}
+		}
+		if k1 > k0 {
+			kn.dot(k1-k0, &a[i*lda+k0], la, &b[j*ldb+k0], lb, &out[0], dc, alpha, add)
+		}
+		for r := 0; r < rows; r++ {
+			copy(c[(i+r)*ldc+j:(i+r)*ldc+j+cols], out[r*dc:r*dc+cols])
 		}
 	}
 	for k0 := 0; k0 == 0 || k0 < kq; k0 += ntDepth {

@@ -136,6 +136,29 @@ func TestSgemmNTDeep(t *testing.T) {
 	}
 }
 
+// TestSgemmNTEdgesRoundAsBlocks: in A·Bᵀ a row or column past the last
+// whole block of the dot kernel is rounded as the blocks' are, so a row of
+// C has the same bits whichever block it falls in: the product of A's rows
+// 1..m equals rows 1..m of the product of A's rows 0..m, bit for bit,
+// through several passes and with the old C added.
+func TestSgemmNTEdgesRoundAsBlocks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(33, 34))
+	const m, n, k = 13, 11, 2*ntDepth + 40
+	for _, kn := range families(t) {
+		for _, beta := range []float32{0, 0.5} {
+			a, b, c := randF32(rng, (m+1)*k), randF32(rng, n*k), randF32(rng, (m+1)*n)
+			shifted := append([]float32(nil), c[n:]...)
+			sgemmWith(kn, false, true, m+1, n, k, 1.5, a, k, b, k, beta, c, n)
+			sgemmWith(kn, false, true, m, n, k, 1.5, a[k:], k, b, k, beta, shifted, n)
+			for x, v := range shifted {
+				if math.Float32bits(v) != math.Float32bits(c[n+x]) {
+					t.Fatalf("%s beta %v: C[%d][%d] = %v from rows 1..%d of A, %v from rows 0..%d", kn.name, beta, 1+x/n, x%n, v, m, c[n+x], m)
+				}
+			}
+		}
+	}
+}
+
 // TestSgemmTilesDeep: a tiled product deeper than one pass (tileDepth
 // terms) adds the passes' sums, with and without the old C, for all four
 // transposes, with B's columns in several column blocks (the last an
