@@ -132,3 +132,31 @@ TEXT ·sgemmTile6x16(SB), NOSPLIT, $0-53
 	VBROADCASTSS alpha+48(FP), Y14
 	MOVBLZX      acc+52(FP), R10
 	STORE(R10, TILE6_ROWS, TILE_ACC_ROW, TILE_SET_ROW)
+
+// func copy16s(dst *float32, stride int, src *float32, n int)
+// Copies n runs of 16 elements, contiguous at src, to dst, dst+stride,
+// dst+2·stride, ... (stride in elements): packB's copy of a row of B into
+// n packed panels of the 256-bit family, two loads and two stores a run
+// where a 64-byte array assignment called memmove for each.
+TEXT ·copy16s(SB), NOSPLIT, $0-32
+	MOVQ  dst+0(FP), DI
+	MOVQ  stride+8(FP), DX
+	SHLQ  $2, DX
+	MOVQ  src+16(FP), SI
+	MOVQ  n+24(FP), CX
+	TESTQ CX, CX
+	JEQ   cdone
+
+cloop:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ    $64, SI
+	ADDQ    DX, DI
+	DECQ    CX
+	JNE     cloop
+
+cdone:
+	VZEROUPPER
+	RET
