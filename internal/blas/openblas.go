@@ -51,8 +51,11 @@ const (
 // package sgemm's where it computes A·Bᵀ (see Sgemm).
 func Core() string {
 	core := C.GoString(C.openblas_get_corename())
-	if fc := sgemm.Core(); fc == "go-avx512" {
-		core += ", A·Bᵀ in " + fc
+	switch fc := sgemm.Core(); {
+	case sgemm.Wide():
+		core += ", large A·Bᵀ, Aᵀ·B and A·B in " + fc
+	case fc != "":
+		core += ", large A·Bᵀ and Aᵀ·B in " + fc
 	}
 	return core
 }
@@ -84,25 +87,34 @@ func trans(t gblas.Transpose) C.enum_CBLAS_TRANSPOSE {
 // pointer to an empty slice is taken.
 func empty(m, n int) bool { return m == 0 || n == 0 }
 
-// Sgemm is OpenBLAS's, except for a Linear layer's large products on a
-// processor with AVX-512: A·Bᵀ (the forward pass) of at least
-// ntRows×ntCols, and Aᵀ·B and A·B (the weight and input gradients) of at
-// least ntRows×ntCols over tileTerms terms. Package sgemm's kernels compute
-// those faster than OpenBLAS's SkylakeX ones; OpenBLAS computes the
-// smaller ones and A·Bᵀ's transposed forms. Measured on the development
-// machine (one core, Gflop/s, Tandem's against OpenBLAS's), 2026-11-24:
-// A·Bᵀ 64×1024 over 784 terms 131/107, 64×1024×1024 135/105,
-// 64×128×1568 147/99, 64×256×256 129/103, 128×1024×1024 137/120; but
-// 64×10×1024 89/112, 32×400×248 41/77, 16×25×892 58/81 (a CNN's weight
-// gradients), 64×10×128 57/92. 2026-11-25, once the tile kernels packed B
-// while computing (best of 50, twice): Aᵀ·B 1024×1024 over 64 terms
-// 154/131, 1024×784×64 147/132, A·B 64×1024×1024 143/119; but A·B over
-// 10 terms (64×1024×10) 85/115 and Aᵀ·B with 10 rows (10×1024×64) 46/134.
+// Sgemm is OpenBLAS's, except for a Linear layer's large products, which
+// package sgemm's kernels compute faster: A·Bᵀ (the forward pass) of at
+// least ntRows×ntCols, and Aᵀ·B (the weight gradient) of at least
+// ntRows×ntCols over tileTerms terms; with the 512-bit family A·B (the
+// input gradient) of that size too. OpenBLAS computes the smaller ones,
+// the transposed forms and, with the 256-bit family, A·B.
+//
+// Measured on one core, Gflop/s, Tandem's against OpenBLAS's:
+//
+//   - a Xeon with AVX-512 (SkylakeX kernels), 2026-11-24: A·Bᵀ 64×1024
+//     over 784 terms 131/107, 64×1024×1024 135/105, 64×128×1568 147/99,
+//     64×256×256 129/103, 128×1024×1024 137/120; but 64×10×1024 89/112,
+//     32×400×248 41/77, 16×25×892 58/81 (a CNN's weight gradients),
+//     64×10×128 57/92. 2026-11-25, once the tile kernels packed B while
+//     computing (best of 50, twice): Aᵀ·B 1024×1024 over 64 terms
+//     154/131, 1024×784×64 147/132, A·B 64×1024×1024 143/119; but A·B
+//     over 10 terms (64×1024×10) 85/115 and Aᵀ·B with 10 rows
+//     (10×1024×64) 46/134.
+//   - an AMD EPYC (Zen 3, AVX2, Zen kernels), 2026-12-01, medians of ten
+//     alternating runs of BenchmarkMLPProducts: A·Bᵀ 64×1024×784 55.5/41.2,
+//     Aᵀ·B 1024×1024×64 56.7/52.1 and 1024×784×64 69.3/63.8; but A·B
+//     64×1024×1024 42.5/59.3.
 func (openBLAS) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if tA == gblas.NoTrans && tB == gblas.Trans && m >= ntRows && n >= ntCols && sgemm.GemmNT512(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
+	if tA == gblas.NoTrans && tB == gblas.Trans && m >= ntRows && n >= ntCols && sgemm.GemmNT(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
 		return
 	}
-	if tB == gblas.NoTrans && m >= ntRows && n >= ntCols && k >= tileTerms && sgemm.GemmTiles512(tA == gblas.Trans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
+	if tB == gblas.NoTrans && (tA == gblas.Trans || sgemm.Wide()) && m >= ntRows && n >= ntCols && k >= tileTerms &&
+		sgemm.GemmTiles(tA == gblas.Trans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
 		return
 	}
 	if empty(m, n) || k == 0 || len(a) == 0 || len(b) == 0 {

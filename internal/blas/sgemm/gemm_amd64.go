@@ -105,30 +105,34 @@ func Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 	return true
 }
 
-// GemmNT512 is Gemm for C = alpha·A·Bᵀ + beta·C, A m×k and B n×k, in the
-// AVX-512 family only: false where the processor lacks it.
-func GemmNT512(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
-	if best != avx512 || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(false, true, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+// GemmNT is Gemm for C = alpha·A·Bᵀ + beta·C, A m×k and B n×k, in the
+// widest family's dot kernels (on the calling goroutine, as they always
+// run): false where the processor has no family.
+func GemmNT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+	if best == nil || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(false, true, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return false
 	}
-	sgemmWith(avx512, false, true, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	sgemmWith(best, false, true, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	return true
 }
 
-// GemmTiles512 is Gemm for C = alpha·op(A)·B + beta·C (A transposed when
-// transA) in the AVX-512 family's tile kernels only, on the calling
-// goroutine alone (as OpenBLAS runs, one thread a rank): false where the
-// processor lacks them.
-func GemmTiles512(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
-	if best != avx512 || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(transA, false, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+// GemmTiles is Gemm for C = alpha·op(A)·B + beta·C (A transposed when
+// transA) in the widest family's tile kernels, on the calling goroutine
+// alone (as OpenBLAS runs, one thread a rank): false where the processor
+// has no family.
+func GemmTiles(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+	if best == nil || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(transA, false, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return false
 	}
 	if beta != 0 {
 		scaleRows(m, n, beta, c, ldc)
 	}
-	sgemmTiles(avx512, 1, transA, false, m, n, k, alpha, a, lda, b, ldb, c, ldc, beta != 0)
+	sgemmTiles(best, 1, transA, false, m, n, k, alpha, a, lda, b, ldb, c, ldc, beta != 0)
 	return true
 }
+
+// Wide reports whether the products run in the 512-bit family.
+func Wide() bool { return best == avx512 }
 
 // sgemmWith computes C = alpha·op(A)·op(B) + beta·C in the kernels kn,
 // the arguments already checked, the tiled products on up to

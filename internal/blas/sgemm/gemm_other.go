@@ -11,12 +11,15 @@ func Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 	return false
 }
 
-// GemmNT512 reports false: this build has no kernels.
-func GemmNT512(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+// GemmNT reports false: this build has no kernels.
+func GemmNT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
 	return false
 }
 
-// GemmTiles512 reports false: this build has no kernels.
-func GemmTiles512(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+// GemmTiles reports false: this build has no kernels.
+func GemmTiles(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
 	return false
 }
+
+// Wide reports false: this build has no kernels.
+func Wide() bool { return false }
