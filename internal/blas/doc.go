@@ -21,9 +21,10 @@
 // gorgonia's own products and convolutions use it too (the default
 // implementation is installed there as well). In that build the large float32
 // products of a Linear layer (A·Bᵀ forward, Aᵀ·B and A·B backward) still
-// run in package sgemm's AVX-512 kernels where the processor has them:
-// they are faster than OpenBLAS's on those products, OpenBLAS on the
-// small ones and the rest (see openBLAS.Sgemm).
+// run in package sgemm's AVX-512 kernels where the processor has them, and
+// A·Bᵀ and Aᵀ·B in its AVX2 kernels where it has only those: they are
+// faster than OpenBLAS's on those products, OpenBLAS on the small ones and
+// the rest (see openBLAS.Sgemm).
 //
 //	go build -tags openblas ./...
 //
