@@ -18,20 +18,7 @@ import (
 // Mflop/s): the figures Sgemm's choice between them rests on.
 func BenchmarkMLPProducts(b *testing.B) {
 	rng := rand.New(rand.NewPCG(31, 32))
-	for _, g := range []struct {
-		name           string
-		transA, transB bool
-		m, n, k        int
-	}{
-		{"fwd1", false, true, 64, 1024, 784},
-		{"fwd2", false, true, 64, 1024, 1024},
-		{"fwd3", false, true, 64, 10, 1024},
-		{"dW3", true, false, 10, 1024, 64},
-		{"dX3", false, false, 64, 1024, 10},
-		{"dW2", true, false, 1024, 1024, 64},
-		{"dX2", false, false, 64, 1024, 1024},
-		{"dW1", true, false, 1024, 784, 64},
-	} {
+	for _, g := range mlpProducts([]int{784, 1024, 1024, 10}, 64) {
 		lda, ldb := g.k, g.n
 		if g.transA {
 			lda = g.m
@@ -63,4 +50,29 @@ func BenchmarkMLPProducts(b *testing.B) {
 			})
 		}
 	}
+}
+
+// mlpProduct is one matrix product of an MLP's training step.
+type mlpProduct struct {
+	name           string
+	transA, transB bool
+	m, n, k        int
+}
+
+// mlpProducts lists the products of one training step of an MLP with the
+// given layer sizes at the given batch, as a Linear layer and its
+// gradients call them: each layer's forward x·Wᵀ, its weight gradient
+// dYᵀ·X and, past the first layer, its input gradient dY·W.
+func mlpProducts(sizes []int, batch int) []mlpProduct {
+	var out []mlpProduct
+	for l := 1; l < len(sizes); l++ {
+		in, o := sizes[l-1], sizes[l]
+		out = append(out,
+			mlpProduct{fmt.Sprintf("fwd%d", l), false, true, batch, o, in},
+			mlpProduct{fmt.Sprintf("dW%d", l), true, false, o, in, batch})
+		if l > 1 {
+			out = append(out, mlpProduct{fmt.Sprintf("dX%d", l), false, false, batch, in, o})
+		}
+	}
+	return out
 }
