@@ -48,7 +48,7 @@ const (
 )
 
 // Core names the kernel family OpenBLAS runs (for benchmark reports), and
-// package sgemm's where it computes A·Bᵀ (see Sgemm).
+// package sgemm's, with the products it computes (see Sgemm).
 func Core() string {
 	core := C.GoString(C.openblas_get_corename())
 	switch fc := sgemm.Core(); {
@@ -110,7 +110,7 @@ func empty(m, n int) bool { return m == 0 || n == 0 }
 //     Aᵀ·B 1024×1024×64 56.7/52.1 and 1024×784×64 69.3/63.8; but A·B
 //     64×1024×1024 42.5/59.3.
 func (openBLAS) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if tA == gblas.NoTrans && tB == gblas.Trans && m >= ntRows && n >= ntCols && sgemm.GemmNT(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
+	if tA == gblas.NoTrans && tB == gblas.Trans && m >= ntRows && n >= ntCols && sgemm.Gemm(false, true, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
 		return
 	}
 	if tB == gblas.NoTrans && (tA == gblas.Trans || sgemm.Wide()) && m >= ntRows && n >= ntCols && k >= tileTerms &&

@@ -98,30 +98,18 @@ const fastFrom = 1 << 12
 // 0, or the arguments do not describe matrices that fit their slices: the
 // caller then computes it otherwise (gonum, which reports bad arguments).
 func Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
-	if best == nil || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+	if !takes(transA, transB, m, n, k, alpha, len(a), lda, len(b), ldb, len(c), ldc) {
 		return false
 	}
 	sgemmWith(best, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	return true
 }
 
-// GemmNT is Gemm for C = alpha·A·Bᵀ + beta·C, A m×k and B n×k, in the
-// widest family's dot kernels (on the calling goroutine, as they always
-// run): false where the processor has no family.
-func GemmNT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
-	if best == nil || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(false, true, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
-		return false
-	}
-	sgemmWith(best, false, true, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-	return true
-}
-
 // GemmTiles is Gemm for C = alpha·op(A)·B + beta·C (A transposed when
 // transA) in the widest family's tile kernels, on the calling goroutine
-// alone (as OpenBLAS runs, one thread a rank): false where the processor
-// has no family.
+// alone (as OpenBLAS runs, one thread a rank): false where Gemm would be.
 func GemmTiles(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
-	if best == nil || m*n*k < fastFrom || alpha == 0 || !gemmArgsOK(transA, false, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+	if !takes(transA, false, m, n, k, alpha, len(a), lda, len(b), ldb, len(c), ldc) {
 		return false
 	}
 	if beta != 0 {
@@ -129,6 +117,12 @@ func GemmTiles(transA bool, m, n, k int, alpha float32, a []float32, lda int, b 
 	}
 	sgemmTiles(best, 1, transA, false, m, n, k, alpha, a, lda, b, ldb, c, ldc, beta != 0)
 	return true
+}
+
+// takes reports whether the kernels compute a product: a family runs, the
+// product pays for it, alpha is not 0 and the arguments fit (gemmArgsOK).
+func takes(transA, transB bool, m, n, k int, alpha float32, la, lda, lb, ldb, lc, ldc int) bool {
+	return best != nil && m*n*k >= fastFrom && alpha != 0 && gemmArgsOK(transA, transB, m, n, k, la, lda, lb, ldb, lc, ldc)
 }
 
 // Wide reports whether the products run in the 512-bit family.

@@ -11,11 +11,6 @@ func Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 	return false
 }
 
-// GemmNT reports false: this build has no kernels.
-func GemmNT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
-	return false
-}
-
 // GemmTiles reports false: this build has no kernels.
 func GemmTiles(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
 	return false
