@@ -138,7 +138,13 @@ func sgemmWith(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a [
 		scaleRows(m, n, beta, c, ldc)
 	}
 	if !transA && transB {
-		// A·Bᵀ: rows of A against rows of B, both contiguous, nothing to pack.
+		// A·Bᵀ: rows of A against rows of B, both contiguous. A batch of
+		// rows goes through the tile kernel as (B·Aᵀ)ᵀ, other shapes
+		// through dot products, nothing to pack.
+		if useNTT(kn, m, n, k) {
+			sgemmNTT(m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
+			return
+		}
 		sgemmNT(kn, m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
 		return
 	}

@@ -160,3 +160,117 @@ cloop:
 cdone:
 	VZEROUPPER
 	RET
+
+// TILE6R_ROW, one row of sgemmTile6x16R's step: a = A's element at src,
+// broadcast; lo += a·Y12; hi += a·Y13.
+#define TILE6R_ROW(src, a, lo, hi) \
+	VBROADCASTSS src, a       \
+	VFMADD231PS  Y12, a, lo   \
+	VFMADD231PS  Y13, a, hi
+
+// func sgemmTile6x16R(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
+// c[r*ldc+j] = alpha * sum over p < k of a[r*lda+p] * b[p*ldb+j] (plus
+// c[r*ldc+j] itself when acc), for r < 6, j < 16: sgemmTile6x16 with A's
+// six rows read where they lie, lda apart, instead of from a packed panel.
+// Its rows are the six rows of a Linear layer's weight W, its B a packed
+// panel of 16 rows of X transposed: a 6x16 tile of (X·Wᵀ)ᵀ, from W as it
+// is (sgemmNTT). Each step broadcasts one element of each row, at one
+// offset from AX (rows 0-2) and R12 (rows 3-5), so two adds move them on.
+TEXT ·sgemmTile6x16R(SB), NOSPLIT, $0-61
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), AX
+	MOVQ lda+16(FP), R8
+	SHLQ $2, R8
+	LEAQ (AX)(R8*2), R12
+	ADDQ R8, R12
+	MOVQ b+24(FP), BX
+	MOVQ ldb+32(FP), R9
+	SHLQ $2, R9
+	ZERO_Y0_Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	TESTQ  CX, CX
+	JEQ    rstore
+
+rloop:
+	VMOVUPS (BX), Y12
+	VMOVUPS 32(BX), Y13
+	TILE6R_ROW((AX), Y14, Y0, Y1)
+	TILE6R_ROW((AX)(R8*1), Y15, Y2, Y3)
+	TILE6R_ROW((AX)(R8*2), Y14, Y4, Y5)
+	TILE6R_ROW((R12), Y15, Y6, Y7)
+	TILE6R_ROW((R12)(R8*1), Y14, Y8, Y9)
+	TILE6R_ROW((R12)(R8*2), Y15, Y10, Y11)
+	ADDQ    $4, AX
+	ADDQ    $4, R12
+	ADDQ    R9, BX
+	DECQ    CX
+	JNE     rloop
+
+rstore:
+	MOVQ         c+40(FP), DI
+	MOVQ         ldc+48(FP), DX
+	SHLQ         $2, DX
+	VBROADCASTSS alpha+56(FP), Y14
+	MOVBLZX      acc+60(FP), R10
+	STORE(R10, TILE6_ROWS, TILE_ACC_ROW, TILE_SET_ROW)
+
+// func transpose8(dst *float32, ldd int, src *float32, lds int)
+// dst[j*ldd+i] = src[i*lds+j] for i, j < 8: one 8x8 block transposed in
+// registers (unpacks, then shuffles, then lane swaps), for sgemmNTT's
+// packing of Xᵀ and its copy of Cᵀ into C.
+TEXT ·transpose8(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ ldd+8(FP), DX
+	SHLQ $2, DX
+	MOVQ src+16(FP), SI
+	MOVQ lds+24(FP), CX
+	SHLQ $2, CX
+	LEAQ (CX)(CX*2), R8
+	LEAQ (SI)(CX*4), R9
+	VMOVUPS (SI), Y0
+	VMOVUPS (SI)(CX*1), Y1
+	VMOVUPS (SI)(CX*2), Y2
+	VMOVUPS (SI)(R8*1), Y3
+	VMOVUPS (R9), Y4
+	VMOVUPS (R9)(CX*1), Y5
+	VMOVUPS (R9)(CX*2), Y6
+	VMOVUPS (R9)(R8*1), Y7
+	VUNPCKLPS Y1, Y0, Y8
+	VUNPCKHPS Y1, Y0, Y9
+	VUNPCKLPS Y3, Y2, Y10
+	VUNPCKHPS Y3, Y2, Y11
+	VUNPCKLPS Y5, Y4, Y12
+	VUNPCKHPS Y5, Y4, Y13
+	VUNPCKLPS Y7, Y6, Y14
+	VUNPCKHPS Y7, Y6, Y15
+	VSHUFPS   $0x44, Y10, Y8, Y0
+	VSHUFPS   $0xEE, Y10, Y8, Y1
+	VSHUFPS   $0x44, Y11, Y9, Y2
+	VSHUFPS   $0xEE, Y11, Y9, Y3
+	VSHUFPS   $0x44, Y14, Y12, Y4
+	VSHUFPS   $0xEE, Y14, Y12, Y5
+	VSHUFPS   $0x44, Y15, Y13, Y6
+	VSHUFPS   $0xEE, Y15, Y13, Y7
+	LEAQ      (DX)(DX*2), R8
+	LEAQ      (DI)(DX*4), R9
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y10
+	VPERM2F128 $0x20, Y7, Y3, Y11
+	VPERM2F128 $0x31, Y4, Y0, Y12
+	VPERM2F128 $0x31, Y5, Y1, Y13
+	VPERM2F128 $0x31, Y6, Y2, Y14
+	VPERM2F128 $0x31, Y7, Y3, Y15
+	VMOVUPS Y8, (DI)
+	VMOVUPS Y9, (DI)(DX*1)
+	VMOVUPS Y10, (DI)(DX*2)
+	VMOVUPS Y11, (DI)(R8*1)
+	VMOVUPS Y12, (R9)
+	VMOVUPS Y13, (R9)(DX*1)
+	VMOVUPS Y14, (R9)(DX*2)
+	VMOVUPS Y15, (R9)(R8*1)
+	VZEROUPPER
+	RET
