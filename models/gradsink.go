@@ -67,9 +67,11 @@ type gradSinker interface {
 //
 // The price is a different contract: every run overwrites Param.Grad, so
 //
-//   - read or use Param.Grad after a run and before the next one; clear it
-//     (an optimizer's ZeroGrad) before a run, never between a run and
-//     CopyGrads;
+//   - read or use Param.Grad after a run and before the next one; there is
+//     nothing to clear before a run (an optimizer's ZeroGrad then only
+//     spends a pass over the gradients' memory, the counterpart of
+//     PyTorch's zero_grad(set_to_none=True), which skips that pass too),
+//     and never clear it between a run and CopyGrads;
 //   - AccumulateGrads is refused (it would add a gradient to itself): to
 //     accumulate over micro-batches use a Builder without this option.
 //

@@ -122,8 +122,10 @@ func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int, fused bo
 	for i := range ys {
 		ys[i] = int64(rng.IntN(sizes[len(sizes)-1]))
 	}
-	// Gradients land in Param.Grad straight from the backward ops; ZeroGrad
-	// before each run is what the loop below does anyway.
+	// Gradients land in Param.Grad straight from the backward ops, which
+	// overwrite them: the loop below does not clear them first, as
+	// torch_ddp.py's zero_grad(set_to_none=True) does not (both loops were
+	// faster so; README, Benchmarks, 2026-12-02).
 	bopts := []models.BuilderOption{models.WithGradsInPlace()}
 	const lr = 0.01
 	if fused {
@@ -155,7 +157,6 @@ func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int, fused bo
 	times := make([]time.Duration, 0, steps)
 	for i := 0; i < steps+10; i++ {
 		t0 := time.Now()
-		opt.ZeroGrad()
 		if err := prog.Run(ctx); err != nil {
 			return 0, err
 		}
