@@ -344,14 +344,27 @@ func sgemmTiles(kn *kernels, maxW int, transA, transB bool, m, n, k int, alpha f
 		sgemmColumns(kn, 0, nb, transB, m, n, k, alpha, pa, b, ldb, c, ldc, acc)
 		return
 	}
+	inParallel(nb, workers, func(lo, hi int) {
+		sgemmColumns(kn, lo, hi, transB, m, n, k, alpha, pa, b, ldb, c, ldc, acc)
+	})
+}
+
+// inParallel runs run over 0..n-1 split into up to workers ranges of
+// consecutive indices, each on a goroutine of its own (on the caller's
+// alone for one worker), and returns when all are done.
+func inParallel(n, workers int, run func(lo, hi int)) {
+	if workers <= 1 {
+		run(0, n)
+		return
+	}
 	var wg sync.WaitGroup
-	per := (nb + workers - 1) / workers
-	for lo := 0; lo < nb; lo += per {
+	per := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += per {
 		wg.Add(1)
 		go func(lo, hi int) {
 			defer wg.Done()
-			sgemmColumns(kn, lo, hi, transB, m, n, k, alpha, pa, b, ldb, c, ldc, acc)
-		}(lo, min(lo+per, nb))
+			run(lo, hi)
+		}(lo, min(lo+per, n))
 	}
 	wg.Wait()
 }

@@ -2,10 +2,7 @@
 
 package sgemm
 
-import (
-	"runtime"
-	"sync"
-)
+import "runtime"
 
 //go:noescape
 func sgemmTile6x16R(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
@@ -133,20 +130,7 @@ func sgemmNTT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb
 	if m*n*k >= 1<<21 {
 		workers = min(runtime.GOMAXPROCS(0), groups, productThreads)
 	}
-	if workers <= 1 {
-		run(0, groups)
-		return
-	}
-	var wg sync.WaitGroup
-	per := (groups + workers - 1) / workers
-	for g0 := 0; g0 < groups; g0 += per {
-		wg.Add(1)
-		go func(g0, g1 int) {
-			defer wg.Done()
-			run(g0, g1)
-		}(g0, min(g0+per, groups))
-	}
-	wg.Wait()
+	inParallel(groups, workers, run)
 }
 
 //go:noescape
