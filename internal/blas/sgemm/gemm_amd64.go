@@ -419,23 +419,40 @@ func sgemmColumns(kn *kernels, lo, hi int, transB bool, m, n, k int, alpha float
 			if !inKernel {
 				packB(pb, g0, g1, nr, transB, n, p0, d, b, ldb)
 			}
-			for jb := g0; jb < g1; jb++ {
+			// tileAt computes the tile at row i of column block jb.
+			tileAt := func(i, jb int) {
 				j := jb * nr
 				w := min(nr, n-j)
-				panelB := pb[(jb-g0)*d*nr:]
+				panel, panelB := &pa[i*k+p0*mr], &pb[(jb-g0)*d*nr]
+				if i+mr <= m && w == nr {
+					kn.tile(d, panel, panelB, nr, &c[i*ldc+j], ldc, alpha, add)
+					return
+				}
+				kn.tile(d, panel, panelB, nr, &edge[0], nr, alpha, false)
+				addEdge(c[i*ldc+j:], ldc, edge, nr, min(mr, m-i), w, add)
+			}
+			if !kn.wide {
+				// Along C's rows: each tile's rows continue the last
+				// one's, so C is written (read, when adding) in runs
+				// the caches fetch ahead, where going down a column
+				// block took a new page for every row of a weight's
+				// gradient.
+				for i := 0; i < m; i += mr {
+					for jb := g0; jb < g1; jb++ {
+						tileAt(i, jb)
+					}
+				}
+				continue
+			}
+			for jb := g0; jb < g1; jb++ {
 				i := 0
 				if inKernel {
-					sgemmTile8x32Pack(d, &pa[p0*mr], &b[p0*ldb+j], ldb, &c[j], ldc, alpha, add, &panelB[0])
+					j := jb * nr
+					sgemmTile8x32Pack(d, &pa[p0*mr], &b[p0*ldb+j], ldb, &c[j], ldc, alpha, add, &pb[(jb-g0)*d*nr])
 					i = mr
 				}
 				for ; i < m; i += mr {
-					panel := &pa[i*k+p0*mr]
-					if i+mr <= m && w == nr {
-						kn.tile(d, panel, &panelB[0], nr, &c[i*ldc+j], ldc, alpha, add)
-						continue
-					}
-					kn.tile(d, panel, &panelB[0], nr, &edge[0], nr, alpha, false)
-					addEdge(c[i*ldc+j:], ldc, edge, nr, min(mr, m-i), w, add)
+					tileAt(i, jb)
 				}
 			}
 		}
