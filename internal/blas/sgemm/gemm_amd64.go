@@ -309,7 +309,24 @@ func sgemmTiles(kn *kernels, maxW int, transA, transB bool, m, n, k int, alpha f
 		panel := pa[ib*mr*k : (ib+1)*mr*k]
 		rows := min(mr, m-ib*mr)
 		if transA {
-			// op(A)'s rows are A's columns: copy k runs of rows elements.
+			// op(A)'s rows are A's columns: copy k runs of rows elements,
+			// whole runs as fixed-size moves (a copy call for each of a
+			// weight gradient's 64×171 runs of six cost more than the
+			// move).
+			switch {
+			case rows == 6 && mr == 6:
+				for p := 0; p < k; p++ {
+					i0 := p*lda + ib*6
+					*(*[6]float32)(panel[p*6 : p*6+6]) = *(*[6]float32)(a[i0 : i0+6])
+				}
+				continue
+			case rows == 8 && mr == 8:
+				for p := 0; p < k; p++ {
+					i0 := p*lda + ib*8
+					*(*[8]float32)(panel[p*8 : p*8+8]) = *(*[8]float32)(a[i0 : i0+8])
+				}
+				continue
+			}
 			for p := 0; p < k; p++ {
 				dst := panel[p*mr : p*mr+mr]
 				i0 := p*lda + ib*mr
