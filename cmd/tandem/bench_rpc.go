@@ -36,7 +36,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -92,6 +91,9 @@ type rpcBenchConfig struct {
 	push bool
 	// cores: GOMAXPROCS of each worker process (0: the runtime's default).
 	cores int
+	// callee starts the callee process (nil: this binary, as `tandem bench
+	// rpc -callee`; tests pass a launcher of their own).
+	callee workerLauncher
 }
 
 const (
@@ -237,25 +239,22 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		return nil, err
 	}
 	defer st.Close()
-	var peerDone <-chan error
+	// The callee's end: its error (nil after a clean shutdown) is in
+	// peerErr once peerExit is closed.
+	peerExit := make(chan struct{})
+	var peerErr error
 	if inproc {
-		done := make(chan error, 1)
-		peerDone = done
 		go func() {
+			defer close(peerExit)
 			a, err := rpc.Init(ctx, "w1", 1, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy), rpc.WithPoll(cfg.poll), rpc.WithPush(cfg.push))
 			if err == nil {
 				err = a.Shutdown(ctx)
 			}
-			done <- err
+			peerErr = err
 		}()
 	} else {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("finding this executable to start the peer: %w", err)
-		}
 		_, port, _ := net.SplitHostPort(st.Addr())
 		portNum, _ := strconv.Atoi(port)
-		cmd := exec.CommandContext(ctx, exe, "bench", "rpc", "-callee", "-no-same-host-copy="+strconv.FormatBool(!cfg.sameHostCopy), "-poll="+cfg.poll.String(), "-no-push="+strconv.FormatBool(!cfg.push))
 		peer := launch.Job{
 			Launcher: launch.TandemRun, Rank: 1, WorldSize: 2, LocalRank: 1, LocalWorldSize: 2, NodeRank: 0, NumNodes: 1,
 			MasterAddr: "127.0.0.1", MasterPort: portNum, MaxRestarts: 0, Token: token,
@@ -264,22 +263,57 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 		if cfg.cores > 0 {
 			env = append(env, "GOMAXPROCS="+strconv.Itoa(cfg.cores))
 		}
-		cmd.Env = launch.Overlay(os.Environ(), env)
+		start := cfg.callee
+		if start == nil {
+			start = selfLauncher("rpc")
+		}
+		cmd, err := start([]string{"-callee", "-no-same-host-copy=" + strconv.FormatBool(!cfg.sameHostCopy), "-poll=" + cfg.poll.String(), "-no-push=" + strconv.FormatBool(!cfg.push)}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("starting the peer: %w", err)
+		}
+		cmd.Env = launch.Overlay(cmd.Env, env)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
 			return nil, fmt.Errorf("starting the peer: %w", err)
 		}
-		done := make(chan error, 1)
-		peerDone = done
-		go func() { done <- cmd.Wait() }()
+		go func() {
+			defer close(peerExit)
+			peerErr = cmd.Wait()
+		}()
+		go func() {
+			// The run ending first (an error, or the caller's context)
+			// takes the callee down with it.
+			select {
+			case <-ctx.Done():
+				cmd.Process.Kill()
+			case <-peerExit:
+			}
+		}()
 	}
 	a, err := rpc.Init(ctx, "w0", 0, 2, rpc.WithStore(st), rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension()), rpc.WithToken(token), rpc.WithSameHostCopy(cfg.sameHostCopy), rpc.WithPoll(cfg.poll), rpc.WithPush(cfg.push))
 	if err != nil {
 		cancel()
-		<-peerDone
+		<-peerExit
 		return nil, err
 	}
-	results, runErr := rpcBenchCases(ctx, a, cfg)
+	// The callee serves until this side shuts down: if it ends before the
+	// cases do, they stop at once with that as the cause, rather than each
+	// call redialling a worker that is gone for the agent's timeout.
+	casesCtx, stopCases := context.WithCancelCause(ctx)
+	casesDone := make(chan struct{})
+	go func() {
+		select {
+		case <-peerExit:
+			stopCases(calleeExited(peerErr))
+		case <-casesDone:
+		}
+	}()
+	results, runErr := rpcBenchCases(casesCtx, a, cfg)
+	close(casesDone)
+	if runErr == nil {
+		runErr = context.Cause(casesCtx) // nil unless the callee ended
+	}
+	stopCases(nil)
 	if runErr == nil {
 		for i := range results {
 			results[i].SameHostCopies = a.Metrics().SameHostCopies > 0
@@ -288,16 +322,32 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 	if runErr != nil {
 		a.Close()
 		cancel()
-		<-peerDone
+		<-peerExit
+		if cause := context.Cause(casesCtx); errors.Is(cause, errCalleeExited) {
+			return nil, cause
+		}
 		return nil, runErr
 	}
 	if err := a.Shutdown(ctx); err != nil {
 		return nil, err
 	}
-	if err := <-peerDone; err != nil {
-		return nil, fmt.Errorf("peer: %w", err)
+	<-peerExit
+	if peerErr != nil {
+		return nil, fmt.Errorf("peer: %w", peerErr)
 	}
 	return results, nil
+}
+
+// errCalleeExited marks a bench run whose callee ended before the caller
+// shut the two down.
+var errCalleeExited = errors.New("the callee ended before the run did")
+
+// calleeExited says how the callee ended, wrapping errCalleeExited.
+func calleeExited(err error) error {
+	if err == nil {
+		return fmt.Errorf("tandem bench rpc: %w (it exited cleanly; its messages are above)", errCalleeExited)
+	}
+	return fmt.Errorf("tandem bench rpc: %w: %v (its messages are above)", errCalleeExited, err)
 }
 
 // rpcBenchCallee is the callee process: it serves until the caller shuts the
@@ -348,7 +398,12 @@ func rpcBenchCases(ctx context.Context, a *rpc.Agent, cfg rpcBenchConfig) ([]rpc
 	var mu sync.Mutex
 	var firstErr error
 	t0 := time.Now()
-	for i := 0; i < cfg.calls; i++ {
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstErr != nil
+	}
+	for i := 0; i < cfg.calls && !failed() && ctx.Err() == nil; i++ {
 		sem <- struct{}{}
 		rpc.Async[*tensor.Dense](ctx, a, "w1", rpcEcho, x).Then(func(_ *tensor.Dense, err error) {
 			if err != nil {
@@ -365,6 +420,9 @@ func rpcBenchCases(ctx context.Context, a *rpc.Agent, cfg rpcBenchConfig) ([]rpc
 	elapsed := time.Since(t0)
 	if firstErr != nil {
 		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, context.Cause(ctx)
 	}
 	out = append(out, rpcBenchResult{Case: "async", CallsPerS: float64(cfg.calls) / elapsed.Seconds(), InFlight: cfg.inflight})
 

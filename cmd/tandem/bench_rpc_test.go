@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tandemml/tandem/rpc"
+	"github.com/tandemml/tandem/rref"
 )
 
 func TestBenchRPCInProcess(t *testing.T) {
@@ -112,5 +117,37 @@ func TestBenchRPCPeerRefusesInProcess(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "-inproc") {
 			t.Errorf("%s -inproc: %v, want a refusal", flag, err)
 		}
+	}
+}
+
+// TestHelperRPCCalleeThatQuits stands for a callee process that joins the
+// group and then exits without shutting down, as one that crashes does.
+func TestHelperRPCCalleeThatQuits(t *testing.T) {
+	runAsBenchWorker(t, func(ctx context.Context, args []string) error {
+		if _, err := rpc.InitFromEnv(ctx, "w1", rpc.WithRegistry(rpcBenchRegistry()), rpc.WithExtensions(rref.Extension())); err != nil {
+			return err
+		}
+		time.Sleep(300 * time.Millisecond)
+		os.Exit(3)
+		return nil
+	})
+}
+
+// TestBenchRPCCalleeExits: a callee that ends during the async calls
+// stops the run at once, with the calls' lost peer or the callee's exit as
+// the error, rather than leaving each remaining call to redial a worker
+// that is gone for the agent's timeout (a million calls would take weeks).
+func TestBenchRPCCalleeExits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	cfg := rpcBenchConfig{sizes: []int{4}, inflight: 64, calls: 1 << 20, remotes: 5, iters: 3, sameHostCopy: true, push: true, cores: 1,
+		callee: testLauncher("TestHelperRPCCalleeThatQuits")}
+	t0 := time.Now()
+	_, err := rpcBenchRun(ctx, cfg, false)
+	if !errors.Is(err, errCalleeExited) && !errors.Is(err, rpc.ErrPeerLost) {
+		t.Fatalf("rpcBenchRun with a callee that exits: %v, want the callee's exit or its lost connection", err)
+	}
+	if d := time.Since(t0); d > 20*time.Second {
+		t.Fatalf("rpcBenchRun took %v to notice the callee had gone", d)
 	}
 }
