@@ -403,8 +403,17 @@ func rpcBenchCases(ctx context.Context, a *rpc.Agent, cfg rpcBenchConfig) ([]rpc
 		defer mu.Unlock()
 		return firstErr != nil
 	}
-	for i := 0; i < cfg.calls && !failed() && ctx.Err() == nil; i++ {
-		sem <- struct{}{}
+	// acquire takes a slot for a call, or reports false once ctx ends: a
+	// call whose reply never comes (its worker gone) holds its slot.
+	acquire := func() bool {
+		select {
+		case sem <- struct{}{}:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for i := 0; i < cfg.calls && !failed() && acquire(); i++ {
 		rpc.Async[*tensor.Dense](ctx, a, "w1", rpcEcho, x).Then(func(_ *tensor.Dense, err error) {
 			if err != nil {
 				mu.Lock()
@@ -415,7 +424,9 @@ func rpcBenchCases(ctx context.Context, a *rpc.Agent, cfg rpcBenchConfig) ([]rpc
 		})
 	}
 	for i := 0; i < cfg.inflight; i++ {
-		sem <- struct{}{}
+		if !acquire() {
+			break
+		}
 	}
 	elapsed := time.Since(t0)
 	if firstErr != nil {
