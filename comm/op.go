@@ -331,7 +331,10 @@ func (w *world) peerLost(r int) error {
 // erred) rather than that the group broke: these fail the collective without
 // aborting the group.
 func isDisagreement(err error) bool {
-	return errors.Is(err, ErrMismatch) || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrTooLarge)
+	return errors.Is(err, ErrMismatch) || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrTooLarge) ||
+		// A shared mapping another member's collective cut short: the
+		// fingerprints say why, and the group stays whole (mapShared).
+		errors.Is(err, errMapCutShort)
 }
 
 // fail turns an algorithm's error into the collective's error and, when the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"time"
 	"unsafe"
 
 	"gorgonia.org/tensor"
@@ -92,6 +93,9 @@ func (pg *ProcessGroup) NewSharedTensor(ctx context.Context, dt tensor.Dtype, sh
 			return err
 		}}).Wait(ctx)
 	if err != nil {
+		if seg != nil {
+			unmapShared(seg.mem) // mapped on every member, yet this one's collective failed
+		}
 		return nil, err
 	}
 	mine := seg.region(seg.rank)
@@ -171,11 +175,51 @@ func decodeShared(m []byte) (bool, string) {
 	return m[0] == 0, string(m[3 : 3+n])
 }
 
+// The outcome of a mapping that rank 0 sends every member (the first
+// byte of its message).
+const (
+	verdictOK     = 0
+	verdictFailed = 1
+	verdictRetry  = 2
+)
+
+// errMapCutShort marks a mapping that a member's collective ended (a
+// mismatch, a deadline, a lost message) before every member had mapped the
+// segment: no member keeps it, and the next collective that needs it maps
+// it again on every member.
+var errMapCutShort = errors.New("the mapping was cut short; the next collective that needs it tries again")
+
+// errMapUnavailable marks a segment that rank 0 could not create or a
+// member could not map (a /dev/shm too small, a sandbox without it): every
+// member learns it, and none will have the segment.
+var errMapUnavailable = errors.New("the shared segment is unavailable")
+
+// settleMargin is how long past the collective's deadline a member waits
+// for rank 0's verdict, which rank 0 sends by its own deadline.
+const settleMargin = 5 * time.Second
+
+// settling is the context a member that holds the segment's name waits
+// for the verdict under: ctx's deadline (plus settleMargin) but not its
+// cancellation. A mismatch that cancels this member's collective after
+// the others have mapped must not leave it alone without the segment
+// (the next collective would then wait for a mapping no one else makes).
+func settling(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := context.WithoutCancel(ctx)
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(d, dl.Add(settleMargin))
+	}
+	return context.WithCancel(d)
+}
+
 // mapShared maps a segment of one region of bytes a member: rank 0 creates
 // it and sends its name, the others map it and say whether they could, rank
 // 0 removes the name once all have and tells everyone the outcome, so that
-// every member succeeds or fails together. Its messages use steps step,
-// step+1 and step+2; what names the purpose in errors.
+// every member succeeds or fails together. A collective cut short while
+// rank 0 waits for the members' word ends the mapping on every member with
+// errMapCutShort, and one cut short on a member that has the name still
+// learns the outcome, so that all keep the segment or none does. Its
+// messages use steps step, step+1 and step+2; what names the purpose in
+// errors.
 func mapShared(ctx context.Context, c *opCtx, bytes int, step uint16, what string) (*sharedSeg, error) {
 	n, r := c.size(), c.rank()
 	stepName, stepAck, stepVerdict := step, step+1, step+2
@@ -183,27 +227,26 @@ func mapShared(ctx context.Context, c *opCtx, bytes int, step uint16, what strin
 	size := n * stride
 	if r == 0 {
 		name, mem, err := createShared(size)
-		msg := encodeShared(err == nil, name)
 		if err != nil {
-			msg = encodeShared(false, err.Error())
+			msg := encodeShared(false, err.Error())
+			for p := 1; p < n; p++ {
+				c.send(ctx, p, stepName, msg)
+			}
+			return nil, fmt.Errorf("comm: %s: %w: %w", what, errMapUnavailable, err)
 		}
+		msg := encodeShared(true, name)
+		// failed: members that could not map it; lost: messages that did
+		// not go or come (the collective cut short, a peer gone).
+		var failed, lost []string
 		for p := 1; p < n; p++ {
-			if e := c.send(ctx, p, stepName, msg); e != nil && err == nil {
-				err = e
+			if err := c.send(ctx, p, stepName, msg); err != nil {
+				lost = append(lost, err.Error())
 			}
 		}
-		if err != nil {
-			if mem != nil {
-				unmapShared(mem)
-				removeShared(name)
-			}
-			return nil, fmt.Errorf("comm: %s: %w", what, err)
-		}
-		var failed []string
 		ack := make([]byte, sharedMsg)
-		for p := 1; p < n; p++ {
+		for p := 1; p < n && len(lost) == 0; p++ {
 			if err := c.recv(ctx, p, stepAck, ack); err != nil {
-				failed = append(failed, err.Error())
+				lost = append(lost, err.Error())
 				continue
 			}
 			if ok, text := decodeShared(ack); !ok {
@@ -211,38 +254,63 @@ func mapShared(ctx context.Context, c *opCtx, bytes int, step uint16, what strin
 			}
 		}
 		removeShared(name)
-		verdict := encodeShared(len(failed) == 0, fmt.Sprint(failed))
+		verdict := verdictOK
+		switch {
+		case len(lost) > 0:
+			verdict, failed = verdictRetry, lost
+		case len(failed) > 0:
+			verdict = verdictFailed
+		}
+		vmsg := encodeShared(true, fmt.Sprint(failed))
+		vmsg[0] = byte(verdict)
+		sctx, cancel := settling(ctx)
+		defer cancel()
 		for p := 1; p < n; p++ {
-			if err := c.send(ctx, p, stepVerdict, verdict); err != nil && len(failed) == 0 {
-				failed = append(failed, err.Error())
+			if err := c.send(sctx, p, stepVerdict, vmsg); err != nil && verdict == verdictOK {
+				// A member that hears nothing fails its wait: let none
+				// keep the segment.
+				verdict, failed = verdictRetry, append(failed, err.Error())
 			}
 		}
-		if len(failed) > 0 {
+		switch verdict {
+		case verdictRetry:
 			unmapShared(mem)
-			return nil, fmt.Errorf("comm: %s: members could not map the segment: %v: %w", what, failed, ErrPeerLost)
+			return nil, fmt.Errorf("comm: %s: %w: %v", what, errMapCutShort, failed)
+		case verdictFailed:
+			unmapShared(mem)
+			return nil, fmt.Errorf("comm: %s: members could not map the segment: %v: %w", what, failed, errMapUnavailable)
 		}
 		return &sharedSeg{name: name, mem: mem, stride: stride, bytes: bytes, rank: r}, nil
 	}
 	msg := make([]byte, sharedMsg)
 	if err := c.recv(ctx, 0, stepName, msg); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("comm: %s: %w: %w", what, errMapCutShort, err)
 	}
 	ok, name := decodeShared(msg)
 	if !ok {
-		return nil, fmt.Errorf("comm: %s: rank 0 could not make the segment: %s", what, name)
+		return nil, fmt.Errorf("comm: %s: rank 0 could not make the segment: %s: %w", what, name, errMapUnavailable)
 	}
 	mem, err := openShared(name, size)
 	ack := encodeShared(err == nil, "")
 	if err != nil {
 		ack = encodeShared(false, err.Error())
 	}
-	if e := c.send(ctx, 0, stepAck, ack); e != nil && err == nil {
-		err = e
-	}
-	if e := c.recv(ctx, 0, stepVerdict, msg); e != nil && err == nil {
-		err = e
-	} else if ok, text := decodeShared(msg); e == nil && !ok && err == nil {
-		err = fmt.Errorf("members could not map the segment: %s: %w", text, ErrPeerLost)
+	c.send(ctx, 0, stepAck, ack) // unsent, rank 0 misses it and says so
+	sctx, cancel := settling(ctx)
+	defer cancel()
+	e := c.recv(sctx, 0, stepVerdict, msg)
+	switch {
+	case e != nil:
+		err = fmt.Errorf("%w: %w", errMapCutShort, e)
+	case msg[0] == verdictOK && err == nil:
+	case msg[0] == verdictRetry:
+		_, text := decodeShared(msg)
+		err = fmt.Errorf("%w: %s", errMapCutShort, text)
+	case err != nil:
+		err = fmt.Errorf("%w: %w", errMapUnavailable, err)
+	default:
+		_, text := decodeShared(msg)
+		err = fmt.Errorf("members could not map the segment: %s: %w", text, errMapUnavailable)
 	}
 	if err != nil {
 		if mem != nil {

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -124,7 +125,9 @@ func (pg *ProcessGroup) stageFor(ctx context.Context, c *opCtx) (*stage, error) 
 	}
 	room := max(block, stageRoom)
 	seg, err := mapShared(ctx, c, stageHeader+stageBuffers*room, stepStage, "staging collectives")
-	if err != nil && ctx.Err() != nil {
+	if err != nil && !errors.Is(err, errMapUnavailable) {
+		// Cut short (a mismatch, a deadline, a lost peer): every member
+		// tries again with its next staged collective.
 		return nil, err
 	}
 	pg.stageMu.Lock()
