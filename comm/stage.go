@@ -101,11 +101,12 @@ type stage struct {
 // stageFor returns the group's staging segment, mapping it on first use
 // (a collective step of c), or nil when the group does not stage: it is
 // turned off (WithStaging), its ranks are not all on this host, or the
-// mapping failed (then it never tries again and says so in the log). Every
-// member gets the same answer: the mapping succeeds or fails on all. A
-// mapping cut short by the collective's context (a deadline, a mismatch
-// that stopped it) is not a failure to map: it returns the context's error
-// and the next staged collective tries again, as every member does.
+// segment is unavailable (then it never tries again and says so in the
+// log). Every member gets the same answer: the mapping succeeds or fails
+// on all (mapShared). A mapping cut short on any member (a deadline, a
+// mismatch that stopped its collective, a lost message) is not a failure
+// to map: it returns the error and the next staged collective tries again,
+// as every member does.
 func (pg *ProcessGroup) stageFor(ctx context.Context, c *opCtx) (*stage, error) {
 	if !pg.opts.staging {
 		return nil, nil
