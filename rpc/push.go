@@ -332,7 +332,9 @@ func (c *conn) onGrant(f *wire.Frame) {
 	gs.mu.Lock()
 	if gs.closed {
 		gs.mu.Unlock()
-		c.setWord(g, pushRevoked)
+		if err := c.setWord(g, pushRevoked); err != nil {
+			c.close(err)
+		}
 		return
 	}
 	if gs.g != nil {
@@ -396,29 +398,37 @@ func (c *conn) pushTail(g *peerGrant, raw []byte, p wire.Push) {
 		c.a.opts.logger.Warn("rpc: could not push a tensor; the worker copies it", "worker", c.a.self.Name, "peer", c.peer.String(), "err", err)
 		status = pushFailed
 	}
-	c.setWord(g, status)
+	if err := c.setWord(g, status); err != nil {
+		c.close(err)
+	}
 	c.a.m.pushed.Add(1)
 }
 
-// pushAbort marks a grant whose frame did not go out whole.
-func (c *conn) pushAbort(g *peerGrant) { c.setWord(g, pushAborted) }
+// pushAbort marks a grant whose frame did not go out whole; a connection
+// whose peer cannot be told is closed.
+func (c *conn) pushAbort(g *peerGrant) {
+	if err := c.setWord(g, pushAborted); err != nil {
+		c.close(err)
+	}
+}
 
 // setWord ends the peer's grant g with status: the status word when it is
-// not pushDone, then the completion word. A connection whose peer cannot be
-// told is closed.
-func (c *conn) setWord(g *peerGrant, status uint64) {
+// not pushDone, then the completion word. It reports why the peer could not
+// be told; the caller closes the connection, unless it is closing it
+// already (close must not be entered again from inside itself).
+func (c *conn) setWord(g *peerGrant, status uint64) error {
 	var b [8]byte
 	if status != pushDone {
 		binary.LittleEndian.PutUint64(b[:], status)
 		if err := samehost.Write(c.peerPID, g.word+8, b[:]); err != nil {
-			c.close(fmt.Errorf("writing a status word into worker %s (pid %d): %w", c.peer, c.peerPID, err))
-			return
+			return fmt.Errorf("writing a status word into worker %s (pid %d): %w", c.peer, c.peerPID, err)
 		}
 	}
 	binary.LittleEndian.PutUint64(b[:], g.token)
 	if err := samehost.Write(c.peerPID, g.word, b[:]); err != nil {
-		c.close(fmt.Errorf("writing a completion word into worker %s (pid %d): %w", c.peer, c.peerPID, err))
+		return fmt.Errorf("writing a completion word into worker %s (pid %d): %w", c.peer, c.peerPID, err)
 	}
+	return nil
 }
 
 // closeGrants ends the sending side: the grant not used is let go, and the
@@ -430,7 +440,13 @@ func (c *conn) closeGrants() {
 	g := gs.g
 	gs.g = nil
 	gs.mu.Unlock()
-	if g != nil {
-		c.setWord(g, pushRevoked)
+	if g == nil {
+		return
+	}
+	// The connection is closing already, from close itself: a peer that
+	// cannot be told (its process gone) needs telling no more, and its
+	// memory is its own to let go.
+	if err := c.setWord(g, pushRevoked); err != nil {
+		c.a.opts.logger.Debug("rpc: could not revoke a grant on close", "worker", c.a.self.Name, "peer", c.peer.String(), "err", err)
 	}
 }

@@ -1,9 +1,11 @@
 package rpc
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"testing"
@@ -252,5 +254,37 @@ func TestLandedWaitEnds(t *testing.T) {
 	}
 	if _, err := (*connLandings)(c).Landed(7); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("a second wait on a landed grant: %v", err)
+	}
+}
+
+// TestCloseWithGrantToGoneProcess: a connection that holds its peer's grant
+// when it closes, and cannot tell the peer (its process is gone), still
+// closes, and later writes fail. Closing used to close again
+// from inside itself, on the revoke's failed write, and hang for good.
+func TestCloseWithGrantToGoneProcess(t *testing.T) {
+	agents := startGroup(t, 1, registerBasics)
+	gone := exec.Command(os.Args[0], "-test.run=^$")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	nc, other := net.Pipe()
+	defer other.Close()
+	c := newConn(agents[0], nc, agents[0].self, true, bufio.NewReader(nc), gone.Process.Pid, true, true, true)
+	c.grant.g = &peerGrant{token: 3, addr: 1 << 30, word: 1 << 30, size: pushFrom, share: shareStart}
+	closed := make(chan struct{})
+	go func() {
+		c.close(errors.New("test: peer gone"))
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("closing a connection whose peer's grant cannot be revoked did not return in 10 s")
+	}
+	if err := c.write(net.Buffers{[]byte("x")}); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("a write after close: %v, want net.ErrClosed", err)
+	}
+	if c.grant.g != nil || !c.grant.closed {
+		t.Fatal("the peer's grant is still held after close")
 	}
 }
