@@ -13,9 +13,10 @@ import (
 )
 
 // pollReader reads a TCP socket, and when no bytes are there it looks again
-// for a while (spin), yielding the processor to the process's other
-// goroutines between looks, before it parks on the runtime's network
-// poller. A parked read costs a wake-up when bytes come (the poller's
+// for a while (spin), yielding between looks to the process's other
+// goroutines and to the other threads on its CPU (yieldThread: the peer
+// that is to write the bytes may be one), before it parks on the runtime's
+// network poller. A parked read costs a wake-up when bytes come (the poller's
 // thread, then the reader's: tens of microseconds each on virtual
 // machines), which is most of a small call's round trip between two
 // processes of one host; the peer's answer usually comes sooner than that.
@@ -63,6 +64,7 @@ func (r *pollReader) Read(p []byte) (int, error) {
 				return false // park until the poller says the socket is readable
 			}
 			runtime.Gosched()
+			yieldThread()
 		}
 	})
 	switch {

@@ -212,7 +212,10 @@ func (c *conn) awaitWord(l *landing) error {
 			return nil
 		}
 		if i%64 != 0 {
+			// This process's other goroutines first, then the
+			// other threads on this CPU: the peer may be one.
 			runtime.Gosched()
+			yieldThread()
 			continue
 		}
 		select {
