@@ -281,7 +281,7 @@ func (s *stage) await(ctx context.Context, c *opCtx, cond func() bool, what func
 	if s.spin > 0 {
 		start := time.Now()
 		for i := 1; ; i++ {
-			runtime.Gosched()
+			futex.Yield()
 			if cond() {
 				return nil
 			}

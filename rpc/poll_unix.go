@@ -6,15 +6,16 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/tandemml/tandem/internal/futex"
 )
 
 // pollReader reads a TCP socket, and when no bytes are there it looks again
 // for a while (spin), yielding between looks to the process's other
-// goroutines and to the other threads on its CPU (yieldThread: the peer
+// goroutines and to the other threads on its CPU (futex.Yield: the peer
 // that is to write the bytes may be one), before it parks on the runtime's
 // network poller. A parked read costs a wake-up when bytes come (the poller's
 // thread, then the reader's: tens of microseconds each on virtual
@@ -63,8 +64,7 @@ func (r *pollReader) Read(p []byte) (int, error) {
 			case time.Since(start) >= spin:
 				return false // park until the poller says the socket is readable
 			}
-			runtime.Gosched()
-			yieldThread()
+			futex.Yield()
 		}
 	})
 	switch {

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -13,6 +12,7 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/tandemml/tandem/internal/futex"
 	"github.com/tandemml/tandem/internal/recvbuf"
 	"github.com/tandemml/tandem/internal/samehost"
 	"github.com/tandemml/tandem/internal/wire"
@@ -214,8 +214,7 @@ func (c *conn) awaitWord(l *landing) error {
 		if i%64 != 0 {
 			// This process's other goroutines first, then the
 			// other threads on this CPU: the peer may be one.
-			runtime.Gosched()
-			yieldThread()
+			futex.Yield()
 			continue
 		}
 		select {

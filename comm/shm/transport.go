@@ -269,7 +269,7 @@ func await(spin time.Duration, cond func() bool, seq, flag *atomic.Uint32, check
 		// instead, and the poll resumes when it blocks or is preempted.
 		start := time.Now()
 		for i := 1; ; i++ {
-			runtime.Gosched()
+			futex.Yield()
 			if cond() {
 				return nil
 			}
