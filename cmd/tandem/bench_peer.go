@@ -195,8 +195,9 @@ type peerBLASInfo struct {
 	Via      string // how it was found: the symlink chain, or ldconfig
 	Kind     string // openblas, blis, atlas, mkl, reference, unknown or missing
 	Warning  string // the peer script's own warning, when it printed one
-	// CoreDetected is the kernel set OpenBLAS chose itself; CoreSet, when
-	// not "", the better one the peer runs with (OPENBLAS_CORETYPE).
+	// CoreDetected is the kernel set OpenBLAS would run: its own choice,
+	// or the caller's OPENBLAS_CORETYPE; CoreSet, when not "", the better
+	// one the peer runs with instead.
 	CoreDetected, CoreSet string
 }
 
@@ -210,7 +211,7 @@ func (b peerBLASInfo) String() string {
 	}
 	switch {
 	case b.CoreSet != "":
-		s += fmt.Sprintf(", kernels %s (OpenBLAS detected %s on this processor; the peer runs with %s=%s)", b.CoreSet, b.CoreDetected, openblasCoreEnv, b.CoreSet)
+		s += fmt.Sprintf(", kernels %s (OpenBLAS would run %s, slower on this processor; the peer runs with %s=%s)", b.CoreSet, b.CoreDetected, openblasCoreEnv, b.CoreSet)
 	case b.CoreDetected != "":
 		s += ", kernels " + b.CoreDetected
 	}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	tblas "github.com/tandemml/tandem/internal/blas"
 )
 
 // fakeBLASTree lays out Debian's arrangement under a temporary directory:
@@ -347,5 +349,24 @@ func TestFindPeerDir(t *testing.T) {
 	}
 	if got := findPeerDir(wd(elsewhere), ""); got != "" {
 		t.Errorf("empty peers/: findPeerDir = %q, want \"\"", got)
+	}
+}
+
+// TestPeerOpenBLASCoreOverridesASlowerChoice: a caller's OPENBLAS_CORETYPE
+// that names kernels slower than the processor's best is replaced for the
+// peer, and one as good stands.
+func TestPeerOpenBLASCoreOverridesASlowerChoice(t *testing.T) {
+	best := tblas.BestOpenBLASCore()
+	t.Setenv(openblasCoreEnv, "Prescott")
+	set, detected := peerOpenBLASCore(context.Background())
+	if set != best || !strings.Contains(detected, "Prescott") {
+		t.Fatalf("caller's Prescott on a processor whose best is %q: set %q, detected %q; want set %q", best, set, detected, best)
+	}
+	if best == "" {
+		return
+	}
+	t.Setenv(openblasCoreEnv, best)
+	if set, _ := peerOpenBLASCore(context.Background()); set != "" {
+		t.Fatalf("caller's %s, the processor's best: set %q, want it left alone", best, set)
 	}
 }
