@@ -71,8 +71,9 @@ const (
 // at its peers' liveness.
 const stageTick = 10 * time.Millisecond
 
-// stageSpin is how long a wait polls before it sleeps when every rank has a
-// CPU of its own. With 50 µs, two ranks on two cores took 10 µs for some
+// stageSpin is how long a wait polls before it sleeps (every wait when each
+// rank has a CPU of its own; a one-buffer collective's where the ranks
+// outnumber the CPUs). With 50 µs, two ranks on two cores took 10 µs for some
 // all-reduces of 4 KiB and 122 µs for others (tandem bench allreduce,
 // 200 iterations): a peer that the scheduler holds back a little longer
 // costs a futex sleep and wake-up; with 200 µs, 10 µs in every run.
@@ -94,8 +95,11 @@ type stage struct {
 	// cache's); room, each staging buffer's size, at least stageRoom: a
 	// reduction of up to room bytes goes through in one round.
 	block, room int
-	spin        time.Duration
-	last        uint64 // the extended sequence number of this rank's last staged collective
+	// spin is how long a wait of a collective in rounds polls before it
+	// sleeps; spinOne, one of a collective in one buffer (reduceTo's
+	// small path), whose waits are short.
+	spin, spinOne time.Duration
+	last          uint64 // the extended sequence number of this rank's last staged collective
 }
 
 // stageFor returns the group's staging segment, mapping it on first use
@@ -138,17 +142,26 @@ func (pg *ProcessGroup) stageFor(ctx context.Context, c *opCtx) (*stage, error) 
 		pg.opts.logger.Warn("comm: this group's collectives go through the transport: no staging segment", "group", pg.name, "rank", pg.rank, "err", err)
 		return nil, nil
 	}
-	spin := stageSpin
-	if c.size() > runtime.NumCPU() || runtime.GOMAXPROCS(0) == 1 {
-		// A rank that polls holds a CPU that the rank it waits for needs;
-		// and a process of one P that polls, even yielding between looks,
+	spin, spinOne := stageSpin, stageSpin
+	if c.size() > runtime.NumCPU() {
+		// Ranks that outnumber the CPUs take turns on them. A poll gives
+		// its CPU away at every look (futex.Yield), which for a small
+		// collective's short waits is quicker than a sleep and a wake-up
+		// (four ranks on two cores: all-reduce of 4 KiB in 0.47-0.50 ms
+		// polling against 0.91-1.14 sleeping); in a large one it has the
+		// ranks trade the CPU at every block and evict each other's
+		// data (16 MiB in 17-21 ms against 14.6-17).
+		spin = 0
+	}
+	if runtime.GOMAXPROCS(0) == 1 {
+		// A process of one P that polls, even yielding between looks,
 		// keeps its other goroutines (the backward pass that DDP overlaps
 		// with its all-reduces) from the processor: DDP's step of two
 		// ranks with GOMAXPROCS=1 took 13.9-18.6 ms polling and 6.9
 		// sleeping at once (tandem bench ddp, two runs each).
-		spin = 0
+		spin, spinOne = 0, 0
 	}
-	pg.stage = &stage{seg: seg, block: block, room: room, spin: spin}
+	pg.stage = &stage{seg: seg, block: block, room: room, spin: spin, spinOne: spinOne}
 	return pg.stage, nil
 }
 
@@ -271,21 +284,21 @@ func (s *stage) ring() {
 	}
 }
 
-// await returns once cond holds. It polls for s.spin, then sleeps on the
+// await returns once cond holds. It polls for spin, then sleeps on the
 // bell; between sleeps it gives up when ctx ends or a peer is lost, with
 // what (a description of the wait) in the error.
-func (s *stage) await(ctx context.Context, c *opCtx, cond func() bool, what func() string) error {
+func (s *stage) await(ctx context.Context, c *opCtx, spin time.Duration, cond func() bool, what func() string) error {
 	if cond() {
 		return nil
 	}
-	if s.spin > 0 {
+	if spin > 0 {
 		start := time.Now()
 		for i := 1; ; i++ {
 			futex.Yield()
 			if cond() {
 				return nil
 			}
-			if i&7 == 0 && time.Since(start) > s.spin {
+			if i&7 == 0 && time.Since(start) > spin {
 				break
 			}
 		}
@@ -316,10 +329,11 @@ func (s *stage) await(ctx context.Context, c *opCtx, cond func() bool, what func
 	}
 }
 
-// barrier returns once every member reached barrier k of collective seq.
-// The last to arrive rings the bell; every member sees its own arrival
-// before, and the peers' writes to their regions before theirs.
-func (s *stage) barrier(ctx context.Context, c *opCtx, seq uint64, k int) error {
+// barrier returns once every member reached barrier k of collective seq,
+// polling for spin before it sleeps. The last to arrive rings the bell;
+// every member sees its own arrival before, and the peers' writes to their
+// regions before theirs.
+func (s *stage) barrier(ctx context.Context, c *opCtx, spin time.Duration, seq uint64, k int) error {
 	n, r := c.size(), c.rank()
 	mark := stageMark(seq, k)
 	s.word64(r, stageArrive).Store(mark)
@@ -335,7 +349,7 @@ func (s *stage) barrier(ctx context.Context, c *opCtx, seq uint64, k int) error 
 		s.ring()
 		return nil
 	}
-	return s.await(ctx, c, all, func() string {
+	return s.await(ctx, c, spin, all, func() string {
 		var late []int
 		for p := range n {
 			if p != r && s.word64(p, stageArrive).Load() < mark {
@@ -348,8 +362,9 @@ func (s *stage) barrier(ctx context.Context, c *opCtx, seq uint64, k int) error 
 
 // begin marks this rank busy with collective seq, reading the buffers in
 // mask (bit i for buffer i), and waits until no peer still reads any of
-// them for an earlier collective, so that this rank may write them.
-func (s *stage) begin(ctx context.Context, c *opCtx, seq uint64, mask uint64) error {
+// them for an earlier collective, so that this rank may write them,
+// polling for spin before it sleeps.
+func (s *stage) begin(ctx context.Context, c *opCtx, spin time.Duration, seq uint64, mask uint64) error {
 	n, r := c.size(), c.rank()
 	s.word64(r, stageBusy).Store((seq+1)<<stageBuffers | mask)
 	free := func() bool {
@@ -361,7 +376,7 @@ func (s *stage) begin(ctx context.Context, c *opCtx, seq uint64, mask uint64) er
 		}
 		return true
 	}
-	return s.await(ctx, c, free, func() string { return "waiting for the peers to finish reading the staging buffers" })
+	return s.await(ctx, c, spin, free, func() string { return "waiting for the peers to finish reading the staging buffers" })
 }
 
 // end marks this rank done reading the peers' regions.
@@ -406,12 +421,12 @@ func (s *stage) reduceTo(ctx context.Context, c *opCtx, b []byte, dt dtype, comb
 		// the three, so a rank seldom waits for a slow peer to finish
 		// reading the last.
 		i := int(seq % stageBuffers)
-		if err := s.begin(ctx, c, seq, 1<<i); err != nil {
+		if err := s.begin(ctx, c, s.spinOne, seq, 1<<i); err != nil {
 			return err
 		}
 		defer s.end(r)
 		stageCopy(s.buffer(r, i)[:len(b)], b)
-		if err := s.barrier(ctx, c, seq, 1); err != nil {
+		if err := s.barrier(ctx, c, s.spinOne, seq, 1); err != nil {
 			return err
 		}
 		if takes {
@@ -423,7 +438,7 @@ func (s *stage) reduceTo(ctx context.Context, c *opCtx, b []byte, dt dtype, comb
 		}
 		return nil
 	}
-	if err := s.begin(ctx, c, seq, 1<<stageBuffers-1); err != nil {
+	if err := s.begin(ctx, c, s.spin, seq, 1<<stageBuffers-1); err != nil {
 		return err
 	}
 	defer s.end(r)
@@ -504,7 +519,7 @@ func (s *stage) reduceTo(ctx context.Context, c *opCtx, b []byte, dt dtype, comb
 		}
 	}
 	stageIn(0)
-	if err := s.barrier(ctx, c, seq, 1); err != nil {
+	if err := s.barrier(ctx, c, s.spin, seq, 1); err != nil {
 		return err
 	}
 	for j := range rounds {
@@ -512,7 +527,7 @@ func (s *stage) reduceTo(ctx context.Context, c *opCtx, b []byte, dt dtype, comb
 		if j+1 < rounds {
 			stageIn(j + 1)
 		}
-		if err := s.barrier(ctx, c, seq, j+2); err != nil {
+		if err := s.barrier(ctx, c, s.spin, seq, j+2); err != nil {
 			return err
 		}
 		gather(j)

@@ -19,12 +19,12 @@ import "context"
 func (s *stage) rounds(ctx context.Context, c *opCtx, n int, put func(j int, buf []byte), take func(j, i int)) error {
 	r := c.rank()
 	seq := s.extend(c.seq)
-	if err := s.begin(ctx, c, seq, 1<<stageBuffers-1); err != nil {
+	if err := s.begin(ctx, c, s.spin, seq, 1<<stageBuffers-1); err != nil {
 		return err
 	}
 	defer s.end(r)
 	put(0, s.buffer(r, 0))
-	if err := s.barrier(ctx, c, seq, 1); err != nil {
+	if err := s.barrier(ctx, c, s.spin, seq, 1); err != nil {
 		return err
 	}
 	for j := range n {
@@ -33,7 +33,7 @@ func (s *stage) rounds(ctx context.Context, c *opCtx, n int, put func(j int, buf
 		}
 		take(j, j%stageBuffers)
 		if j+1 < n {
-			if err := s.barrier(ctx, c, seq, j+2); err != nil {
+			if err := s.barrier(ctx, c, s.spin, seq, j+2); err != nil {
 				return err
 			}
 		}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,7 +122,7 @@ type outbox struct {
 }
 
 func newTransport(rank, size int, maxMsg int64, live liveness.Config, seg *segment, spin time.Duration) *Transport {
-	t := &Transport{own: new(uint64), rank: rank, size: size, maxMsg: maxMsg, live: live, seg: seg, pid: os.Getpid(), spin: spinTime(size, spin),
+	t := &Transport{own: new(uint64), rank: rank, size: size, maxMsg: maxMsg, live: live, seg: seg, pid: os.Getpid(), spin: spin,
 		inbox: make([]*inbox, size), out: make([]*outbox, size), stop: make(chan struct{}), dead: make(chan struct{})}
 	for r := range size {
 		t.inbox[r] = &inbox{t: t, src: r, waiters: map[transport.Tag][]*waiter{}, msgs: map[transport.Tag][][]byte{},
@@ -295,18 +294,6 @@ func await(spin time.Duration, cond func() bool, seq, flag *atomic.Uint32, check
 		futex.Wait(seq, s, tick)
 		flag.Store(0)
 	}
-}
-
-// spinTime returns how long a wait polls before it sleeps, for a world of
-// n ranks on this host and the configured spin: not at all when the ranks
-// outnumber the CPUs this process may run on, since a rank that polls then
-// holds a CPU that the rank it waits for needs (four ranks on two cores ran
-// an all-reduce of 16 MiB 2.5 times slower polling than sleeping at once).
-func spinTime(n int, spin time.Duration) time.Duration {
-	if n > runtime.NumCPU() {
-		return 0
-	}
-	return spin
 }
 
 // Spin reports how long this transport's waits poll before they sleep (see
