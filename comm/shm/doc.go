@@ -30,15 +30,16 @@
 //
 // A side that finds the ring empty (the reader) or full (the sender) polls
 // it for up to 50 µs (WithSpin), yielding the processor to its process's
-// other goroutines between looks, then sleeps on a futex word in the
+// other goroutines and to the other threads on its CPU between looks
+// (futex.Yield), then sleeps on a futex word in the
 // segment: it announces itself in a flag word, and the other side makes
 // the futex wake system call only when that flag is set, so a busy stream
 // costs no system calls. A futex costs no CPU while idle, where a sleep
 // back-off would either add latency or burn CPU; but its wake-up takes
 // tens of microseconds on a virtual machine, which the poll saves in the
-// common case of a peer that answers within microseconds. When the world
-// has more ranks than this process has CPUs, waits sleep at once: polling
-// would hold a CPU that the awaited rank needs. Sleeps last at most
+// common case of a peer that answers within microseconds. Ranks that
+// outnumber the CPUs poll too: a poll gives its CPU away at every look, so
+// it does not hold the CPU that the awaited rank needs. Sleeps last at most
 // 10 ms: every wake-up checks the context, this rank's own state and the
 // peer's.
 //
