@@ -291,17 +291,8 @@ func (s *stage) await(ctx context.Context, c *opCtx, spin time.Duration, cond fu
 	if cond() {
 		return nil
 	}
-	if spin > 0 {
-		start := time.Now()
-		for i := 1; ; i++ {
-			futex.Yield()
-			if cond() {
-				return nil
-			}
-			if i&7 == 0 && time.Since(start) > spin {
-				break
-			}
-		}
+	if futex.Poll(spin, cond) {
+		return nil
 	}
 	bell, sleepers := s.word32(0, stageBell), s.word32(0, stageSleepers)
 	for full := false; ; full = true {

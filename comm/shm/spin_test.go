@@ -11,8 +11,8 @@ import (
 
 // TestWithSpin: the configured poll reaches the transport (also where the
 // ranks outnumber the CPUs: polls yield the CPU), a negative one counts as
-// none, and a
-// transport that sleeps at once still carries messages both ways.
+// none, and a transport that sleeps at once still carries messages both
+// ways.
 func TestWithSpin(t *testing.T) {
 	cases := []struct {
 		name string

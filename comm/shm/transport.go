@@ -262,20 +262,8 @@ func await(spin time.Duration, cond func() bool, seq, flag *atomic.Uint32, check
 	if cond() {
 		return nil
 	}
-	if spin > 0 {
-		// Between looks the goroutine yields: a goroutine of this rank
-		// that has work (a backward pass, the next bucket's copy) runs
-		// instead, and the poll resumes when it blocks or is preempted.
-		start := time.Now()
-		for i := 1; ; i++ {
-			futex.Yield()
-			if cond() {
-				return nil
-			}
-			if i&7 == 0 && time.Since(start) > spin {
-				break
-			}
-		}
+	if futex.Poll(spin, cond) {
+		return nil
 	}
 	for full := false; ; full = true {
 		s := seq.Load()
