@@ -33,13 +33,41 @@ func (pg *ProcessGroup) AllReduce(ctx context.Context, t *tensor.Dense, op Reduc
 		// member whose tensor is elsewhere.
 		desc += fmt.Sprintf(" in shared %s at %d", seg.name, off)
 	}
-	return pg.start(ctx, collective{name: "all_reduce", desc: desc, invalid: err,
+	var one func(*stage) (oneBuffer, bool)
+	if seg == nil && !buf.dt.isHalf() && len(buf.b) > 0 {
+		one = func(st *stage) (oneBuffer, bool) {
+			// allReduceBytes's choice: reduceTo's path in one buffer.
+			if len(buf.b) >= pg.opts.ringThreshold || len(buf.b) > st.block {
+				return oneBuffer{}, false
+			}
+			return oneBuffer{b: buf.b, comb: reduction(buf.dt, op, len(pg.members)), prepare: premultiply(buf.b, buf.dt, op)}, true
+		}
+	}
+	return pg.start(ctx, collective{name: "all_reduce", desc: desc, invalid: err, oneBuffer: one,
 		run: func(ctx context.Context, c *opCtx) error {
 			if seg != nil && !buf.dt.isHalf() && len(buf.b) >= pg.opts.ringThreshold && len(buf.b)/buf.dt.size() >= c.size() {
 				return sharedAllReduceOp(ctx, c, seg, off, buf.b, buf.dt, op)
 			}
 			return allReduceBytes(ctx, c, buf.b, buf.dt, op)
 		}})
+}
+
+// reduction is the staged combiner of op over n ranks' tensors of dt.
+func reduction(dt dtype, op ReduceOp, n int) *numbers {
+	m := &numbers{dt: dt, k: op.kind}
+	if op.kind == KindAvg {
+		m.finalize = func(p []byte) { divideBuf(p, dt, n) }
+	}
+	return m
+}
+
+// premultiply returns what scales b before a premultiplied sum, or nil for
+// the other kinds.
+func premultiply(b []byte, dt dtype, op ReduceOp) func() {
+	if op.kind != KindPremulSum {
+		return nil
+	}
+	return func() { scaleBuf(b, dt, op.factor) }
 }
 
 // AllReduceCoalesced all-reduces several tensors of one dtype as a single

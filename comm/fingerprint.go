@@ -83,6 +83,13 @@ func (pg *ProcessGroup) sendFingerprints(ctx context.Context, c *opCtx, op colle
 // arrived (or arrive within fingerprintDrain) are still taken, so that the
 // error can name the rank that never joined.
 func (pg *ProcessGroup) recvFingerprints(ctx context.Context, c *opCtx, op collective, mine []byte) error {
+	return pg.recvFingerprintsHaving(ctx, c, op, mine, make([]byte, c.size()*fingerprintSize), nil)
+}
+
+// recvFingerprintsHaving is recvFingerprints into frames (a frame a rank,
+// in rank order), where the frames of the peers p with have[p] already
+// arrived (have may be nil: none did).
+func (pg *ProcessGroup) recvFingerprintsHaving(ctx context.Context, c *opCtx, op collective, mine, frames []byte, have []bool) error {
 	n, me := c.size(), c.rank()
 	rctx := ctx
 	if ctx.Err() != nil {
@@ -90,18 +97,20 @@ func (pg *ProcessGroup) recvFingerprints(ctx context.Context, c *opCtx, op colle
 		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), fingerprintDrain)
 		defer cancel()
 	}
-	frames := make([]byte, n*fingerprintSize)
 	copy(frames[me*fingerprintSize:], mine)
 	for peer := 0; peer < n; peer++ {
-		if peer == me {
+		if peer == me || have != nil && have[peer] {
 			continue
 		}
 		f := frames[peer*fingerprintSize : (peer+1)*fingerprintSize]
 		if err := c.recv(rctx, peer, stepFinger, f); err != nil {
 			// A mismatch already seen explains the failure better (the
 			// rank that saw it may have left).
-			for q := 0; q < peer; q++ {
-				if g := frames[q*fingerprintSize : (q+1)*fingerprintSize]; q != me && string(g) != string(mine) {
+			for q := 0; q < n; q++ {
+				if q == me || q >= peer && (have == nil || !have[q]) {
+					continue // not received
+				}
+				if g := frames[q*fingerprintSize : (q+1)*fingerprintSize]; string(g) != string(mine) {
 					return fmt.Errorf("comm: collective #%d on group %q: rank %d called %s but rank %d called %s (rank %d could not hear from rank %d: %v): %w",
 						c.seq, pg.name, me, fingerprintDesc(mine), q, fingerprintDesc(g), me, peer, err, ErrMismatch)
 				}

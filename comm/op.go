@@ -24,6 +24,11 @@ type collective struct {
 	// ranks).
 	unchecked bool
 	run       func(ctx context.Context, c *opCtx) error
+	// oneBuffer, when not nil, says whether the collective is a reduction
+	// that fits one buffer of the group's staging segment st, and what it
+	// reduces there: such a collective runs with its fingerprint check in
+	// the segment instead of the transport (stagecheck.go).
+	oneBuffer func(st *stage) (oneBuffer, bool)
 }
 
 // opCtx is what an algorithm needs: the group, its collective's sequence
@@ -239,6 +244,13 @@ func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint
 		return nil
 	}
 
+	if op.oneBuffer != nil && op.invalid == nil {
+		if st := pg.mappedStage(); st != nil {
+			if one, ok := op.oneBuffer(st); ok {
+				return pg.executeInStage(ctx, c, op, st, one, label)
+			}
+		}
+	}
 	frame := encodeFingerprint(seq, op)
 	if err := pg.sendFingerprints(ctx, c, op, frame); err != nil {
 		return pg.fail(ctx, label(), err)

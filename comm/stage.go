@@ -65,6 +65,10 @@ const (
 	stageBusy     = 64  // uint64: 1 + the extended sequence number of the collective reading peers' regions, shifted left by stageBuffers, or'd with a bit a buffer it reads; or 0
 	stageBell     = 128 // uint32, rank 0's: bumped by every arrival that may end a wait
 	stageSleepers = 192 // uint32, rank 0's: ranks asleep on the bell
+	// stageFinger is where a rank's fingerprint frames start: one a
+	// buffer, written by a collective whose check runs in the segment
+	// (stagecheck.go).
+	stageFinger = 1024
 )
 
 // stageTick is how long a sleeper sleeps before it looks at its context and
@@ -218,6 +222,12 @@ func (s *stage) word32(r, off int) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&s.seg.mem[r*s.seg.stride+off]))
 }
 
+// finger returns the fingerprint frame of buffer i in rank r's region.
+func (s *stage) finger(r, i int) []byte {
+	lo := r*s.seg.stride + stageFinger + i*fingerprintSize
+	return s.seg.mem[lo : lo+fingerprintSize]
+}
+
 // buffer returns buffer i of rank r's region.
 func (s *stage) buffer(r, i int) []byte {
 	lo := r*s.seg.stride + stageHeader + i*s.room
@@ -288,6 +298,12 @@ func (s *stage) ring() {
 // bell; between sleeps it gives up when ctx ends or a peer is lost, with
 // what (a description of the wait) in the error.
 func (s *stage) await(ctx context.Context, c *opCtx, spin time.Duration, cond func() bool, what func() string) error {
+	return s.awaitWatched(ctx, c, spin, cond, what, nil)
+}
+
+// awaitWatched is await that also gives up when watch, called before every
+// sleep, returns an error (which it returns as it is).
+func (s *stage) awaitWatched(ctx context.Context, c *opCtx, spin time.Duration, cond func() bool, what func() string, watch func() error) error {
 	if cond() {
 		return nil
 	}
@@ -304,16 +320,21 @@ func (s *stage) await(ctx context.Context, c *opCtx, spin time.Duration, cond fu
 		}
 		var err error
 		if ctx.Err() != nil {
-			err = context.Cause(ctx)
+			err = fmt.Errorf("%s: %w", what(), context.Cause(ctx))
 		} else if full {
-			err = c.pg.PeerFailure()
+			if err = c.pg.PeerFailure(); err != nil {
+				err = fmt.Errorf("%s: %w", what(), err)
+			}
+		}
+		if err == nil && watch != nil {
+			err = watch()
 		}
 		if err != nil {
 			sleepers.Add(^uint32(0))
 			if cond() {
 				return nil
 			}
-			return fmt.Errorf("%s: %w", what(), err)
+			return err
 		}
 		futex.Wait(bell, v, stageTick)
 		sleepers.Add(^uint32(0))
@@ -325,6 +346,12 @@ func (s *stage) await(ctx context.Context, c *opCtx, spin time.Duration, cond fu
 // every member sees its own arrival before, and the peers' writes to their
 // regions before theirs.
 func (s *stage) barrier(ctx context.Context, c *opCtx, spin time.Duration, seq uint64, k int) error {
+	return s.barrierWatched(ctx, c, spin, seq, k, nil)
+}
+
+// barrierWatched is barrier that also gives up when watch, called before
+// every sleep, returns an error (see awaitWatched).
+func (s *stage) barrierWatched(ctx context.Context, c *opCtx, spin time.Duration, seq uint64, k int, watch func() error) error {
 	n, r := c.size(), c.rank()
 	mark := stageMark(seq, k)
 	s.word64(r, stageArrive).Store(mark)
@@ -340,7 +367,7 @@ func (s *stage) barrier(ctx context.Context, c *opCtx, spin time.Duration, seq u
 		s.ring()
 		return nil
 	}
-	return s.await(ctx, c, spin, all, func() string {
+	return s.awaitWatched(ctx, c, spin, all, func() string {
 		var late []int
 		for p := range n {
 			if p != r && s.word64(p, stageArrive).Load() < mark {
@@ -348,7 +375,7 @@ func (s *stage) barrier(ctx context.Context, c *opCtx, spin time.Duration, seq u
 			}
 		}
 		return fmt.Sprintf("waiting at staging barrier %d for ranks %v", k, late)
-	})
+	}, watch)
 }
 
 // begin marks this rank busy with collective seq, reading the buffers in
