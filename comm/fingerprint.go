@@ -30,7 +30,15 @@ const (
 
 func encodeFingerprint(seq uint32, op collective) []byte {
 	f := make([]byte, fingerprintSize)
+	encodeFingerprintInto(f, seq, op)
+	return f
+}
+
+// encodeFingerprintInto writes the frame of collective op, number seq, into
+// f, fingerprintSize bytes.
+func encodeFingerprintInto(f []byte, seq uint32, op collective) {
 	binary.LittleEndian.PutUint32(f[0:4], seq)
+	f[4] = 0
 	text := op.desc
 	if op.invalid != nil {
 		f[4] = 1
@@ -43,8 +51,8 @@ func encodeFingerprint(seq uint32, op collective) []byte {
 		text = text[:fingerprintText-len(suffix)] + suffix
 	}
 	binary.LittleEndian.PutUint16(f[5:7], uint16(len(text)))
+	clear(f[7:])
 	copy(f[7:], text)
-	return f
 }
 
 func fingerprintDesc(f []byte) string {

@@ -203,6 +203,11 @@ func (pg *ProcessGroup) opContext(ctx context.Context) (opCtx context.Context, s
 	}
 }
 
+// label names collective op, number seq, in errors.
+func (pg *ProcessGroup) label(op collective, seq uint32) string {
+	return fmt.Sprintf("%s #%d on group %q (rank %d)", op.desc, seq, pg.name, pg.rank)
+}
+
 // errStoppedByFingerprint is the cause with which a collective's algorithm
 // is stopped when the fingerprint check failed meanwhile.
 var errStoppedByFingerprint = errors.New("comm: stopped: the fingerprint check failed")
@@ -217,14 +222,21 @@ var errStoppedByFingerprint = errors.New("comm: stopped: the fingerprint check f
 // collectives that disagree (and would wait for each other's messages
 // forever) fail at once.
 func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint32) error {
-	ctx, stop, release := pg.opContext(userCtx)
-	defer release()
-	// label names the collective in errors; built only when one occurs.
-	label := func() string { return fmt.Sprintf("%s #%d on group %q (rank %d)", op.desc, seq, pg.name, pg.rank) }
 	if err := pg.usable(op.desc); err != nil {
 		return err
 	}
 	c := &opCtx{pg: pg, seq: seq}
+	if !op.unchecked && op.oneBuffer != nil && op.invalid == nil && len(pg.members) > 1 {
+		if st := pg.mappedStage(); st != nil {
+			if one, ok := op.oneBuffer(st); ok {
+				return pg.executeInStage(userCtx, c, op, st, one)
+			}
+		}
+	}
+	ctx, stop, release := pg.opContext(userCtx)
+	defer release()
+	// label names the collective in errors; built only when one occurs.
+	label := func() string { return pg.label(op, seq) }
 	if op.unchecked {
 		if err := op.run(ctx, c); err != nil {
 			if pg.life.Err() != nil {
@@ -244,13 +256,6 @@ func (pg *ProcessGroup) execute(userCtx context.Context, op collective, seq uint
 		return nil
 	}
 
-	if op.oneBuffer != nil && op.invalid == nil {
-		if st := pg.mappedStage(); st != nil {
-			if one, ok := op.oneBuffer(st); ok {
-				return pg.executeInStage(ctx, c, op, st, one, label)
-			}
-		}
-	}
 	frame := encodeFingerprint(seq, op)
 	if err := pg.sendFingerprints(ctx, c, op, frame); err != nil {
 		return pg.fail(ctx, label(), err)

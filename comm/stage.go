@@ -103,7 +103,8 @@ type stage struct {
 	// sleeps; spinOne, one of a collective in one buffer (reduceTo's
 	// small path), whose waits are short.
 	spin, spinOne time.Duration
-	last          uint64 // the extended sequence number of this rank's last staged collective
+	last          uint64   // the extended sequence number of this rank's last staged collective
+	partsBuf      [][]byte // see parts
 }
 
 // stageFor returns the group's staging segment, mapping it on first use

@@ -72,59 +72,96 @@ func (pg *ProcessGroup) mappedStage() *stage {
 }
 
 // executeInStage runs op, a reduction in one buffer of st, with its
-// fingerprint check in the segment (see above).
-func (pg *ProcessGroup) executeInStage(ctx context.Context, c *opCtx, op collective, st *stage, one oneBuffer, label func() string) error {
+// fingerprint check in the segment (see above). Its context, bounded as
+// opContext bounds every collective's, is only built should a wait sleep
+// or something fail: a collective that finishes while its waits poll
+// allocates next to nothing, and leaves nothing for the collector to take.
+func (pg *ProcessGroup) executeInStage(userCtx context.Context, c *opCtx, op collective, st *stage, one oneBuffer) error {
 	n, r := c.size(), c.rank()
 	seq := st.extend(c.seq)
 	i := int(seq % stageBuffers)
-	mine := encodeFingerprint(c.seq, op)
-	if err := st.begin(ctx, c, st.spinOne, seq, 1<<i); err != nil {
-		return pg.fail(ctx, label(), err)
+	w := &frameWatch{c: c, st: st}
+	w.ctx.pg, w.ctx.user = pg, userCtx
+	defer w.stop()
+	if err := st.begin(&w.ctx, c, st.spinOne, seq, 1<<i); err != nil {
+		return pg.fail(&w.ctx, pg.label(op, c.seq), err)
 	}
-	ended := false
-	end := func() {
-		if !ended {
-			ended = true
-			st.end(r)
-		}
-	}
-	defer end()
-	copy(st.finger(r, i), mine)
+	mine := st.finger(r, i)
+	encodeFingerprintInto(mine, c.seq, op)
 	if one.prepare != nil {
 		one.prepare()
 	}
 	b := one.b
 	copyCached(st.buffer(r, i)[:len(b)], b)
-	w := &frameWatch{ctx: ctx, c: c, st: st}
-	defer w.stop()
-	err := st.barrierWatched(ctx, c, st.spinOne, seq, 1, w.poll)
+	err := st.barrierWatched(&w.ctx, c, st.spinOne, seq, 1, w.poll)
 	switch {
 	case err == nil && w.arrived.Load() == 0 && st.framesAgree(c, i, mine):
-		parts := make([][]byte, n)
+		parts := st.parts(n)
 		for p := range parts {
 			parts[p] = st.buffer(p, i)[:len(b)]
 		}
 		one.comb.whole(b, parts)
+		st.end(r)
 		return nil
 	case err == nil, errors.Is(err, errPeerFingerprint):
 		// The ranks disagree: settle it through the transport.
 	default:
-		return pg.fail(ctx, label(), err)
+		st.end(r)
+		return pg.fail(&w.ctx, pg.label(op, c.seq), err)
 	}
-	end()
+	mine = append([]byte(nil), mine...)
+	st.end(r)
+	ctx := &w.ctx
 	if err := pg.sendFingerprints(ctx, c, op, mine); err != nil {
-		return pg.fail(ctx, label(), err)
+		return pg.fail(ctx, pg.label(op, c.seq), err)
 	}
 	frames, have := w.collect(n)
 	switch err := pg.recvFingerprintsHaving(ctx, c, op, mine, frames, have); {
 	case err != nil && errors.Is(err, ErrMismatch):
 		return err
 	case err != nil:
-		return pg.fail(ctx, label(), err)
+		return pg.fail(ctx, pg.label(op, c.seq), err)
 	}
 	// Every rank called this collective, yet some rank ran it through the
 	// transport: the ranks' states have drifted apart.
-	return pg.fail(ctx, label(), fmt.Errorf("a peer ran this collective through the transport, this rank in the staging segment (do all ranks run the same Tandem with the same options?)"))
+	return pg.fail(ctx, pg.label(op, c.seq), fmt.Errorf("a peer ran this collective through the transport, this rank in the staging segment (do all ranks run the same Tandem with the same options?)"))
+}
+
+// parts returns a slice of n parts for a reduction, reused by the group's
+// collectives (which run one at a time).
+func (s *stage) parts(n int) [][]byte {
+	if cap(s.partsBuf) < n {
+		s.partsBuf = make([][]byte, n)
+	}
+	return s.partsBuf[:n]
+}
+
+// lazyCtx is the context of a collective checked in the segment:
+// opContext(user), built on first use.
+type lazyCtx struct {
+	pg      *ProcessGroup
+	user    context.Context
+	once    sync.Once
+	ctx     context.Context
+	release func()
+}
+
+func (l *lazyCtx) get() context.Context {
+	l.once.Do(func() { l.ctx, _, l.release = l.pg.opContext(l.user) })
+	return l.ctx
+}
+
+func (l *lazyCtx) Deadline() (time.Time, bool) { return l.get().Deadline() }
+func (l *lazyCtx) Done() <-chan struct{}       { return l.get().Done() }
+func (l *lazyCtx) Err() error                  { return l.get().Err() }
+func (l *lazyCtx) Value(key any) any           { return l.get().Value(key) }
+
+// close releases the context, if it was built.
+func (l *lazyCtx) close() {
+	l.once.Do(func() {})
+	if l.release != nil {
+		l.release()
+	}
 }
 
 // framesAgree reports whether every rank's frame of buffer i equals mine.
@@ -141,7 +178,7 @@ func (s *stage) framesAgree(c *opCtx, i int, mine []byte) bool {
 // segment that has waited for fingerprintGrace, the frames that peers send
 // through the transport.
 type frameWatch struct {
-	ctx   context.Context // the collective's
+	ctx   lazyCtx // the collective's
 	c     *opCtx
 	st    *stage
 	since time.Time // the first sleep of the wait
@@ -172,7 +209,7 @@ func (w *frameWatch) poll() error {
 // stop.
 func (w *frameWatch) start() {
 	n, me := w.c.size(), w.c.rank()
-	ctx, cancel := context.WithCancel(w.ctx)
+	ctx, cancel := context.WithCancel(&w.ctx)
 	w.cancel = cancel
 	w.frames = make([]byte, n*fingerprintSize)
 	w.errs = make([]error, n)
@@ -207,10 +244,11 @@ func (w *frameWatch) collect(n int) (frames []byte, have []bool) {
 	return w.frames, have
 }
 
-// stop ends the receives, if any started.
+// stop ends the receives, if any started, and releases the context.
 func (w *frameWatch) stop() {
 	if w.cancel != nil {
 		w.cancel()
 		w.wg.Wait()
 	}
+	w.ctx.close()
 }
