@@ -77,7 +77,11 @@
 // for a collective still running after a few milliseconds, so that ranks
 // waiting on each other's mismatched messages fail at once); when two ranks
 // disagree, the collective fails on every rank with an error wrapping
-// ErrMismatch that names both sides, and no rank reports success. Each group
+// ErrMismatch that names both sides, and no rank reports success. An
+// all-reduce small enough for one buffer of the group's staging segment
+// carries its fingerprint in the segment instead, once the segment is
+// mapped: ranks that agree then exchange no message at all, and ranks that
+// disagree settle it through the transport as above. Each group
 // runs its collectives on one goroutine of its own, started with its first
 // collective and ended by Close.
 //
