@@ -133,6 +133,17 @@ func allReduceFilled(t *testing.T, ctx context.Context, pgs []*comm.ProcessGroup
 	return xs
 }
 
+// checkSummed all-reduces float64 tensors of elems elements filled by fill
+// with Sum on every rank, and checks each rank's last element.
+func checkSummed(t *testing.T, ctx context.Context, pgs []*comm.ProcessGroup, elems int, what string) {
+	t.Helper()
+	for r, x := range allReduceFilled(t, ctx, pgs, tensor.Float64, elems, what) {
+		if got, want := at(x, elems-1), wantReduced(comm.Sum, tensor.Float64, len(pgs), elems-1); got != want {
+			t.Fatalf("%s: rank %d's last element = %v, want %v", what, r, got, want)
+		}
+	}
+}
+
 // TestStagedAllReduceLarge: a tensor large enough that the result is
 // written around the caches (32 MiB and a ragged end) is right everywhere.
 func TestStagedAllReduceLarge(t *testing.T) {
@@ -196,14 +207,7 @@ func TestStagedMismatch(t *testing.T) {
 	const n, big = 3, 700001
 	pgs := commtest.Groups(t, local.Backend{}, n)
 	ctx := shortCtx(t)
-	check := func(what string, elems int) {
-		t.Helper()
-		for r, x := range allReduceFilled(t, ctx, pgs, tensor.Float64, elems, what) {
-			if got, want := at(x, elems-1), wantReduced(comm.Sum, tensor.Float64, n, elems-1); got != want {
-				t.Fatalf("%s: rank %d's last element = %v, want %v", what, r, got, want)
-			}
-		}
-	}
+	check := func(what string, elems int) { t.Helper(); checkSummed(t, ctx, pgs, elems, what) }
 	check("first", big) // maps the staging segment
 	for _, c := range []struct {
 		name string
