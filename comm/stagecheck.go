@@ -188,14 +188,23 @@ type frameWatch struct {
 	frames  []byte  // a frame a rank, in rank order
 	errs    []error // each peer's receive's outcome
 	arrived atomic.Int32
+	lost    atomic.Pointer[peerLink] // the first receive that failed
+}
+
+// peerLink is a peer whose link failed, and how.
+type peerLink struct {
+	rank int
+	err  error
 }
 
 // poll is the barrier's watch: it starts the receives once the wait has
 // lasted fingerprintGrace, and stops the wait once a frame arrived.
 func (w *frameWatch) poll() error {
-	switch {
+	switch lost := w.lost.Load(); {
 	case w.arrived.Load() > 0:
 		return errPeerFingerprint
+	case lost != nil:
+		return fmt.Errorf("waiting at staging barrier 1 for rank %d's data: %w", lost.rank, lost.err)
 	case w.cancel != nil:
 	case w.since.IsZero():
 		w.since = time.Now()
@@ -222,8 +231,14 @@ func (w *frameWatch) start() {
 			defer w.wg.Done()
 			err := w.c.recv(ctx, p, stepFinger, w.frames[p*fingerprintSize:(p+1)*fingerprintSize])
 			w.errs[p] = err
-			if err == nil {
+			switch {
+			case err == nil:
 				w.arrived.Add(1)
+				w.st.ring()
+			case ctx.Err() == nil:
+				// The link to p failed (p aborted, or left): the
+				// barrier will not pass.
+				w.lost.CompareAndSwap(nil, &peerLink{p, err})
 				w.st.ring()
 			}
 		}()
