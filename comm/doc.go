@@ -127,7 +127,10 @@
 // messages, one barrier a round. A reduction that fits a buffer goes
 // through in one round; a larger one in blocks the size of one core's
 // level-2 cache on rank 0's machine (256 KiB to 4 MiB; 2 MiB where the
-// system does not say). An all-reduce below the ring threshold is reduced whole by
+// system does not say), or of 16 MiB where the group's ranks outnumber
+// rank 0's CPUs and /dev/shm holds twice the larger segment (ranks that
+// take turns on the CPUs evict each other's blocks anyway, and every block
+// costs a barrier). An all-reduce below the ring threshold is reduced whole by
 // every rank, in rank order, after one barrier; above it each rank reduces
 // its share of each block and the others copy it. Every rank ends with the
 // same bits. A rank that dies or freezes while the others wait fails their

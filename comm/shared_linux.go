@@ -97,3 +97,12 @@ func detachShared(s *sharedSeg) error {
 	copy(mine, saved)
 	return nil
 }
+
+// sharedFree returns the bytes free in sharedDir.
+func sharedFree() (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(sharedDir, &st); err != nil {
+		return 0, fmt.Errorf("reading the free space of %s: %w", sharedDir, err)
+	}
+	return int64(st.Bavail) * st.Bsize, nil
+}

@@ -17,3 +17,5 @@ func removeShared(name string) {}
 func unmapShared(mem []byte) {}
 
 func detachShared(s *sharedSeg) error { return nil }
+
+func sharedFree() (int64, error) { return 0, errors.ErrUnsupported }

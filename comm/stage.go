@@ -176,7 +176,7 @@ func (pg *ProcessGroup) stageFor(ctx context.Context, c *opCtx) (*stage, error) 
 func agreeStageBlock(ctx context.Context, c *opCtx) (int, error) {
 	var msg [4]byte
 	if c.rank() == 0 {
-		block := stageBlockSource()
+		block := stageBlockSource(c.size())
 		binary.LittleEndian.PutUint32(msg[:], uint32(block))
 		for p := 1; p < c.size(); p++ {
 			if err := c.send(ctx, p, stepStage+3, msg[:]); err != nil {

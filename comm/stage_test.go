@@ -145,17 +145,36 @@ func checkSummed(t *testing.T, ctx context.Context, pgs []*comm.ProcessGroup, el
 }
 
 // TestStagedAllReduceLarge: a tensor large enough that the result is
-// written around the caches (32 MiB and a ragged end) is right everywhere.
+// written around the caches (32 MiB and a ragged end) is right everywhere,
+// in the machine's blocks for two and four ranks and in the crowded block
+// (two rounds, the last short).
 func TestStagedAllReduceLarge(t *testing.T) {
-	const n, elems = 2, 8<<20 + 3
-	pgs := commtest.Groups(t, local.Backend{}, n)
-	xs := allReduceFilled(t, shortCtx(t), pgs, tensor.Float32, elems, "32 MiB")
-	for r, x := range xs {
-		for i, v := range x.Float32s() {
-			if want := float32(3 * (i%7 + 1)); v != want {
-				t.Fatalf("rank %d element %d = %v, want %v", r, i, v, want)
+	const elems = 8<<20 + 3
+	for _, c := range []struct {
+		name    string
+		n       int
+		crowded bool
+	}{{"world2", 2, false}, {"world4", 4, false}, {"world4/crowded", 4, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.crowded {
+				t.Cleanup(comm.SetStageBlockSource(func() int { return comm.CrowdedStageBlock }))
 			}
-		}
+			pgs := commtest.Groups(t, local.Backend{}, c.n)
+			xs := allReduceFilled(t, shortCtx(t), pgs, tensor.Float32, elems, "32 MiB")
+			if c.crowded {
+				if got := comm.StageBlock(pgs[0]); got != comm.CrowdedStageBlock {
+					t.Fatalf("staged in blocks of %d bytes, want %d", got, comm.CrowdedStageBlock)
+				}
+			}
+			ranks := c.n * (c.n + 1) / 2 // fill's factors summed
+			for r, x := range xs {
+				for i, v := range x.Float32s() {
+					if want := float32(ranks * (i%7 + 1)); v != want {
+						t.Fatalf("rank %d element %d = %v, want %v", r, i, v, want)
+					}
+				}
+			}
+		})
 	}
 }
 

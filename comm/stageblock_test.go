@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -45,11 +46,40 @@ func TestStageBlockFrom(t *testing.T) {
 	}
 }
 
+// TestStageBlockFor: ranks that outnumber the CPUs stage in the crowded
+// block where /dev/shm holds twice its segment, and in the cache's block
+// otherwise.
+func TestStageBlockFor(t *testing.T) {
+	const mib = 1 << 20
+	room := func(n int64) func() (int64, error) { return func() (int64, error) { return n, nil } }
+	segment := int64(4 * (stageHeader + stageBuffers*crowdedStageBlock))
+	for _, c := range []struct {
+		name               string
+		ranks, cpus, cache int
+		free               func() (int64, error)
+		want               int
+	}{
+		{"as many ranks as CPUs", 2, 2, mib, room(1 << 40), mib},
+		{"fewer ranks than CPUs", 2, 8, 512 << 10, room(1 << 40), 512 << 10},
+		{"four ranks on two CPUs", 4, 2, mib, room(1 << 40), crowdedStageBlock},
+		{"just room enough", 4, 2, mib, room(2 * segment), crowdedStageBlock},
+		{"a byte short of twice the segment", 4, 2, mib, room(2*segment - 1), mib},
+		{"free space unknown", 4, 2, mib, func() (int64, error) { return 0, errors.ErrUnsupported }, mib},
+	} {
+		if got := stageBlockFor(c.ranks, c.cpus, c.cache, c.free); got != c.want {
+			t.Errorf("%s: %d ranks, %d CPUs, cache block %d: %d, want %d", c.name, c.ranks, c.cpus, c.cache, got, c.want)
+		}
+	}
+}
+
+// CrowdedStageBlock is the block of ranks that outnumber the CPUs.
+const CrowdedStageBlock = crowdedStageBlock
+
 // SetStageBlockSource has rank 0 take the staging block from f until the
 // returned function restores the machine's (for TestStageBlockAgreed).
 func SetStageBlockSource(f func() int) (restore func()) {
 	prev := stageBlockSource
-	stageBlockSource = f
+	stageBlockSource = func(int) int { return f() }
 	return func() { stageBlockSource = prev }
 }
 
