@@ -105,7 +105,11 @@
 // between looks, before it parks on the network poller: waking a parked
 // goroutine costs tens of microseconds on virtual machines, more than a
 // small call's whole round trip (4 B echo: 14 µs polling, about 70
-// parking). Connections to other hosts and over TLS park at once.
+// parking). A wait of up to 2 ms has the next poll last twice as long (at
+// most 2 ms), so that the reply to a large call, which comes once the peer
+// has copied the tensors, finds the reader still polling: the 4 MiB echo's
+// median went from 1.04-1.21 ms to 0.77-0.83. Connections to other hosts
+// and over TLS park at once.
 //
 // Memory for large received tensors (256 KiB and up) is recycled: fresh
 // memory costs a page fault per 4 KiB page on first touch, and every few

@@ -216,7 +216,10 @@ func WithPush(on bool) Option { return func(o *options) { o.push = on } }
 // DefaultPoll; 0 parks at once). Waking a parked reader costs tens of
 // microseconds on virtual machines, more than a small call's whole round
 // trip otherwise; set 0 where workers share their cores with other busy
-// processes. Connections between hosts and over TLS always park at once.
+// processes. The poll grows with the connection's waits: after a wait for
+// a frame of up to 2 ms it lasts twice that wait (the reply to a call of a
+// few megabytes), and after a longer one it is back to d. Connections
+// between hosts and over TLS always park at once.
 func WithPoll(d time.Duration) Option { return func(o *options) { o.poll = max(d, 0) } }
 
 // CallOption configures one call.

@@ -85,6 +85,67 @@ func TestPollReader(t *testing.T) {
 	_ = d
 }
 
+// TestNextPoll: the poll grows to twice a wait within the ceiling, never
+// below its base or above the ceiling, and drops back to the base after a
+// longer wait.
+func TestNextPoll(t *testing.T) {
+	base := DefaultPoll
+	for _, c := range []struct {
+		waited, base, want time.Duration
+	}{
+		{0, base, base},
+		{10 * time.Microsecond, base, base},
+		{400 * time.Microsecond, base, 800 * time.Microsecond},
+		{pollCeiling / 2, base, pollCeiling},
+		{pollCeiling, base, pollCeiling},
+		{pollCeiling + 1, base, base},
+		{time.Second, base, base},
+		{time.Millisecond, 5 * time.Millisecond, pollCeiling}, // the base still rules the poll (Read takes the larger)
+	} {
+		if got := nextPoll(c.waited, c.base); got != c.want {
+			t.Errorf("nextPoll(%v, %v) = %v, want %v", c.waited, c.base, got, c.want)
+		}
+	}
+}
+
+// TestPollReaderAdapts: a read whose bytes came a fraction of a
+// millisecond after it began leaves the next poll longer than the base and
+// within the ceiling; a read that waited past the ceiling brings the poll
+// back to its base.
+func TestPollReaderAdapts(t *testing.T) {
+	a, b := tcpPair(t)
+	pr := newPollReader(a)
+	if pr == nil {
+		t.Skip("no pollable descriptor on this platform")
+	}
+	pr.spin.Store(int64(DefaultPoll))
+	buf := make([]byte, 8)
+	readLate := func(after time.Duration, what string) {
+		t.Helper()
+		go func() {
+			time.Sleep(after)
+			b.Write([]byte(what))
+		}()
+		if n, err := io.ReadFull(pr, buf[:len(what)]); err != nil || string(buf[:n]) != what {
+			t.Fatalf("read %q: %q, %v", what, buf[:n], err)
+		}
+	}
+	// The writer's sleep may overrun on a loaded machine, past the
+	// ceiling: a few tries.
+	grown := false
+	for try := 0; try < 5 && !grown; try++ {
+		readLate(300*time.Microsecond, "one")
+		grown = pr.window > DefaultPoll && pr.window <= pollCeiling
+	}
+	if !grown {
+		t.Fatalf("after waits of about 300 µs the poll lasts %v, want twice the wait (within %v..%v)", pr.window, DefaultPoll, pollCeiling)
+	}
+	readLate(20*time.Millisecond, "two")
+	if pr.window != DefaultPoll {
+		t.Fatalf("after a wait of 20 ms the poll lasts %v, want the base %v", pr.window, DefaultPoll)
+	}
+}
+
 // TestOnOneHost: loopback connections count as one host; a connection with
 // no TCP addresses does not.
 func TestOnOneHost(t *testing.T) {

@@ -21,10 +21,18 @@ import (
 // thread, then the reader's: tens of microseconds each on virtual
 // machines), which is most of a small call's round trip between two
 // processes of one host; the peer's answer usually comes sooner than that.
+//
+// The poll lasts spin at first and adapts to the connection: a wait that
+// ended within pollCeiling has the next poll last twice as long as that
+// wait (at least spin, at most pollCeiling), and a longer wait brings it
+// back to spin. The reply to a large call, which comes once the peer has
+// copied the argument and made the reply, is then caught polling rather
+// than parked.
 type pollReader struct {
-	nc   net.Conn
-	rc   syscall.RawConn
-	spin atomic.Int64 // nanoseconds; 0: park at once
+	nc     net.Conn
+	rc     syscall.RawConn
+	spin   atomic.Int64  // nanoseconds; 0: park at once
+	window time.Duration // the next poll's length; the read loop's alone
 }
 
 // newPollReader returns a pollReader on nc, or nil when nc has no file
@@ -42,10 +50,11 @@ func newPollReader(nc net.Conn) *pollReader {
 }
 
 func (r *pollReader) Read(p []byte) (int, error) {
-	spin := time.Duration(r.spin.Load())
-	if spin <= 0 || len(p) == 0 {
+	base := time.Duration(r.spin.Load())
+	if base <= 0 || len(p) == 0 {
 		return r.nc.Read(p)
 	}
+	spin := max(base, r.window)
 	var (
 		n     int
 		errno error
@@ -67,6 +76,9 @@ func (r *pollReader) Read(p []byte) (int, error) {
 			futex.Yield()
 		}
 	})
+	if !start.IsZero() {
+		r.window = nextPoll(time.Since(start), base)
+	}
 	switch {
 	case err != nil:
 		return 0, err
