@@ -116,9 +116,10 @@ func WithRingThreshold(n int) Option {
 // segment in /dev/shm that the ranks read from each other directly (true,
 // the default), or through the transport's buffers (false). The segment is
 // mapped on the group's first such collective: three buffers of at least
-// 2 MiB a rank, of 16 MiB where the ranks outnumber the CPUs. Where it cannot be mapped (a /dev/shm too small,
-// as in a container's default 64 MiB with many ranks), all-reduces go
-// through the transport and the group's logger says why. Subgroups inherit
+// 2 MiB a rank, of 16 MiB where the ranks outnumber the CPUs. Where it
+// cannot be mapped (a /dev/shm too small, as in a container's default
+// 64 MiB with many ranks), all-reduces go through the transport and the
+// group's logger says why. Subgroups inherit
 // the world group's setting unless given their own.
 func WithStaging(on bool) Option { return func(o *options) { o.staging = on } }
 

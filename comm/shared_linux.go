@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"unsafe"
+
+	"github.com/tandemml/tandem/comm/shm"
 )
 
 // sharedDir holds the shared tensors' and staging segments (a variable
@@ -98,11 +100,6 @@ func detachShared(s *sharedSeg) error {
 	return nil
 }
 
-// sharedFree returns the bytes free in sharedDir.
-func sharedFree() (int64, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(sharedDir, &st); err != nil {
-		return 0, fmt.Errorf("reading the free space of %s: %w", sharedDir, err)
-	}
-	return int64(st.Bavail) * st.Bsize, nil
-}
+// sharedFree returns the bytes free in sharedDir, where the staging
+// segment is made.
+func sharedFree() (int64, error) { return shm.NewBackend(shm.WithDir(sharedDir)).FreeBytes() }

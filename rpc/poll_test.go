@@ -37,16 +37,24 @@ func tcpPair(t *testing.T) (a, b net.Conn) {
 	return a, b
 }
 
-// TestPollReader: a polling read returns bytes that come while it polls and
-// bytes that come after it parked, honours the read deadline, and reports
-// the peer's close as EOF and its own connection's close as net.ErrClosed.
-func TestPollReader(t *testing.T) {
+// pollPair returns a pollReader polling for DefaultPoll on one end of a
+// loopback TCP connection, and the other end.
+func pollPair(t *testing.T) (*pollReader, net.Conn) {
+	t.Helper()
 	a, b := tcpPair(t)
 	pr := newPollReader(a)
 	if pr == nil {
 		t.Skip("no pollable descriptor on this platform")
 	}
 	pr.spin.Store(int64(DefaultPoll))
+	return pr, b
+}
+
+// TestPollReader: a polling read returns bytes that come while it polls and
+// bytes that come after it parked, honours the read deadline, and reports
+// the peer's close as EOF and its own connection's close as net.ErrClosed.
+func TestPollReader(t *testing.T) {
+	pr, b := pollPair(t)
 	buf := make([]byte, 8)
 
 	b.Write([]byte("now"))
@@ -61,11 +69,11 @@ func TestPollReader(t *testing.T) {
 		t.Fatalf("read after parking: %q, %v", buf[:n], err)
 	}
 
-	a.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+	pr.nc.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
 	if _, err := pr.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read past the deadline: %v, want a deadline error", err)
 	}
-	a.SetReadDeadline(time.Time{})
+	pr.nc.SetReadDeadline(time.Time{})
 
 	b.Close()
 	if _, err := pr.Read(buf); err != io.EOF {
@@ -113,12 +121,7 @@ func TestNextPoll(t *testing.T) {
 // within the ceiling; a read that waited past the ceiling brings the poll
 // back to its base.
 func TestPollReaderAdapts(t *testing.T) {
-	a, b := tcpPair(t)
-	pr := newPollReader(a)
-	if pr == nil {
-		t.Skip("no pollable descriptor on this platform")
-	}
-	pr.spin.Store(int64(DefaultPoll))
+	pr, b := pollPair(t)
 	buf := make([]byte, 8)
 	readLate := func(after time.Duration, what string) {
 		t.Helper()
