@@ -172,7 +172,7 @@ func TestOldProtocolRefused(t *testing.T) {
 	hello = append(hello, "right"...)
 	nc.Write(cmaHello{}.append(hello))
 	status, msg, err := readStatus(br)
-	if err != nil || status != statusBadHello || !strings.Contains(msg, "RPC protocol version 2, this worker version 3") {
+	if err != nil || status != statusBadHello || !strings.Contains(msg, "RPC protocol version 2, this worker version 4") {
 		t.Fatalf("version-2 hello: status %d %q %v", status, msg, err)
 	}
 
@@ -185,7 +185,7 @@ func TestOldProtocolRefused(t *testing.T) {
 		c.Write(append([]byte{statusBadHello, byte(len(msg)), 0}, msg...))
 	})
 	_, err = Sync[int](context.Background(), agents[0], "w1", "add", [2]int{1, 2})
-	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "version 2") || !strings.Contains(err.Error(), "RPC protocol version 3") {
+	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "version 2") || !strings.Contains(err.Error(), "RPC protocol version 4") {
 		t.Fatalf("calling a version-2 worker: %v, want ErrMismatch naming both versions", err)
 	}
 }

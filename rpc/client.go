@@ -310,7 +310,7 @@ func (a *Agent) invoke(ctx context.Context, call *ClientCall) *Future[*Response]
 		return fut
 	}
 	if grant != nil {
-		c.pushTail(grant, f.Tensors[f.Push.Index].Header.Raw, f.Push)
+		c.pushTail(grant, f.Tensors[f.Push.Index].Header.Raw)
 	}
 	sent = true
 	a.m.sent.Add(1)

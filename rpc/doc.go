@@ -90,10 +90,11 @@
 // also pushed (WithPush): the receiver of a large tensor grants the sender
 // memory for the next one of that size (a receive buffer and a completion
 // word), and the sender, which would otherwise wait for the copy, writes
-// the tensor's tail into that memory itself (process_vm_writev) once the
-// frame is sent, while the receiver copies its head; the receiver adapts
-// the split so both finish together. The copy runs on two cores, even
-// with one processor a process. Only memory the receiver granted is
+// the tensor into that memory itself (process_vm_writev) from the end,
+// once the frame is sent, while the receiver copies it from the start;
+// they meet where they meet, in pieces of 256 KiB, so a side that is slowed
+// leaves more to the other in the same call. The copy runs on two cores,
+// even with one processor a process. Only memory the receiver granted is
 // written, by the process the kernel named; granted memory is never reused
 // until the sender is known to be done with it (a grant outstanding when a
 // connection fails is held back until its completion word is set or the

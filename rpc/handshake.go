@@ -15,7 +15,7 @@ import (
 	"github.com/tandemml/tandem/internal/tokenauth"
 )
 
-// The connection handshake (version 3). Both sides prove that they hold
+// The connection handshake (version 4). Both sides prove that they hold
 // the shared token by the challenge-response of internal/tokenauth
 // (protocol name "tandem-rpc"), with fresh nonces on both sides; the token
 // never crosses the wire. The dialler sends a hello
@@ -39,13 +39,16 @@ import (
 // kernel has it queued when it is taken. After that the dialler sends
 // requests and the acceptor sends replies, as frames (see frame.go).
 //
-// Version 2 sent the token itself in the hello (where version 3 has zero
-// and the nonce); version 1 also carried each side's process id in its
-// offer, and the other side read that process's memory if 16 bytes it named
-// were there: a token holder could name any process. A worker refuses a
-// hello of another version with a status naming both versions; the first 14
-// bytes of the hello have kept their layout, so workers of versions 2 and 3
-// refuse each other that way.
+// Version 3 had the sender of a pushed tensor write the part after a cut
+// the receiver chose, where version 4 has the two meet (push.go): a grant
+// names four words, of which version 3 knew two. Version 2 sent the token
+// itself in the hello (where versions 3 and 4 have zero and the nonce);
+// version 1 also carried each side's process id in its offer, and the other
+// side read that process's memory if 16 bytes it named were there: a token
+// holder could name any process. A worker refuses a hello of another
+// version with a status naming both versions; the first 14 bytes of the
+// hello have kept their layout, so workers of versions 2, 3 and 4 refuse
+// each other that way.
 //
 // Until the dialler's MAC is checked, the acceptor reads through a small
 // buffer (admit.HelloBuffer) and nothing it reads has a size the dialler
@@ -56,7 +59,7 @@ import (
 // Warnings about refused connections are rate-limited (admit.Warner).
 const (
 	helloMagic   = "TNDMRPC"
-	helloVersion = 3 // 3: the token is proved by challenge-response (internal/tokenauth), never sent
+	helloVersion = 4 // 4: pushed tensors are copied from both ends until they meet; 3: the token is proved by challenge-response (internal/tokenauth), never sent
 
 	statusOK       = 0
 	statusBadToken = 1

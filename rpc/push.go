@@ -22,12 +22,26 @@ import (
 // receiver, while the sender waits: in a call it waits for the reply, in a
 // reply for the acknowledgement. So a large tensor is copied by both: the
 // receiver grants the sender memory for the next large tensor on the
-// connection (a receive buffer of the size it received last, and a
-// completion word), and the sender, once the frame that names the grant is
-// written, writes the tensor's tail into that memory itself
-// (process_vm_writev) while the receiver copies its head; then it stores
+// connection (a receive buffer of the size it received last, and four
+// words), and the sender, once the frame that names the grant is written,
+// writes the tensor into that memory itself (process_vm_writev) from the
+// end down, while the receiver copies it from the start up; then it stores
 // the grant's token in the completion word, which the receiver waits for.
 // The copy runs on two cores instead of one.
+//
+// The two meet where they meet. Both copy in pieces of pushPiece on one
+// grid (piece k is bytes [k·pushPiece, (k+1)·pushPiece)). Before each
+// piece the receiver publishes how far it has claimed (the front word) and
+// reads how much the sender has written (the tail word); the sender reads
+// the front word (process_vm_readv) and, after each piece, writes the tail
+// word. Each stops once the next piece is the other's: a side that is
+// slowed (its core taken, its caches cold) leaves more to the other, in
+// the same call. Both words are hints while the copy runs: a look may see
+// a stale value, or a word half written, and then both sides copy the same
+// piece, which writes the same bytes twice. Only the completion word, the
+// last thing the sender writes, is trusted: after it the tail word is
+// exact, and the receiver copies whatever lies between its front and the
+// sender's tail itself.
 //
 // Only the receiver's own memory is written, at addresses the receiver
 // named for the purpose, and only by the process the kernel named at the
@@ -37,22 +51,23 @@ import (
 // grant go (revoked, or its connection closed, which it marks in the word),
 // or its process is gone. A grant outstanding when the connection fails
 // otherwise is quarantined (recvbuf.Quarantine) until one of those holds.
-//
-// The receiver adapts the part the sender writes (its share, in 256ths):
-// when the sender's part is already in when the receiver has copied its
-// own, the sender takes more the next time, and less when the receiver had
-// to wait, so that both finish together.
 
 // pushFrom is the tensor size from which tensors are pushed.
 const pushFrom = 1 << 20
 
-// The sender's share of a pushed tensor, in 256ths: where it starts, its
-// bounds, and the step by which it moves after each tensor.
+// pushPiece is the unit in which the receiver and the sender of a pushed
+// tensor claim its bytes: short enough (tens of microseconds) that the two
+// finish close together, long enough that the sender's look at the front
+// word and its write of the tail word, two small system calls a piece, cost
+// little.
+const pushPiece = 256 << 10
+
+// The grant's words, at these offsets from the completion word, whose
+// address the grant names (landing's layout; TestLandingLayout).
 const (
-	shareStart = 128
-	shareMin   = 16
-	shareMax   = 240
-	shareStep  = 4
+	statusOffset = 8
+	tailOffset   = 16
+	frontOffset  = 24
 )
 
 // A grant's status word, which the sender writes before the completion
@@ -76,11 +91,15 @@ const (
 	landPeerPoll = 10 * time.Millisecond
 )
 
-// landing is memory this side granted the peer, and its completion and
-// status words (granted as one address: the status is the word after).
+// landing is memory this side granted the peer, and its words, granted as
+// one address: the completion word, then the status, the tail (the bytes at
+// the end of the tensor the sender has written) and the front (the bytes at
+// the start the receiver has claimed).
 type landing struct {
 	word   atomic.Uint64
 	status atomic.Uint64
+	tail   atomic.Uint64
+	front  atomic.Uint64
 	token  uint64
 	mem    []byte
 	blk    recvbuf.Block
@@ -95,8 +114,7 @@ type landings struct {
 	mu       sync.Mutex
 	out      *landing // granted, not yet used or revoked
 	revoking bool     // a revoke of out is on its way
-	using    *landing // being received into (between Land and Landed)
-	share    int      // the sender's share, in 256ths
+	using    *landing // being received into (between Land and Receive's end)
 	tokens   uint64
 	want     uint64 // the size of the next grant: the last large tensor's class
 	closed   bool
@@ -105,7 +123,6 @@ type landings struct {
 // peerGrant is memory the peer granted this side.
 type peerGrant struct {
 	token, addr, word, size uint64
-	share                   uint64
 }
 
 // grants is the sending side of one connection's pushed tensors.
@@ -148,57 +165,70 @@ func (cl *connLandings) Land(token, size uint64) ([]byte, recvbuf.Block, error) 
 	return l.mem, l.blk, nil
 }
 
-// FetchHead implements wire.Landings: the receiver's part of a pushed
-// tensor, copied on the read loop alone (the sender is the second core; a
-// helper as well would contend with it).
-func (cl *connLandings) FetchHead(dst []byte, addr uint64) error {
-	c := (*conn)(cl)
-	if err := samehost.ReadAlone(c.peerPID, dst, addr); err != nil {
-		return fmt.Errorf("copying %d bytes from worker %s (pid %d): %w", len(dst), c.peer, c.peerPID, err)
-	}
-	return nil
-}
-
-// Landed implements wire.Landings: it waits for the peer's part of the
-// grant being received into, polling its completion word, then sleeping
-// between looks, until the word is set, this connection closes, the peer's
-// process is gone, or the agent's timeout passes.
-func (cl *connLandings) Landed(token uint64) (bool, error) {
+// Receive implements wire.Landings: it copies the tensor from the start
+// into raw, on the read loop alone (the sender is the second core; a helper
+// as well would contend with it), piece by piece until it meets the part
+// the sender has written; then it waits for the sender's completion word,
+// polling, then sleeping between looks, until the word is set, this
+// connection closes, the peer's process is gone, or the agent's timeout
+// passes; and it copies what neither has.
+func (cl *connLandings) Receive(token uint64, raw []byte, addr uint64) error {
 	c := (*conn)(cl)
 	ls := &c.land
 	ls.mu.Lock()
 	l := ls.using
 	ls.mu.Unlock()
 	if l == nil || l.token != token {
-		return false, wire.Malformed("no grant %d being received into", token)
+		return wire.Malformed("no grant %d being received into", token)
 	}
-	first := l.settled()
-	if !first {
+	n := uint64(len(raw))
+	front := uint64(0)
+	for front < n && front < n-min(l.tail.Load(), n) {
+		end := min(front+pushPiece, n)
+		l.front.Store(end)
+		if err := c.copyIn(raw[front:end], addr+front); err != nil {
+			return err
+		}
+		front = end
+	}
+	if !l.settled() {
 		if err := c.awaitWord(l); err != nil {
-			return false, err
+			return err
 		}
 	}
-	status := l.status.Load()
-	switch status {
-	case pushDone, pushFailed:
+	rest := uint64(0) // where the sender's part starts
+	switch status := l.status.Load(); status {
+	case pushDone:
+		rest = n - min(l.tail.Load(), n)
+	case pushFailed:
+		rest = n
 	case pushAborted:
-		return false, fmt.Errorf("%w: rpc: worker %s abandoned the frame it pushed under grant %d", ErrPeerLost, c.peer, token)
+		return fmt.Errorf("%w: rpc: worker %s abandoned the frame it pushed under grant %d", ErrPeerLost, c.peer, token)
 	default:
-		return false, wire.Malformed("worker %s ended its push under grant %d with status %d", c.peer, token, status)
+		return wire.Malformed("worker %s ended its push under grant %d with status %d", c.peer, token, status)
+	}
+	if front < rest {
+		if err := c.copyIn(raw[front:rest], addr+front); err != nil {
+			return err
+		}
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.using != l {
 		// The connection closed meanwhile, and quarantined the memory.
-		return false, fmt.Errorf("%w: rpc: connection to worker %s closed while it pushed a tensor", ErrPeerLost, c.peer)
+		return fmt.Errorf("%w: rpc: connection to worker %s closed while it pushed a tensor", ErrPeerLost, c.peer)
 	}
 	ls.using = nil
-	if first {
-		ls.share = min(ls.share+shareStep, shareMax)
-	} else {
-		ls.share = max(ls.share-shareStep, shareMin)
+	return nil
+}
+
+// copyIn copies len(dst) bytes at the peer's address addr into dst, on
+// this goroutine alone.
+func (c *conn) copyIn(dst []byte, addr uint64) error {
+	if err := samehost.ReadAlone(c.peerPID, dst, addr); err != nil {
+		return wire.Protocol(fmt.Errorf("copying %d bytes from worker %s (pid %d): %w", len(dst), c.peer, c.peerPID, err))
 	}
-	return status == pushDone, nil
+	return nil
 }
 
 // awaitWord waits for l's completion word to show l's token.
@@ -274,9 +304,6 @@ func (c *conn) afterByRef(f *wire.Frame) {
 // holds c.land.mu.
 func (c *conn) grantLocked(class uint64) {
 	ls := &c.land
-	if ls.share == 0 {
-		ls.share = shareStart
-	}
 	ls.tokens++
 	mem, blk := recvbuf.Landing(class)
 	l := &landing{token: ls.tokens, mem: mem[:class], blk: blk}
@@ -284,7 +311,7 @@ func (c *conn) grantLocked(class uint64) {
 	var payload [wire.GrantLen]byte
 	binary.LittleEndian.PutUint64(payload[0:], uint64(uintptr(unsafe.Pointer(&mem[0]))))
 	binary.LittleEndian.PutUint64(payload[8:], uint64(uintptr(unsafe.Pointer(&l.word))))
-	head, _, _ := wire.AppendHead(make([]byte, 0, wire.HeaderLen+32), &wire.Frame{Kind: wire.KindGrant, Code: byte(ls.share), ID: l.token, Aux: class, Payload: payload[:]})
+	head, _, _ := wire.AppendHead(make([]byte, 0, wire.HeaderLen+32), &wire.Frame{Kind: wire.KindGrant, ID: l.token, Aux: class, Payload: payload[:]})
 	c.post(head)
 }
 
@@ -324,10 +351,10 @@ func (c *conn) closeLandings() {
 
 // onGrant keeps the memory the peer granted for the next large tensor.
 func (c *conn) onGrant(f *wire.Frame) {
-	g := &peerGrant{token: f.ID, size: f.Aux, share: uint64(f.Code),
+	g := &peerGrant{token: f.ID, size: f.Aux,
 		addr: binary.LittleEndian.Uint64(f.Payload[0:]), word: binary.LittleEndian.Uint64(f.Payload[8:])}
-	if !c.pushOK || g.token == 0 || g.size < pushFrom || g.size > uint64(c.a.opts.maxMessage) || g.share == 0 {
-		c.close(wire.Malformed("worker %s sent a grant it may not (token %d, %d bytes, share %d)", c.peer, g.token, g.size, g.share))
+	if !c.pushOK || g.token == 0 || g.size < pushFrom || g.size > uint64(c.a.opts.maxMessage) {
+		c.close(wire.Malformed("worker %s sent a grant it may not (token %d, %d bytes)", c.peer, g.token, g.size))
 		return
 	}
 	gs := &c.grant
@@ -385,18 +412,18 @@ func (c *conn) takeGrant(ts []*tensor.Dense) (*peerGrant, wire.Push) {
 	}
 	gs.g = nil
 	gs.mu.Unlock()
-	cut := (size - size*g.share/256) &^ 4095
-	return g, wire.Push{Token: g.token, Index: uint64(index), Cut: cut}
+	return g, wire.Push{Token: g.token, Index: uint64(index)}
 }
 
-// pushTail writes the bytes of raw from p.Cut into the peer's grant, then
-// the completion word, with the status failed when the write failed (the
-// receiver then copies those bytes itself). Call it once the frame naming
-// the push is written, and keep raw as it is until the receiver has
-// acknowledged the frame.
-func (c *conn) pushTail(g *peerGrant, raw []byte, p wire.Push) {
+// pushTail writes raw into the peer's grant from the end down, piece by
+// piece, until it meets the part the receiver copies, then the completion
+// word, with the status failed when a write failed (the receiver then
+// copies the rest itself). Call it once the frame naming the push is
+// written, and keep raw as it is until the receiver has acknowledged the
+// frame.
+func (c *conn) pushTail(g *peerGrant, raw []byte) {
 	status := uint64(pushDone)
-	if err := samehost.Write(c.peerPID, g.addr+p.Cut, raw[p.Cut:]); err != nil {
+	if err := c.pushPieces(g, raw); err != nil {
 		c.a.opts.logger.Warn("rpc: could not push a tensor; the worker copies it", "worker", c.a.self.Name, "peer", c.peer.String(), "err", err)
 		status = pushFailed
 	}
@@ -404,6 +431,32 @@ func (c *conn) pushTail(g *peerGrant, raw []byte, p wire.Push) {
 		c.close(err)
 	}
 	c.a.m.pushed.Add(1)
+}
+
+// pushPieces writes raw's pieces from the last down while the receiver's
+// front word is below them, and the tail word after each.
+func (c *conn) pushPieces(g *peerGrant, raw []byte) error {
+	n := uint64(len(raw))
+	var word [8]byte
+	for written := uint64(0); written < n; {
+		hi := n - written
+		if err := samehost.ReadAlone(c.peerPID, word[:], g.word+frontOffset); err != nil {
+			return fmt.Errorf("reading the front word of worker %s (pid %d): %w", c.peer, c.peerPID, err)
+		}
+		if hi <= binary.LittleEndian.Uint64(word[:]) {
+			return nil // the receiver has the rest
+		}
+		lo := (hi - 1) / pushPiece * pushPiece
+		if err := samehost.Write(c.peerPID, g.addr+lo, raw[lo:hi]); err != nil {
+			return err
+		}
+		written = n - lo
+		binary.LittleEndian.PutUint64(word[:], written)
+		if err := samehost.Write(c.peerPID, g.word+tailOffset, word[:]); err != nil {
+			return fmt.Errorf("writing the tail word of worker %s (pid %d): %w", c.peer, c.peerPID, err)
+		}
+	}
+	return nil
 }
 
 // pushAbort marks a grant whose frame did not go out whole; a connection
@@ -422,7 +475,7 @@ func (c *conn) setWord(g *peerGrant, status uint64) error {
 	var b [8]byte
 	if status != pushDone {
 		binary.LittleEndian.PutUint64(b[:], status)
-		if err := samehost.Write(c.peerPID, g.word+8, b[:]); err != nil {
+		if err := samehost.Write(c.peerPID, g.word+statusOffset, b[:]); err != nil {
 			return fmt.Errorf("writing a status word into worker %s (pid %d): %w", c.peer, c.peerPID, err)
 		}
 	}

@@ -250,7 +250,7 @@ func (a *Agent) reply(c *conn, req *wire.Frame, fn string, meta Metadata, pre *p
 			if werr != nil {
 				c.pushAbort(grant)
 			} else {
-				c.pushTail(grant, f.Tensors[f.Push.Index].Header.Raw, f.Push)
+				c.pushTail(grant, f.Tensors[f.Push.Index].Header.Raw)
 			}
 		}
 		if werr != nil {

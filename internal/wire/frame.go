@@ -127,29 +127,26 @@ type Frame struct {
 	Push Push
 }
 
-// Push names a pushed tensor (FlagPushed): the grant used, the tensor's
-// index in the frame, and the byte from which the sender writes it.
+// Push names a pushed tensor (FlagPushed): the grant used and the
+// tensor's index in the frame.
 type Push struct {
 	Token uint64
 	Index uint64
-	Cut   uint64
 }
 
 // Landings is the receiving side of pushed tensors: the memory this side
-// granted and the wait for the sender's part.
+// granted, and the copy that the receiver and the sender share.
 type Landings interface {
 	// Land returns the memory granted under token for a tensor of size
 	// bytes and its receive buffer's block, or an error when no such grant
 	// is outstanding or the tensor does not fit it.
 	Land(token, size uint64) ([]byte, recvbuf.Block, error)
-	// Landed waits until the sender has written its part of the memory
-	// granted under token: true, or false when it could not, and the
-	// receiver is to copy that part too.
-	Landed(token uint64) (bool, error)
-	// FetchHead copies the receiver's part of a pushed tensor, as fetch
-	// does, but on the calling goroutine alone: the sender is the second
-	// core.
-	FetchHead(dst []byte, addr uint64) error
+	// Receive fills raw, the memory Land returned for token, with the
+	// tensor at the sender's address addr: the receiver copies it from the
+	// start while the sender writes it from the end, and Receive returns
+	// once every byte is in and the sender has stopped writing. A failed
+	// copy out of the sender's memory is a *ProtocolError (Protocol).
+	Receive(token uint64, raw []byte, addr uint64) error
 }
 
 // dtype codes on the wire.
@@ -180,6 +177,11 @@ func (e *ProtocolError) Error() string { return e.err.Error() }
 
 // Unwrap returns the cause (wrapping ErrMalformed or errs.TooLarge).
 func (e *ProtocolError) Unwrap() error { return e.err }
+
+// Protocol returns err as a *ProtocolError: the peer broke the protocol
+// (it named memory that cannot be read, say), and its connection is to be
+// closed.
+func Protocol(err error) error { return &ProtocolError{err} }
 
 // Malformed returns a *ProtocolError wrapping ErrMalformed.
 func Malformed(format string, args ...any) error {
@@ -255,7 +257,6 @@ func AppendHead(dst []byte, f *Frame) ([]byte, uint64, error) {
 	if f.Flags&FlagPushed != 0 {
 		dst = binary.AppendUvarint(dst, f.Push.Token)
 		dst = binary.AppendUvarint(dst, f.Push.Index)
-		dst = binary.AppendUvarint(dst, f.Push.Cut)
 	}
 	head := len(dst) - start - HeaderLen
 	if head > math.MaxUint32 {
@@ -459,9 +460,8 @@ func parseHead(f *Frame, head []byte, dataLen uint64, maxSize int64, intern func
 	if f.Flags&FlagPushed != 0 && d.err == nil {
 		f.Push.Token = d.uvarint("push token")
 		f.Push.Index = d.uvarint("pushed tensor")
-		f.Push.Cut = d.uvarint("push cut")
-		if d.err == nil && (f.Push.Index >= uint64(len(descs)) || f.Push.Cut > descs[f.Push.Index].size) {
-			d.err = Malformed("pushed tensor %d cut at byte %d, of %d tensors", f.Push.Index, f.Push.Cut, len(descs))
+		if d.err == nil && f.Push.Index >= uint64(len(descs)) {
+			d.err = Malformed("pushed tensor %d, of %d tensors", f.Push.Index, len(descs))
 		}
 	}
 	if d.err != nil {
@@ -541,7 +541,7 @@ func ReadFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) strin
 		f.Tensors = make([]*tensor.Dense, len(descs))
 		for i, d := range descs {
 			if f.Flags&FlagPushed != 0 && uint64(i) == f.Push.Index {
-				t, err := receivePushed(&f, d, fetch, land)
+				t, err := receivePushed(&f, d, land)
 				if err != nil {
 					return nil, err
 				}
@@ -578,30 +578,17 @@ func ReadFrame(r io.Reader, hdr []byte, maxSize int64, intern func([]byte) strin
 }
 
 // receivePushed receives the pushed tensor d of f into the memory granted
-// for it: it copies the part before the cut while the sender writes the
-// rest, then waits for the sender's part, or copies it too when the sender
-// could not write it. An error leaves the granted memory with land, which
-// must keep it from any other use.
-func receivePushed(f *Frame, d tensorDesc, fetch func(dst []byte, addr uint64) error, land Landings) (*tensor.Dense, error) {
+// for it, which the receiver and the sender fill together (Landings.Receive).
+// An error leaves the granted memory with land, which must keep it from any
+// other use.
+func receivePushed(f *Frame, d tensorDesc, land Landings) (*tensor.Dense, error) {
 	mem, blk, err := land.Land(f.Push.Token, d.size)
 	if err != nil {
 		return nil, &ProtocolError{err}
 	}
 	raw := mem[:d.size]
-	cut := f.Push.Cut
-	if cut > 0 {
-		if err := land.FetchHead(raw[:cut], d.addr); err != nil {
-			return nil, &ProtocolError{err}
-		}
-	}
-	written, err := land.Landed(f.Push.Token)
-	if err != nil {
+	if err := land.Receive(f.Push.Token, raw, d.addr); err != nil {
 		return nil, err
-	}
-	if !written && cut < d.size {
-		if err := fetch(raw[cut:], d.addr+cut); err != nil {
-			return nil, &ProtocolError{err}
-		}
 	}
 	if blk.Valid() {
 		f.Blocks = append(f.Blocks, blk)

@@ -77,7 +77,7 @@ func TestFrameRejects(t *testing.T) {
 	b[15] = FlagLent
 	cases["lent flag on a response"] = b
 	one := []*tensor.Dense{dense([]int{4}, []float32{1, 2, 3, 4})}
-	cases["pushed frame, no landings"] = encodeFrame(t, &Frame{Kind: KindRequest, ID: 1, Fn: "f", Flags: FlagByRef | FlagPushed, Tensors: one, Push: Push{Token: 1, Cut: 8}})
+	cases["pushed frame, no landings"] = encodeFrame(t, &Frame{Kind: KindRequest, ID: 1, Fn: "f", Flags: FlagByRef | FlagPushed, Tensors: one, Push: Push{Token: 1}})
 	cases["grant with tensors"] = encodeFrame(t, &Frame{Kind: KindGrant, ID: 1, Aux: 1 << 20, Payload: make([]byte, GrantLen), Tensors: one})
 	cases["grant of the wrong length"] = encodeFrame(t, &Frame{Kind: KindGrant, ID: 1, Aux: 1 << 20, Payload: make([]byte, GrantLen-1)})
 	cases["revoke with a body"] = encodeFrame(t, &Frame{Kind: KindRevoke, ID: 1, Payload: []byte{1}})
@@ -145,12 +145,13 @@ func TestFrameNoAckRequest(t *testing.T) {
 }
 
 // landingsFake is a receiver's side of pushed tensors in decoder tests:
-// memory granted under token 5, and a sender that writes its part (the
-// bytes from the cut, as fakeFetch would) or fails to.
+// memory granted under token 5, whose bytes from 100 on the sender has
+// written (0xEE) or, when written is false, failed to, and the receiver
+// copies the rest as fakeFetch would.
 type landingsFake struct {
-	mem     []byte
-	written bool
-	landed  int
+	mem      []byte
+	written  bool
+	received int
 }
 
 func (l *landingsFake) Land(token, size uint64) ([]byte, recvbuf.Block, error) {
@@ -160,26 +161,30 @@ func (l *landingsFake) Land(token, size uint64) ([]byte, recvbuf.Block, error) {
 	return l.mem, recvbuf.Block{}, nil
 }
 
-func (l *landingsFake) FetchHead(dst []byte, addr uint64) error { return fakeFetch(dst, addr) }
-
-func (l *landingsFake) Landed(token uint64) (bool, error) {
-	l.landed++
-	return l.written, nil
+func (l *landingsFake) Receive(token uint64, raw []byte, addr uint64) error {
+	l.received++
+	if token != 5 {
+		return Malformed("no grant %d being received into", token)
+	}
+	met := len(raw)
+	if l.written {
+		met = 100
+	}
+	return fakeFetch(raw[:met], addr)
 }
 
-// TestFramePushed: a pushed tensor lands in the granted memory, its head
-// fetched and its tail written by the sender, or fetched too when the
-// sender could not write it; other tensors of the frame arrive as usual;
-// a push under another grant, or cut past the tensor, is refused.
+// TestFramePushed: a pushed tensor lands in the granted memory, filled by
+// the Landings' Receive; other tensors of the frame arrive as usual; a push
+// under another grant, or of a tensor the frame does not have, is refused.
 func TestFramePushed(t *testing.T) {
 	small := dense([]int{2}, []float32{1, 2})
 	big := dense([]int{64}, make([]float32, 64))
-	f := &Frame{Kind: KindResponse, ID: 3, Type: "x", Flags: FlagByRef | FlagPushed, Tensors: []*tensor.Dense{small, big}, Push: Push{Token: 5, Index: 1, Cut: 100}}
+	f := &Frame{Kind: KindResponse, ID: 3, Type: "x", Flags: FlagByRef | FlagPushed, Tensors: []*tensor.Dense{small, big}, Push: Push{Token: 5, Index: 1}}
 	b := encodeFrame(t, f)
 	addr := uint64(uintptr(unsafe.Pointer(&big.Header.Raw[0])))
 	for _, written := range []bool{true, false} {
 		land := &landingsFake{mem: make([]byte, 512), written: written}
-		const sent = 0xEE // what the sender "wrote" from the cut
+		const sent = 0xEE // what the sender "wrote" from byte 100
 		for i := 100; i < 256; i++ {
 			land.mem[i] = sent
 		}
@@ -187,8 +192,8 @@ func TestFramePushed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g.Push != f.Push || land.landed != 1 || len(g.Tensors) != 2 || g.Tensors[1].Shape()[0] != 64 {
-			t.Fatalf("written %v: decoded %+v, landed %d", written, g, land.landed)
+		if g.Push != f.Push || land.received != 1 || len(g.Tensors) != 2 || g.Tensors[1].Shape()[0] != 64 {
+			t.Fatalf("written %v: decoded %+v, received %d", written, g, land.received)
 		}
 		raw := g.Tensors[1].Header.Raw
 		if &raw[0] != &land.mem[0] || len(raw) != 256 {
@@ -207,7 +212,7 @@ func TestFramePushed(t *testing.T) {
 			t.Fatalf("the other tensor: %v", g.Tensors[0])
 		}
 	}
-	for name, p := range map[string]Push{"another grant": {Token: 6, Index: 1}, "cut past the end": {Token: 5, Index: 1, Cut: 257}, "no such tensor": {Token: 5, Index: 2}} {
+	for name, p := range map[string]Push{"another grant": {Token: 6, Index: 1}, "no such tensor": {Token: 5, Index: 2}} {
 		f.Push = p
 		_, err := ReadFrame(bytes.NewReader(encodeFrame(t, f)), make([]byte, HeaderLen), 1<<20, nil, fakeFetch, nil, &landingsFake{mem: make([]byte, 512)})
 		if !errors.Is(err, ErrMalformed) {
