@@ -32,7 +32,7 @@ const (
 	defaultStageBlock = 2 << 20 // where the cache's size is unknown
 	minStageBlock     = 256 << 10
 	maxCacheBlock     = 4 << 20 // the largest block a cache's size chooses
-	crowdedStageBlock = 16 << 20
+	crowdedStageBlock = 32 << 20
 	maxStageBlock     = crowdedStageBlock
 )
 
@@ -59,10 +59,14 @@ var stageBlockSource = func(ranks int) int {
 // -iters 20, three alternating runs): at 64 MiB 61.6-67.2 ms in blocks of
 // 2 MiB, 48.7-55.3 in 8 MiB, 44.9-52.1 in 16 MiB; at 16 MiB 15.8-16.8,
 // 10.4-15.7 and 12.3-13.7 ms. The CPUs idled 14%, 11% and 7% of a run of
-// 40 all-reduces of 64 MiB. A segment of 16 MiB blocks is 48 MiB a rank;
-// /dev/shm must hold twice that, so that a group's staging leaves room for
-// the shm transport's rings, shared tensors and other groups; where it is
-// short, the cache's block keeps the segment small.
+// 40 all-reduces of 64 MiB. On another such machine (AMD Zen 4, the same
+// evening, six alternating runs of each pair) 32 MiB blocks took 36.4-46.1
+// ms at 64 MiB against 45.3-50.1 in 16 MiB, and 11.2-12.8 ms at 16 MiB
+// against 12.4-13.9; 64 MiB blocks were no better than 32 (41.1-49.7 and
+// 11.7 ms). A segment of 32 MiB blocks is 96 MiB a rank; /dev/shm must
+// hold twice that, so that a group's staging leaves room for the shm
+// transport's rings, shared tensors and other groups; where it is short,
+// the cache's block keeps the segment small.
 func stageBlockFor(ranks, cpus, cache int, free func() (int64, error)) int {
 	if ranks <= cpus || cache >= crowdedStageBlock {
 		return cache
