@@ -255,7 +255,14 @@ func (r *recycler) collectGarbage() {
 // starts and so survives it (what the collector finds referenced while it
 // marks, it keeps). It allocates in pieces (nudgePieces of the way, at
 // least nudgeMin each) and stops once a collection has started, so that
-// piece is small.
+// piece is small; but the first half of the way in one piece, unchecked,
+// since the pacer never starts a collection before the heap has grown 70%
+// of the way (the lower bound of its trigger), and the checks between
+// pieces cost more than the pieces (heapStarted, below). The work runs on
+// the processor the calls need: with one processor a process, the whole
+// way in pieces (ten of 4 MiB), each checked with heapState, took 190-370
+// µs on a heap of 40 MiB; half at once and the light checks, 70-100 µs
+// (AMD Zen 4, 2026-12-02).
 //
 // While a collection is marking it does nothing: that collection brings
 // back what is garbage. Far from the goal (more than nudgeMax), or with
@@ -271,12 +278,41 @@ func startCollection() {
 	}
 	need := goal - live + nudgeMargin
 	piece := max(need/nudgePieces, nudgeMin)
-	for done := uint64(0); done < need; done += piece {
+	done := need / 2
+	mallocgc(uintptr(done), nil, false)
+	for ; done < need; done += piece {
 		mallocgc(uintptr(piece), nil, false)
-		if _, _, c, m := heapState(); m || c != cycles {
+		if c, m := heapStarted(); m || c != cycles {
 			return
 		}
 	}
+}
+
+// started holds heapStarted's samples, allocated once: an allocation
+// while a collection has just started marking would make this goroutine
+// do some of the marking first.
+var started = struct {
+	sync.Mutex
+	s []rtmetrics.Sample
+}{s: []rtmetrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/sched/pauses/total/gc:seconds"}}}
+
+// heapStarted is the part of heapState that startCollection checks
+// between pieces, without allocating: the collections finished and whether
+// one is marking.
+func heapStarted() (cycles uint64, marking bool) {
+	started.Lock()
+	defer started.Unlock()
+	s := started.s
+	rtmetrics.Read(s)
+	if s[0].Value.Kind() != rtmetrics.KindUint64 || s[1].Value.Kind() != rtmetrics.KindFloat64Histogram {
+		return 0, true // unknown: stop, as if a collection had started
+	}
+	var stops uint64
+	for _, c := range s[1].Value.Float64Histogram().Counts {
+		stops += c
+	}
+	cycles = s[0].Value.Uint64()
+	return cycles, stops == 2*cycles+1
 }
 
 // What startCollection allocates: at most nudgeMax (address space it never
