@@ -403,11 +403,24 @@ func (r *recycler) release(b Block) {
 // (on another core, while this one copies).
 const prefill = 6 // lowWater's worth of 4 MiB buffers
 
+// populatePiece is how much of a fresh buffer fill maps at a time, with
+// the process's other goroutines let run between pieces. Mapping pages
+// takes the kernel's zeroing, and a process of one processor runs nothing
+// else meanwhile (the runtime takes the processor back from a thread in a
+// system call only when its monitor next looks, which in a busy process of
+// raw system calls is up to 10 ms): six 1 MiB buffers mapped at once held
+// up a 1 MiB echo's calls for 2 to 4.6 ms, in 3 of 200 calls a run.
+const populatePiece = 256 << 10
+
 // fill adds r.prefill fresh buffers of class bytes to the free list.
 func (r *recycler) fill(class uintptr) {
 	for i := 0; i < r.prefill; i++ {
 		base := newBlock(class, true)
-		populate(bufferStart(base, class), class)
+		start := bufferStart(base, class)
+		for off := uintptr(0); off < class; off += populatePiece {
+			populate(unsafe.Add(start, off), min(populatePiece, class-off))
+			runtime.Gosched()
+		}
 		r.mu.Lock()
 		if r.bytes+class > recycleCap {
 			r.mu.Unlock()
