@@ -181,7 +181,10 @@ func (r *recycler) get(n uintptr) Block {
 		r.watch(base, class)
 		return Block{base, class}
 	}
-	fill := r.prefill > 0 && !r.filling[class] && r.bytes+uintptr(r.prefill)*class <= recycleCap
+	// The list of this size is empty: buffers of other sizes make room for
+	// a fill, as they do for a buffer that comes back (put), since the size
+	// received now is the one likely to come again.
+	fill := r.prefill > 0 && !r.filling[class] && r.makeRoom(class, uintptr(r.prefill)*class)
 	if fill {
 		r.filling[class] = true
 	}
@@ -422,7 +425,7 @@ func (r *recycler) fill(class uintptr) {
 			runtime.Gosched()
 		}
 		r.mu.Lock()
-		if r.bytes+class > recycleCap {
+		if !r.makeRoom(class, class) {
 			r.mu.Unlock()
 			break
 		}
@@ -488,17 +491,28 @@ func (r *recycler) put(base unsafe.Pointer, class uintptr) {
 	defer r.mu.Unlock()
 	r.out -= min(r.out, class)
 	r.returned += class
-	if class > recycleCap {
+	if !r.makeRoom(class, class) {
 		return
 	}
+	r.free[class] = append(r.free[class], base)
+	r.bytes += class
+}
+
+// makeRoom lets buffers of sizes other than class go from the free lists
+// until need more bytes fit under recycleCap, and reports whether they do.
+// The caller holds r.mu.
+func (r *recycler) makeRoom(class, need uintptr) bool {
+	if need > recycleCap {
+		return false
+	}
 	for other, l := range r.free {
-		if r.bytes+class <= recycleCap {
+		if r.bytes+need <= recycleCap {
 			break
 		}
 		if other == class {
 			continue
 		}
-		for len(l) > 0 && r.bytes+class > recycleCap {
+		for len(l) > 0 && r.bytes+need > recycleCap {
 			l[len(l)-1] = nil
 			l = l[:len(l)-1]
 			r.bytes -= other
@@ -509,11 +523,7 @@ func (r *recycler) put(base unsafe.Pointer, class uintptr) {
 			r.free[other] = l
 		}
 	}
-	if r.bytes+class > recycleCap {
-		return
-	}
-	r.free[class] = append(r.free[class], base)
-	r.bytes += class
+	return r.bytes+need <= recycleCap
 }
 
 // Valid reports whether b is a block (not the zero Block).

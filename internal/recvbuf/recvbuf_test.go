@@ -156,6 +156,34 @@ func TestRecyclerPrefills(t *testing.T) {
 	}
 }
 
+// TestRecyclerPrefillMakesRoom: a size whose free list is empty while the
+// lists are full of another size still gets its buffers made in the
+// background; the other size's buffers give way.
+func TestRecyclerPrefillMakesRoom(t *testing.T) {
+	r := newRecycler(3)
+	const small, big = 1 << 20, 4 << 20
+	for i := 0; i < recycleCap/small; i++ {
+		r.put(mallocgc(small, nil, false), small)
+	}
+	r.buf(big)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.mu.Lock()
+		have, filling, smalls, bytes := len(r.free[big]), r.filling[big], len(r.free[small]), r.bytes
+		r.mu.Unlock()
+		if have == 3 && !filling {
+			if want := (recycleCap - 3*big) / small; smalls != want || bytes != recycleCap {
+				t.Fatalf("%d buffers of %d B left (want %d), %d bytes in all", smalls, small, want, bytes)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d buffers of %d B made in the background (filling %v), want 3", have, big, filling)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestRecyclerRelease: a released block is the next one handed out, at
 // once and without a collection, and its finalizer no longer puts it back
 // a second time.
