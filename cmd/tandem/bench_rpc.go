@@ -8,7 +8,10 @@ package main
 // agents in this process. Every timed case reports its p50 and p99 (the
 // median alone hides a slow mode that strikes one call in ten).
 // With -peer (or -torch) it runs torch_rpc.py in turns with Tandem over
-// -rounds and prints the ratios (bench_peer.go).
+// -rounds and prints the ratios (bench_peer.go). With -bound it also times,
+// after the RPC cases of each run, a bare pair of processes making the
+// pushed echo's copies and nothing else (bench_rpc_bound_linux.go): the
+// bound the echo is measured against, in the same command.
 //
 // Echo runs two ways. "echo" is the plain loop: every reply and every
 // argument the callee receives gets memory of its own, which the garbage
@@ -94,6 +97,11 @@ type rpcBenchConfig struct {
 	// callee starts the callee process (nil: this binary, as `tandem bench
 	// rpc -callee`; tests pass a launcher of their own).
 	callee workerLauncher
+	// bound: also time the bare pair (rpcBound) for the echo sizes from
+	// boundFrom, with boundPeer starting its second process (nil: this
+	// binary, as `tandem bench rpc -bound-peer`).
+	bound     bool
+	boundPeer workerLauncher
 }
 
 const (
@@ -117,12 +125,17 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 	cores := fs.Int("cores", 1, "GOMAXPROCS of each worker process (0: the Go runtime's default; with -inproc the one process gets twice this)")
 	peer := addPeerFlags(fs, "torch_rpc.py", 3)
 	torch := fs.Bool("torch", false, "the same as -peer")
+	bound := fs.Bool("bound", false, "also time, after the RPC cases, a bare pair of processes that hand each echo size of 1 MiB or more back and forth with the copies alone (half each way with process_vm_readv, half with process_vm_writev, flags in shared memory, no parking): this machine's bound for the echo")
 	callee := fs.Bool("callee", false, "internal: run as the callee (rank 1, from the environment)")
+	boundPeer := fs.String("bound-peer", "", "internal: run as the second process of -bound, with the flags at this `path`")
 	if err := parseBenchFlags(fs, joinPeerPath(args)); err != nil {
 		return err
 	}
 	if *callee {
 		return rpcBenchCallee(ctx, !*noCMA, *poll, !*noPush)
+	}
+	if *boundPeer != "" {
+		return rpcBoundPeer(ctx, *boundPeer)
 	}
 	peer.peer.on = peer.peer.on || *torch
 	maxBytes, err := parseByteSize(*maxFlag)
@@ -136,7 +149,7 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 	if *inflight < 1 || *calls < 1 || *remotes < 1 || *iters < 0 || *cores < 0 {
 		return fmt.Errorf("-inflight, -calls and -remotes must be positive, -iters and -cores not negative")
 	}
-	cfg := rpcBenchConfig{inflight: *inflight, calls: *calls, remotes: *remotes, iters: *iters, sameHostCopy: !*noCMA, poll: *poll, push: !*noPush, cores: *cores}
+	cfg := rpcBenchConfig{inflight: *inflight, calls: *calls, remotes: *remotes, iters: *iters, sameHostCopy: !*noCMA, poll: *poll, push: !*noPush, cores: *cores, bound: *bound}
 	for b := 4; b <= maxBytes; b *= 4 {
 		if b >= minBytes {
 			cfg.sizes = append(cfg.sizes, b)
@@ -171,7 +184,7 @@ func benchRPC(ctx context.Context, args []string, stdout io.Writer) error {
 			continue
 		}
 		switch r.Case {
-		case "echo", "echo_reuse":
+		case "echo", "echo_reuse", "bound":
 			fmt.Fprintf(stdout, "%-10s %10d B  %5d iters  p50 %11s  p99 %11s  %8.3f GB/s\n", r.Case, r.Bytes, r.Iters, fmtSeconds(r.P50S), fmtSeconds(r.P99S), r.GBps)
 		case "async":
 			fmt.Fprintf(stdout, "async calls/s (%d in flight): %.0f\n", r.InFlight, r.CallsPerS)
@@ -335,7 +348,46 @@ func rpcBenchRun(ctx context.Context, cfg rpcBenchConfig, inproc bool) ([]rpcBen
 	if peerErr != nil {
 		return nil, fmt.Errorf("peer: %w", peerErr)
 	}
+	if cfg.bound {
+		bounds, err := rpcBoundCases(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, bounds...)
+	}
 	return results, nil
+}
+
+// boundFrom is the smallest echo size the bound is timed for: the pushed
+// sizes, whose copies the bound makes.
+const boundFrom = 1 << 20
+
+// rpcBoundCases times the bare pair (rpcBound) for each echo size from
+// boundFrom, as many round trips as the echo makes, after as many warm-up
+// ones.
+func rpcBoundCases(ctx context.Context, cfg rpcBenchConfig) ([]rpcBenchResult, error) {
+	start := cfg.boundPeer
+	if start == nil {
+		start = selfLauncher("rpc")
+	}
+	var out []rpcBenchResult
+	for _, bytes := range cfg.sizes {
+		if bytes < boundFrom {
+			continue
+		}
+		iters := cfg.iters
+		if iters == 0 {
+			iters = max(200, min(1000, (64<<20)/bytes))
+		}
+		times, err := rpcBound(ctx, start, bytes, echoWarmup, iters, cfg.cores)
+		if err != nil {
+			return nil, fmt.Errorf("-bound, %d bytes: %w", bytes, err)
+		}
+		p50 := quantile(times, 0.5).Seconds()
+		out = append(out, rpcBenchResult{Case: "bound", Bytes: bytes, Iters: iters, MedianS: p50, P50S: p50,
+			P99S: quantile(times, 0.99).Seconds(), GBps: 2 * float64(bytes) / p50 / 1e9})
+	}
+	return out, nil
 }
 
 // errCalleeExited marks a bench run whose callee ended before the caller
@@ -623,6 +675,9 @@ func rpcMetrics(rs []rpcBenchResult) []peerMetric {
 				peerMetric{Name: fmt.Sprintf("echo %d B p99", r.Bytes), Unit: "s", Lower: true, Value: r.P99S})
 		case "echo_reuse":
 			reuse = append(reuse, peerMetric{Name: fmt.Sprintf("echo_reuse %d B p50", r.Bytes), Unit: "s", Lower: true, Value: r.P50S})
+		case "bound":
+			reuse = append(reuse, peerMetric{Name: fmt.Sprintf("bound %d B p50", r.Bytes), Unit: "s", Lower: true, Value: r.P50S},
+				peerMetric{Name: fmt.Sprintf("bound %d B p99", r.Bytes), Unit: "s", Lower: true, Value: r.P99S})
 		case "async":
 			ms = append(ms, peerMetric{Name: "async calls/s", Unit: "calls/s", Value: r.CallsPerS})
 		case "remote_to_here":
