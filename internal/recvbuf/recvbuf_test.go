@@ -165,7 +165,9 @@ func TestRecyclerPrefillMakesRoom(t *testing.T) {
 	for i := 0; i < recycleCap/small; i++ {
 		r.put(mallocgc(small, nil, false), small)
 	}
-	r.buf(big)
+	// Held to the end: dropped, a collection could put it on the list too.
+	first := r.buf(big)
+	defer runtime.KeepAlive(first)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		r.mu.Lock()
