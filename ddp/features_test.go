@@ -293,8 +293,17 @@ func TestOverlapObservable(t *testing.T) {
 // and the result equals a simulation: at each step the ranks that still have
 // data contribute their gradients, the others zeros, the sum divided by the
 // world size; in the end every rank holds the model of the last rank to join.
+// With the buckets in shared memory (SharedBuckets) as well: the joined
+// ranks shadow the others' in-place all-reduces there, and their gradients
+// stay as their last step made them.
 func TestJoinUnevenInputs(t *testing.T) {
 	testkit.CheckLeaks(t) // after the groups are closed
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) { testJoinUnevenInputs(t, shared) })
+	}
+}
+
+func testJoinUnevenInputs(t *testing.T, shared bool) {
 	const world = 3
 	sizes := []int{5, 6, 3}
 	const lr = 0.1
@@ -305,10 +314,11 @@ func TestJoinUnevenInputs(t *testing.T) {
 	finals := make([][]float64, world)
 	shadows := make([]int64, world)
 	testkit.RequireEachRank(t, world, func(r int) error {
-		net, err := ddp.New(ctx, pgs[r], newMLP(t, sizes, uint64(r)), ddp.BucketCapMB(100.0/(1<<20)))
+		net, err := ddp.New(ctx, pgs[r], newMLP(t, sizes, uint64(r)), ddp.BucketCapMB(100.0/(1<<20)), ddp.SharedBuckets(shared))
 		if err != nil {
 			return err
 		}
+		var last []float64 // the gradients of the rank's last step
 		err = net.Join(ctx, func() error {
 			for s := 0; s < nBatches(r); s++ {
 				x, y := data(r, s)
@@ -321,10 +331,14 @@ func TestJoinUnevenInputs(t *testing.T) {
 					}
 				}
 			}
+			last = flatGrads(net.Parameters())
 			return nil
 		})
 		if err != nil {
 			return err
+		}
+		if got := flatGrads(net.Parameters()); !slices.Equal(got, last) {
+			return fmt.Errorf("rank %d: shadowing the others changed its gradients", r)
 		}
 		for _, p := range net.Parameters() {
 			finals[r] = append(finals[r], p.Value.Float64s()...)

@@ -3,6 +3,7 @@ package ddp
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"gorgonia.org/tensor"
@@ -86,6 +87,7 @@ func (d *DDP) Join(ctx context.Context, fn func() error) error {
 }
 
 func (d *DDP) shadowUntilAllJoined(ctx context.Context) error {
+	defer d.keepSharedGrads()()
 	for {
 		start := time.Now()
 		var pl plan
@@ -224,8 +226,41 @@ func (d *DDP) shadowStep(ctx context.Context, pl plan, start time.Time) error {
 	return nil
 }
 
-// shadowBuckets returns buckets laid out like the real ones over buffers of
-// their own, for a joined rank's zero gradients.
+// keepSharedGrads copies aside what the buckets in shared memory
+// (SharedBuckets) hold, the rank's last gradients: a joined rank shadows
+// those buckets in that memory, where the others all-reduce theirs in
+// place. The function it returns puts the gradients back into the buckets
+// that are still laid out as they were, so that, as in PyTorch, shadowing
+// leaves a joined rank's gradients as its last step made them.
+func (d *DDP) keepSharedGrads() (restore func()) {
+	type kept struct {
+		b          *bucket
+		buf, saved *tensor.Dense
+	}
+	var ks []kept
+	d.layoutMu.Lock()
+	for _, b := range d.buckets {
+		if b.shared != nil {
+			ks = append(ks, kept{b, b.buf, b.buf.Clone().(*tensor.Dense)})
+		}
+	}
+	d.layoutMu.Unlock()
+	return func() {
+		d.layoutMu.Lock()
+		defer d.layoutMu.Unlock()
+		for _, k := range ks {
+			if k.b.buf == k.buf && slices.Contains(d.buckets, k.b) {
+				copy(k.buf.Header.Raw, k.saved.Header.Raw)
+			}
+		}
+	}
+}
+
+// shadowBuckets returns buckets laid out like the real ones, for a joined
+// rank's zero gradients: over buffers of their own, or, for a bucket in
+// shared memory, over that memory (keepSharedGrads keeps its contents), so
+// that the joined rank's all-reduce is the same in-place collective as the
+// others'.
 func (d *DDP) shadowBuckets() []*bucket {
 	if d.shadow != nil {
 		out := make([]*bucket, len(d.shadow))
@@ -238,10 +273,14 @@ func (d *DDP) shadowBuckets() []*bucket {
 	d.shadow = make([]*GradBucket, len(d.buckets))
 	for i, b := range d.buckets {
 		sb := &bucket{index: b.index, dtype: b.dtype, params: b.params, offsets: b.offsets, numel: b.numel}
-		sb.buf = tensor.New(tensor.Of(b.dtype), tensor.WithShape(b.numel))
-		sb.views = make([]*tensor.Dense, len(b.params))
-		for k, pi := range b.params {
-			sb.views[k] = viewOf(sb.buf, b.offsets[k], d.params[pi].Value.Shape())
+		if b.shared != nil {
+			sb.buf, sb.views = b.buf, b.views
+		} else {
+			sb.buf = tensor.New(tensor.Of(b.dtype), tensor.WithShape(b.numel))
+			sb.views = make([]*tensor.Dense, len(b.params))
+			for k, pi := range b.params {
+				sb.views[k] = viewOf(sb.buf, b.offsets[k], d.params[pi].Value.Shape())
+			}
 		}
 		sb.gb = &GradBucket{index: i, last: i == len(d.buckets)-1, buf: sb.buf, grads: sb.views, offsets: b.offsets, params: b.gb.params, d: d, shadow: true, bucket: sb}
 		out[i], d.shadow[i] = sb, sb.gb
