@@ -300,8 +300,12 @@ func startCollection() {
 // pacer stands on its way from the live heap to the goal (0 where the
 // runtime does not say, which makes startCollection's first piece the
 // whole half).
-func heapObjects() uint64 {
-	s := []rtmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+func heapObjects() uint64 { return uint64Metric("/memory/classes/heap/objects:bytes") }
+
+// uint64Metric reads the runtime metric name, 0 where the runtime does not
+// have it as a uint64.
+func uint64Metric(name string) uint64 {
+	s := []rtmetrics.Sample{{Name: name}}
 	rtmetrics.Read(s)
 	if s[0].Value.Kind() != rtmetrics.KindUint64 {
 		return 0
@@ -375,14 +379,7 @@ func heapState() (goal, live, cycles uint64, marking bool) {
 
 // scannableBytes is the memory the collector scans: the program's heap
 // that may hold pointers, its stacks and globals.
-func scannableBytes() uint64 {
-	s := []rtmetrics.Sample{{Name: "/gc/scan/total:bytes"}}
-	rtmetrics.Read(s)
-	if s[0].Value.Kind() != rtmetrics.KindUint64 {
-		return 0
-	}
-	return s[0].Value.Uint64()
-}
+func scannableBytes() uint64 { return uint64Metric("/gc/scan/total:bytes") }
 
 // Release puts a block that NewTensor handed out back on its free list at
 // once, without waiting for the collector: its owner vouches that nothing
