@@ -15,7 +15,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/tandemml/tandem/comm/store"
-	"github.com/tandemml/tandem/internal/samehost"
+	"github.com/tandemml/tandem/internal/samehost/samehosttest"
 	"github.com/tandemml/tandem/internal/testkit"
 )
 
@@ -274,7 +274,7 @@ func TestReceiveWaitEnds(t *testing.T) {
 	if err := receive(c, nil, nil); !errors.Is(err, ErrPeerLost) {
 		t.Fatalf("abandoned push: %v", err)
 	}
-	if !samehostReadable() {
+	if !samehosttest.SelfReadable() {
 		return
 	}
 	src := []byte("all of it, copied by the receiver")
@@ -302,7 +302,7 @@ func TestReceiveWaitEnds(t *testing.T) {
 // starts first, however late the other comes; each leaves to the other
 // what the other has done.
 func TestPushMeets(t *testing.T) {
-	if !samehostReadable() {
+	if !samehosttest.SelfReadable() {
 		t.Skip("this process may not read its own memory with process_vm_readv here")
 	}
 	agents := startGroup(t, 1, registerBasics)
@@ -366,14 +366,6 @@ func TestPushMeets(t *testing.T) {
 			}
 		})
 	}
-}
-
-// samehostReadable reports whether this process may copy its own memory
-// with process_vm_readv (a sandbox may forbid it).
-func samehostReadable() bool {
-	var a, b [8]byte
-	a[0] = 1
-	return samehost.ReadAlone(os.Getpid(), b[:], uint64(uintptr(unsafe.Pointer(&a[0])))) == nil && b[0] == 1
 }
 
 // TestCloseWithGrantToGoneProcess: a connection that holds its peer's grant

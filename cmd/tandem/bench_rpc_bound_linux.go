@@ -48,8 +48,13 @@ const (
 	boundFinished         // the timing process has read the last reply: the second may exit
 )
 
-// boundStall bounds how long either side waits for the other's flag.
-const boundStall = 10 * time.Second
+// boundStall bounds how long either side waits for the other's flag;
+// boundLook is how long it polls between looks at whether the other is
+// still there.
+const (
+	boundStall = 10 * time.Second
+	boundLook  = time.Millisecond
+)
 
 type boundPage struct {
 	mem []byte
@@ -62,17 +67,15 @@ func (p boundPage) word(i int) *atomic.Uint64 {
 // wait polls word i until it reaches v, yielding between looks, and fails
 // once gone reports that the other process has ended or boundStall passes.
 func (p boundPage) wait(i int, v uint64, gone func() bool) error {
+	reached := func() bool { return p.word(i).Load() >= v }
 	start := time.Now()
-	for n := 0; p.word(i).Load() < v; n++ {
-		if n%4096 == 4095 {
-			if gone() {
-				return errors.New("the other process of the bound ended")
-			}
-			if time.Since(start) > boundStall {
-				return fmt.Errorf("the other process of the bound did not answer within %v", boundStall)
-			}
+	for !reached() && !futex.Poll(boundLook, reached) {
+		if gone() {
+			return errors.New("the other process of the bound ended")
 		}
-		futex.Yield()
+		if time.Since(start) > boundStall {
+			return fmt.Errorf("the other process of the bound did not answer within %v", boundStall)
+		}
 	}
 	return nil
 }
@@ -219,7 +222,9 @@ func rpcBoundPeer(ctx context.Context, path string) error {
 	buf := filledBuffer(bytes)
 	page.word(boundPeerBuf).Store(addrOf(buf))
 	page.word(boundPeerPID).Store(uint64(os.Getpid()))
-	gone := func() bool { return ctx.Err() != nil || processGone(pid) }
+	// The timing process started this one: once it has gone, this one's
+	// parent is another.
+	gone := func() bool { return ctx.Err() != nil || os.Getppid() != pid }
 	half := bytes / 2
 	for r := uint64(1); r <= rounds; r++ {
 		if err := page.wait(boundSent, r, gone); err != nil {
@@ -243,9 +248,4 @@ func rpcBoundPeer(ctx context.Context, path string) error {
 	}
 	runtime.KeepAlive(buf)
 	return nil
-}
-
-// processGone reports whether no process has id pid any more.
-func processGone(pid int) bool {
-	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }

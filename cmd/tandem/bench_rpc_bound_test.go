@@ -4,22 +4,12 @@ package main
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
-	"github.com/tandemml/tandem/internal/samehost"
+	"github.com/tandemml/tandem/internal/samehost/samehosttest"
 )
-
-// canCopyOwnMemory reports whether this process may use process_vm_readv
-// on itself (a sandbox may forbid it, and the bound with it).
-func canCopyOwnMemory() bool {
-	var a, b [8]byte
-	a[0] = 7
-	return samehost.ReadAlone(os.Getpid(), b[:], uint64(uintptr(unsafe.Pointer(&a[0])))) == nil && b[0] == 7
-}
 
 // TestHelperRPCBoundPeer stands for `tandem bench rpc -bound-peer=PATH`.
 func TestHelperRPCBoundPeer(t *testing.T) {
@@ -37,7 +27,7 @@ func TestHelperRPCBoundPeerThatQuits(t *testing.T) {
 // and times every round trip after the warm-up; a second process that
 // never answers fails the run within seconds instead of hanging it.
 func TestRPCBound(t *testing.T) {
-	if !canCopyOwnMemory() {
+	if !samehosttest.SelfReadable() {
 		t.Skip("process_vm_readv is not allowed here: the bound cannot copy")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -332,12 +332,8 @@ func heapStarted() (cycles uint64, marking bool) {
 	if s[0].Value.Kind() != rtmetrics.KindUint64 || s[1].Value.Kind() != rtmetrics.KindFloat64Histogram {
 		return 0, true // unknown: stop, as if a collection had started
 	}
-	var stops uint64
-	for _, c := range s[1].Value.Float64Histogram().Counts {
-		stops += c
-	}
 	cycles = s[0].Value.Uint64()
-	return cycles, stops == 2*cycles+1
+	return cycles, collectorStops(s[1].Value) == 2*cycles+1
 }
 
 // What startCollection allocates: at most nudgeMax (address space it never
@@ -367,14 +363,21 @@ func heapState() (goal, live, cycles uint64, marking bool) {
 			return 0, 0, 0, false
 		}
 	}
-	var stops uint64
-	if s[3].Value.Kind() == rtmetrics.KindFloat64Histogram {
-		for _, c := range s[3].Value.Float64Histogram().Counts {
-			stops += c
-		}
-	}
 	cycles = s[2].Value.Uint64()
-	return s[0].Value.Uint64(), s[1].Value.Uint64(), cycles, stops == 2*cycles+1
+	return s[0].Value.Uint64(), s[1].Value.Uint64(), cycles, collectorStops(s[3].Value) == 2*cycles+1
+}
+
+// collectorStops is how many times the collector has stopped the world, from
+// the histogram of its pauses (0 where v is not one).
+func collectorStops(v rtmetrics.Value) uint64 {
+	if v.Kind() != rtmetrics.KindFloat64Histogram {
+		return 0
+	}
+	var stops uint64
+	for _, c := range v.Float64Histogram().Counts {
+		stops += c
+	}
+	return stops
 }
 
 // scannableBytes is the memory the collector scans: the program's heap

@@ -1,6 +1,7 @@
 // Package samehosttest holds the victim process of the tests that attack
 // same-host copies (comm/tcp's and rpc's): a process whose memory the test
-// process may read, which an attacker names as its own.
+// process may read, which an attacker names as its own; and the check that
+// same-host copies are allowed here at all (SelfReadable).
 package samehosttest
 
 import (
@@ -16,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/tandemml/tandem/internal/childtest"
+	"github.com/tandemml/tandem/internal/samehost"
 )
 
 // Victim is what a victim process printed: its pid, the address of its 16
@@ -85,4 +87,11 @@ func ParseVictim(line string) (Victim, error) {
 		return v, fmt.Errorf("victim secret %q", f[3])
 	}
 	return v, nil
+}
+
+// SelfReadable reports whether this process may copy its own memory with
+// process_vm_readv: a sandbox may forbid it, and every same-host copy with it.
+func SelfReadable() bool {
+	src, dst := []byte{7}, []byte{0}
+	return samehost.ReadAlone(os.Getpid(), dst, uint64(uintptr(unsafe.Pointer(&src[0])))) == nil && dst[0] == 7
 }
