@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/tandemml/tandem/internal/errs"
@@ -22,3 +23,10 @@ var (
 // rank receives from NewGroup, NewSubgroups, NewSubgroupsByEnumeration or
 // Split for a group it does not belong to. It wraps ErrInvalidArgument.
 var ErrNotMember = fmt.Errorf("comm: this rank is not a member of the process group: %w", errs.InvalidArgument)
+
+// ErrSharedUnavailable is returned (wrapped) by NewSharedTensor when rank 0
+// could not create the shared segment or a member could not map it (a
+// /dev/shm too small for it, a sandbox without one). Every member of the
+// group gets it from the same call and none keeps the segment, so the
+// members can agree to use an ordinary tensor instead.
+var ErrSharedUnavailable = errors.New("the shared segment is unavailable")

@@ -40,7 +40,8 @@ type options struct {
 	logger        *slog.Logger
 	ringThreshold int
 	chunkSize     int
-	staging       bool // all-reduces on one host go through a staging segment (stage.go)
+	staging       bool   // all-reduces on one host go through a staging segment (stage.go)
+	sharedDir     string // where staging segments and shared tensors are made
 
 	loggerSet  bool              // WithLogger was given
 	flightSize int               // operations each group remembers; 0: none
@@ -57,6 +58,7 @@ func defaultOptions() options {
 		ringThreshold: DefaultRingThreshold,
 		chunkSize:     DefaultChunkSize,
 		staging:       true,
+		sharedDir:     DefaultSharedDir,
 		flightSize:    DefaultFlightRecorderSize,
 	}
 }
@@ -113,15 +115,37 @@ func WithRingThreshold(n int) Option {
 // WithStaging says whether all-reduces, broadcasts, all-gathers and
 // reduce-scatters of ordinary tensors on a group whose ranks all run on
 // this host (the shm backend, in-process ranks) go through a staging
-// segment in /dev/shm that the ranks read from each other directly (true,
-// the default), or through the transport's buffers (false). The segment is
-// mapped on the group's first such collective: three buffers of at least
-// 2 MiB a rank, of 16 MiB where the ranks outnumber the CPUs. Where it
+// segment in /dev/shm (WithSharedDir) that the ranks read from each other
+// directly (true, the default), or through the transport's buffers (false).
+// The segment is mapped on the group's first such collective: three
+// buffers of at least 2 MiB a rank, of 32 MiB where the ranks outnumber
+// the CPUs and /dev/shm has room for them. Where it
 // cannot be mapped (a /dev/shm too small, as in a container's default
 // 64 MiB with many ranks), all-reduces go through the transport and the
 // group's logger says why. Subgroups inherit
 // the world group's setting unless given their own.
 func WithStaging(on bool) Option { return func(o *options) { o.staging = on } }
+
+// DefaultSharedDir is where a group makes its staging segment and its
+// shared tensors unless WithSharedDir says otherwise.
+const DefaultSharedDir = "/dev/shm"
+
+// WithSharedDir sets the directory in which the group makes its staging
+// segment and its shared tensors (NewSharedTensor, ddp.SharedBuckets):
+// DefaultSharedDir unless given. It should be a tmpfs, or the ranks' reads
+// of each other's memory go to disk; every rank of the group must name the
+// same directory. A container that keeps /dev/shm at 64 MiB can mount a
+// larger tmpfs elsewhere and name it here. Where the directory is missing
+// or full, staging is off and shared tensors are unavailable
+// (ErrSharedUnavailable) on every rank alike. "" keeps the default.
+// Subgroups inherit the world group's directory unless given their own.
+func WithSharedDir(dir string) Option {
+	return func(o *options) {
+		if dir != "" {
+			o.sharedDir = dir
+		}
+	}
+}
 
 // WithChunkSize sets the size in bytes of the pieces that pipelined algorithms
 // send (DefaultChunkSize). It is rounded down to whole elements, and to at

@@ -58,7 +58,10 @@ func (s *sharedSeg) region(r int) []byte { return s.mem[r*s.stride : r*s.stride+
 // it, in the same order as its other collectives, with the same dtype and
 // shape. It needs a transport whose ranks all run on this host (the shm
 // backend, or in-process ranks); elsewhere it fails with an error wrapping
-// errors.ErrUnsupported, and callers use an ordinary tensor instead.
+// errors.ErrUnsupported, and callers use an ordinary tensor instead. When
+// the memory cannot be had (a /dev/shm without room for every member's
+// region) it fails on every member with an error wrapping
+// ErrSharedUnavailable, which callers can treat the same way.
 //
 // All-reduces of the tensor (or of a contiguous part of it at the same
 // place on every rank) on this group run in place through the shared
@@ -86,10 +89,15 @@ func (pg *ProcessGroup) NewSharedTensor(ctx context.Context, dt tensor.Dtype, sh
 	}
 	bytes := n * cdt.size()
 	var seg *sharedSeg
+	var unavailable error // agreed by every member: the collective itself succeeds
 	err := pg.start(ctx, collective{name: "new_shared_tensor", desc: desc, invalid: invalid,
 		run: func(ctx context.Context, c *opCtx) error {
 			var err error
 			seg, err = mapShared(ctx, c, bytes, stepSharedName, "new_shared_tensor")
+			if errors.Is(err, ErrSharedUnavailable) {
+				unavailable = err
+				return nil
+			}
 			return err
 		}}).Wait(ctx)
 	if err != nil {
@@ -97,6 +105,9 @@ func (pg *ProcessGroup) NewSharedTensor(ctx context.Context, dt tensor.Dtype, sh
 			unmapShared(seg.mem) // mapped on every member, yet this one's collective failed
 		}
 		return nil, err
+	}
+	if unavailable != nil {
+		return nil, fmt.Errorf("comm: new_shared_tensor on group %q: %w", pg.name, unavailable)
 	}
 	mine := seg.region(seg.rank)
 	backing := reflect.SliceAt(dt.Type, unsafe.Pointer(&mine[0]), n).Interface()
@@ -189,11 +200,6 @@ const (
 // it again on every member.
 var errMapCutShort = errors.New("the mapping was cut short; the next collective that needs it tries again")
 
-// errMapUnavailable marks a segment that rank 0 could not create or a
-// member could not map (a /dev/shm too small, a sandbox without it): every
-// member learns it, and none will have the segment.
-var errMapUnavailable = errors.New("the shared segment is unavailable")
-
 // settleMargin is how long past the collective's deadline a member waits
 // for rank 0's verdict, which rank 0 sends by its own deadline.
 const settleMargin = 5 * time.Second
@@ -225,14 +231,15 @@ func mapShared(ctx context.Context, c *opCtx, bytes int, step uint16, what strin
 	stepName, stepAck, stepVerdict := step, step+1, step+2
 	stride := (bytes + sharedAlign - 1) / sharedAlign * sharedAlign
 	size := n * stride
+	dir := c.pg.opts.sharedDir
 	if r == 0 {
-		name, mem, err := createShared(size)
+		name, mem, err := createShared(dir, size)
 		if err != nil {
 			msg := encodeShared(false, err.Error())
 			for p := 1; p < n; p++ {
 				c.send(ctx, p, stepName, msg)
 			}
-			return nil, fmt.Errorf("comm: %s: %w: %w", what, errMapUnavailable, err)
+			return nil, fmt.Errorf("comm: %s: %w: %w", what, ErrSharedUnavailable, err)
 		}
 		msg := encodeShared(true, name)
 		// failed: members that could not map it; lost: messages that did
@@ -253,7 +260,7 @@ func mapShared(ctx context.Context, c *opCtx, bytes int, step uint16, what strin
 				failed = append(failed, fmt.Sprintf("rank %d: %s", p, text))
 			}
 		}
-		removeShared(name)
+		removeShared(dir, name)
 		verdict := verdictOK
 		switch {
 		case len(lost) > 0:
@@ -278,7 +285,7 @@ func mapShared(ctx context.Context, c *opCtx, bytes int, step uint16, what strin
 			return nil, fmt.Errorf("comm: %s: %w: %v", what, errMapCutShort, failed)
 		case verdictFailed:
 			unmapShared(mem)
-			return nil, fmt.Errorf("comm: %s: members could not map the segment: %v: %w", what, failed, errMapUnavailable)
+			return nil, fmt.Errorf("comm: %s: members could not map the segment: %v: %w", what, failed, ErrSharedUnavailable)
 		}
 		return &sharedSeg{name: name, mem: mem, stride: stride, bytes: bytes, rank: r}, nil
 	}
@@ -288,9 +295,9 @@ func mapShared(ctx context.Context, c *opCtx, bytes int, step uint16, what strin
 	}
 	ok, name := decodeShared(msg)
 	if !ok {
-		return nil, fmt.Errorf("comm: %s: rank 0 could not make the segment: %s: %w", what, name, errMapUnavailable)
+		return nil, fmt.Errorf("comm: %s: rank 0 could not make the segment: %s: %w", what, name, ErrSharedUnavailable)
 	}
-	mem, err := openShared(name, size)
+	mem, err := openShared(dir, name, size)
 	ack := encodeShared(err == nil, "")
 	if err != nil {
 		ack = encodeShared(false, err.Error())
@@ -307,10 +314,10 @@ func mapShared(ctx context.Context, c *opCtx, bytes int, step uint16, what strin
 		_, text := decodeShared(msg)
 		err = fmt.Errorf("%w: %s", errMapCutShort, text)
 	case err != nil:
-		err = fmt.Errorf("%w: %w", errMapUnavailable, err)
+		err = fmt.Errorf("%w: %w", ErrSharedUnavailable, err)
 	default:
 		_, text := decodeShared(msg)
-		err = fmt.Errorf("members could not map the segment: %s: %w", text, errMapUnavailable)
+		err = fmt.Errorf("members could not map the segment: %s: %w", text, ErrSharedUnavailable)
 	}
 	if err != nil {
 		if mem != nil {

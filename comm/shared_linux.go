@@ -15,25 +15,22 @@ import (
 	"github.com/tandemml/tandem/comm/shm"
 )
 
-// sharedDir holds the shared tensors' and staging segments (a variable
-// for the tests, which point it where no segment can be made);
-// sharedPrefix starts their names.
-var sharedDir = "/dev/shm"
-
+// sharedPrefix starts the names of the shared tensors' and staging
+// segments.
 const sharedPrefix = "tandem-tensor-"
 
 // createShared creates, sizes and maps a segment of size bytes, mode 0600,
 // and returns its name.
-func createShared(size int) (string, []byte, error) {
+func createShared(dir string, size int) (string, []byte, error) {
 	var rnd [16]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return "", nil, fmt.Errorf("drawing a segment name: %w", err)
 	}
 	name := sharedPrefix + hex.EncodeToString(rnd[:])
-	path := filepath.Join(sharedDir, name)
+	path := filepath.Join(dir, name)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", nil, fmt.Errorf("creating the segment: %w; check that %s exists and is writable", err, sharedDir)
+		return "", nil, fmt.Errorf("creating the segment: %w; check that %s exists and is writable (WithSharedDir)", err, dir)
 	}
 	defer f.Close()
 	// Reserve the pages now: a tmpfs out of room under a sparse file kills
@@ -41,7 +38,7 @@ func createShared(size int) (string, []byte, error) {
 	// ENOSPC and a message instead.
 	if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
 		os.Remove(path)
-		return "", nil, fmt.Errorf("reserving %d bytes in %s: %w; give it more room (docker run --shm-size, a larger tmpfs) or use ordinary tensors", size, sharedDir, err)
+		return "", nil, fmt.Errorf("reserving %d bytes in %s: %w; give it more room (docker run --shm-size), point WithSharedDir at a larger tmpfs, or use ordinary tensors", size, dir, err)
 	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
@@ -53,11 +50,11 @@ func createShared(size int) (string, []byte, error) {
 
 // openShared maps the segment that rank 0 created under name, which must
 // be one of createShared's names and size bytes long.
-func openShared(name string, size int) ([]byte, error) {
+func openShared(dir, name string, size int) ([]byte, error) {
 	if !strings.HasPrefix(name, sharedPrefix) || strings.ContainsAny(name, "/\\") || len(name) != len(sharedPrefix)+32 {
 		return nil, fmt.Errorf("rank 0 sent %q, which is not a shared tensor's segment name", name)
 	}
-	f, err := os.OpenFile(filepath.Join(sharedDir, name), os.O_RDWR, 0)
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening the segment: %w", err)
 	}
@@ -78,7 +75,7 @@ func openShared(name string, size int) ([]byte, error) {
 
 // removeShared removes a segment's name; the memory stays until the last
 // member unmaps it.
-func removeShared(name string) { os.Remove(filepath.Join(sharedDir, name)) }
+func removeShared(dir, name string) { os.Remove(filepath.Join(dir, name)) }
 
 // unmapShared unmaps a segment nobody has been handed yet.
 func unmapShared(mem []byte) { syscall.Munmap(mem) }
@@ -100,6 +97,6 @@ func detachShared(s *sharedSeg) error {
 	return nil
 }
 
-// sharedFree returns the bytes free in sharedDir, where the staging
-// segment is made.
-func sharedFree() (int64, error) { return shm.NewBackend(shm.WithDir(sharedDir)).FreeBytes() }
+// sharedFree returns the bytes free in dir, where the staging segment is
+// made.
+func sharedFree(dir string) (int64, error) { return shm.NewBackend(shm.WithDir(dir)).FreeBytes() }

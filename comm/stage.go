@@ -135,7 +135,7 @@ func (pg *ProcessGroup) stageFor(ctx context.Context, c *opCtx) (*stage, error) 
 	}
 	room := max(block, stageRoom)
 	seg, err := mapShared(ctx, c, stageHeader+stageBuffers*room, stepStage, "staging collectives")
-	if err != nil && !errors.Is(err, errMapUnavailable) {
+	if err != nil && !errors.Is(err, ErrSharedUnavailable) {
 		// Cut short (a mismatch, a deadline, a lost peer): every member
 		// tries again with its next staged collective.
 		return nil, err
@@ -176,7 +176,7 @@ func (pg *ProcessGroup) stageFor(ctx context.Context, c *opCtx) (*stage, error) 
 func agreeStageBlock(ctx context.Context, c *opCtx) (int, error) {
 	var msg [4]byte
 	if c.rank() == 0 {
-		block := stageBlockSource(c.size())
+		block := stageBlockSource(c.size(), c.pg.opts.sharedDir)
 		binary.LittleEndian.PutUint32(msg[:], uint32(block))
 		for p := 1; p < c.size(); p++ {
 			if err := c.send(ctx, p, stepStage+3, msg[:]); err != nil {

@@ -17,11 +17,8 @@ import (
 // it on the group's first all-reduce, which, like the later ones, goes
 // through the transport instead and is right; no rank tries again.
 func TestStagingUnavailable(t *testing.T) {
-	saved := sharedDir
-	sharedDir = t.TempDir() + "/missing"
-	t.Cleanup(func() { sharedDir = saved })
 	const n, elems = 3, 50000
-	pgs := initHosts(t, n, nil)
+	pgs := initHosts(t, n, nil, WithGroupOptions(WithSharedDir(t.TempDir()+"/missing")))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for round := range 2 {

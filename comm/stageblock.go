@@ -40,9 +40,9 @@ const (
 const cacheDir = "/sys/devices/system/cpu/cpu0/cache"
 
 // stageBlockSource is where rank 0 takes the staging block of a group of
-// ranks ranks from (a test sets it).
-var stageBlockSource = func(ranks int) int {
-	return stageBlockFor(ranks, runtime.NumCPU(), stageBlockSize(), sharedFree)
+// ranks ranks whose segments go in dir from (a test sets it).
+var stageBlockSource = func(ranks int, dir string) int {
+	return stageBlockFor(ranks, runtime.NumCPU(), stageBlockSize(), func() (int64, error) { return sharedFree(dir) })
 }
 
 // stageBlockFor returns the staging block of a group of ranks ranks on a

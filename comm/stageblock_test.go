@@ -79,7 +79,7 @@ const CrowdedStageBlock = crowdedStageBlock
 // returned function restores the machine's (for TestStageBlockAgreed).
 func SetStageBlockSource(f func() int) (restore func()) {
 	prev := stageBlockSource
-	stageBlockSource = func(int) int { return f() }
+	stageBlockSource = func(int, string) int { return f() }
 	return func() { stageBlockSource = prev }
 }
 

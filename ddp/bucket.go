@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"gorgonia.org/tensor"
@@ -141,6 +142,12 @@ func (d *DDP) allocBucket(ctx context.Context, b *bucket) error {
 			return nil
 		case errors.Is(err, errors.ErrUnsupported):
 			d.noShared = true // the same on every rank: the transport's kind
+		case errors.Is(err, comm.ErrSharedUnavailable):
+			// Every rank got it from the same call: this bucket and the
+			// rest are private memory on all of them.
+			d.noShared = true
+			d.pg.Logger().LogAttrs(ctx, slog.LevelWarn, "ddp: gradient buckets in private memory, as shared memory could not be had",
+				slog.String("group", d.pg.Name()), slog.Int("bucket", b.index), slog.Int("bytes", b.numel*int(b.dtype.Size())), slog.String("error", err.Error()))
 		default:
 			return fmt.Errorf("ddp: making bucket %d's shared memory: %w", b.index, err)
 		}

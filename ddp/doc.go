@@ -137,10 +137,12 @@
 // their own; Stats counts both kinds. A parameter's Grad stays nil until a
 // step in which some rank used it.
 //
-// With SharedBuckets, and every rank on one host, the buckets are comm's
-// shared tensors (comm.ProcessGroup.NewSharedTensor): memory every rank
-// maps, so gradients are computed where the peers read them and each
-// bucket's all-reduce runs in place there, without the transport.
+// With every rank on one host the buckets are comm's shared tensors
+// (comm.ProcessGroup.NewSharedTensor; SharedBuckets, on by default): memory
+// every rank maps, so gradients are computed where the peers read them and
+// each bucket's all-reduce runs in place there, without the transport.
+// Where /dev/shm has no room for them, or ranks span hosts, the buckets are
+// ordinary memory and go through the transport.
 //
 // # Overlap
 //

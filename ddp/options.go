@@ -67,6 +67,7 @@ func defaultConfig() config {
 		loss:           CrossEntropyLoss,
 		syncBuffers:    true,
 		maxPrograms:    4,
+		sharedBuckets:  true,
 	}
 }
 
@@ -133,14 +134,18 @@ func StaticGraph(on bool) Option {
 
 // SharedBuckets sets whether the gradient buckets live in memory that
 // every rank maps (comm's shared tensors, ProcessGroup.NewSharedTensor;
-// default false). Gradients are then computed where the peers read them,
+// default true). Gradients are then computed where the peers read them,
 // and each bucket's all-reduce runs in place through that memory, with no
 // byte through the transport (the default comm hook, or a hook that
 // all-reduces the bucket's own buffer). It needs every rank on one host
-// (the shm backend); on other transports the buckets are ordinary memory,
-// as without the option. The shared memory of buckets laid out again
+// (the shm backend, or in-process ranks); on other transports the buckets
+// are ordinary memory. The buckets take world × their size of /dev/shm;
+// where it has no room for a bucket (containers often keep it at 64 MiB)
+// that bucket and the rest are ordinary memory on every rank, and the
+// group's logger says so once. The shared memory of buckets laid out again
 // (after the first step, in the order gradients became ready) is given
-// back, their values kept in private memory.
+// back, their values kept in private memory. SharedBuckets(false) keeps
+// every bucket in private memory.
 func SharedBuckets(on bool) Option {
 	return func(c *config) error { c.sharedBuckets = on; return nil }
 }

@@ -97,9 +97,7 @@ func (c ddpBenchConfig) workerArgs() []string {
 	if c.ddpWorld {
 		a = append(a, "-ddp1")
 	}
-	if c.shared {
-		a = append(a, "-shared-buckets")
-	}
+	a = append(a, "-shared-buckets="+strconv.FormatBool(c.shared))
 	return append(a, "-ring-threshold", strconv.Itoa(c.ring), "-chunk-size", strconv.Itoa(c.chunk), "-cpuprofile", c.profile, "-device", c.device)
 }
 
@@ -112,7 +110,7 @@ func benchDDP(ctx context.Context, args []string, stdout io.Writer, launch worke
 	warmup := fs.Int("warmup", 10, "untimed warm-up steps")
 	capMB := fs.Float64("bucket-cap-mb", ddp.DefaultBucketCapMB, "DDP bucket cap in MiB")
 	ddp1 := fs.Bool("ddp1", false, "run world 1 through DDP too (default: a plain step, as torch_ddp.py does)")
-	shared := fs.Bool("shared-buckets", false, "keep DDP's buckets in memory every rank maps (ddp.SharedBuckets); all-reduces then run in place there (ranks on one host)")
+	shared := fs.Bool("shared-buckets", true, "keep DDP's buckets in memory every rank maps (ddp.SharedBuckets, the default); all-reduces then run in place there (ranks on one host); false keeps them private")
 	ring := fs.Int("ring-threshold", -1, "all-reduces of at least this many `bytes` use the ring algorithm, smaller ones recursive doubling (-1: comm's default)")
 	chunk := fs.Int("chunk-size", 0, "`bytes` per pipelined piece of a collective (0: comm's default)")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of rank 0's timed steps (largest world) to `file`")
