@@ -21,7 +21,7 @@ import (
 // sharedRun is one way TestSharedBuckets keeps the buckets.
 type sharedRun struct {
 	name string
-	dir  string      // comm.WithSharedDir; "": the default
+	dir  string       // comm.WithSharedDir; "": the default
 	opts []ddp.Option // beyond the test's own
 	// want: how much the gradients go through the transport, against the
 	// private run: "all", "none", or "some" (a mixed layout).

@@ -25,4 +25,3 @@ func smallTmpfs(t *testing.T, size int) (string, bool) {
 	})
 	return dir, true
 }
-
