@@ -128,9 +128,15 @@ type recycler struct {
 	bytes uintptr
 	free  map[uintptr][]unsafe.Pointer // by class size
 	// prefill: buffers to make when a class's list is found empty;
-	// filling: the classes being filled.
-	prefill int
-	filling map[uintptr]bool
+	// filling: the classes being filled; filled: the classes filled
+	// since their list last gave way to other sizes (makeRoom), whose
+	// list found empty gets one buffer more; stopgaps: the addresses of
+	// blocks handed out fresh while that buffer is made, let go when
+	// they come back (a pointer would keep them reachable).
+	prefill  int
+	filling  map[uintptr]bool
+	filled   map[uintptr]bool
+	stopgaps map[uintptr]bool
 
 	// For collectSoon: out is the bytes of the blocks handed out and not
 	// yet back; handed, the bytes handed out since the last collection
@@ -148,7 +154,7 @@ type recycler struct {
 var receiveBuffers = newRecycler(prefill)
 
 func newRecycler(prefill int) *recycler {
-	return &recycler{free: map[uintptr][]unsafe.Pointer{}, prefill: prefill, filling: map[uintptr]bool{},
+	return &recycler{free: map[uintptr][]unsafe.Pointer{}, prefill: prefill, filling: map[uintptr]bool{}, filled: map[uintptr]bool{}, stopgaps: map[uintptr]bool{},
 		every: collectMin, collect: startCollection}
 }
 
@@ -181,22 +187,46 @@ func (r *recycler) get(n uintptr) Block {
 		r.watch(base, class)
 		return Block{base, class}
 	}
-	// The list of this size is empty: buffers of other sizes make room for
-	// a fill, as they do for a buffer that comes back (put), since the size
-	// received now is the one likely to come again.
-	fill := r.prefill > 0 && !r.filling[class] && r.makeRoom(class, uintptr(r.prefill)*class)
-	if fill {
-		r.filling[class] = true
+	// The list of this size is empty. The first time, buffers of other
+	// sizes make room for a fill of prefill buffers, as they do for a
+	// buffer that comes back (put), since the size received now is the
+	// one likely to come again. Once filled, a list found empty is one
+	// buffer short (a collection that took longer than the receives
+	// allowed, or buffers the program keeps): it gets one more. A fill of
+	// six there mapped their huge pages while the calls ran (the kernel
+	// takes up to 12 ms for 4 MiB on a virtual machine whose host faults
+	// them in) and held up about eight calls of a 4 MiB echo for 6 to 12
+	// ms each.
+	more, stopgap := 0, r.filled[class]
+	if r.prefill > 0 && !r.filling[class] {
+		more = r.prefill
+		if r.filled[class] {
+			more = 1
+		}
+		if !r.makeRoom(class, uintptr(more)*class) {
+			more = 0
+		}
+	}
+	if more > 0 {
+		r.filling[class], r.filled[class] = true, true
 	}
 	r.mu.Unlock()
-	if fill {
-		go r.fill(class)
+	if more > 0 {
+		go r.fill(class, more)
 	}
 	if collect {
 		go r.collectGarbage()
 	}
-	// No huge pages here: see newBlock.
+	// No huge pages here: see newBlock. Once the list has been filled, this
+	// block only stands in for the buffer being made: its small pages
+	// would slow the copies into it (their misses in the TLB) each time it
+	// served again.
 	base := newBlock(class, false)
+	if stopgap {
+		r.mu.Lock()
+		r.stopgaps[uintptr(base)] = true
+		r.mu.Unlock()
+	}
 	r.watch(base, class)
 	return Block{base, class}
 }
@@ -433,9 +463,9 @@ const prefill = 6 // lowWater's worth of 4 MiB buffers
 // up a 1 MiB echo's calls for 2 to 4.6 ms, in 3 of 200 calls a run.
 const populatePiece = 256 << 10
 
-// fill adds r.prefill fresh buffers of class bytes to the free list.
-func (r *recycler) fill(class uintptr) {
-	for i := 0; i < r.prefill; i++ {
+// fill adds n fresh buffers of class bytes to the free list.
+func (r *recycler) fill(class uintptr, n int) {
+	for i := 0; i < n; i++ {
 		base := newBlock(class, true)
 		start := bufferStart(base, class)
 		for off := uintptr(0); off < class; off += populatePiece {
@@ -509,6 +539,10 @@ func (r *recycler) put(base unsafe.Pointer, class uintptr) {
 	defer r.mu.Unlock()
 	r.out -= min(r.out, class)
 	r.returned += class
+	if r.stopgaps[uintptr(base)] {
+		delete(r.stopgaps, uintptr(base))
+		return
+	}
 	if !r.makeRoom(class, class) {
 		return
 	}
@@ -537,6 +571,7 @@ func (r *recycler) makeRoom(class, need uintptr) bool {
 		}
 		if len(l) == 0 {
 			delete(r.free, other)
+			delete(r.filled, other) // gave way: the next receive of it fills again
 		} else {
 			r.free[other] = l
 		}

@@ -156,6 +156,68 @@ func TestRecyclerPrefills(t *testing.T) {
 	}
 }
 
+// TestRecyclerRefillsOne: a size's list found empty after its fill gets
+// one buffer more, not another fill, and the fresh block handed out
+// meanwhile is let go when it comes back, while one handed out before the
+// first fill is kept; once the size's buffers give way to another size's,
+// it is filled in full again.
+func TestRecyclerRefillsOne(t *testing.T) {
+	r := newRecycler(2)
+	const n, other = 4 << 20, 1 << 20
+	waitFilled := func(class uintptr, want int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			r.mu.Lock()
+			have, filling := len(r.free[class]), r.filling[class]
+			r.mu.Unlock()
+			if have == want && !filling {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d buffers of %d B on the list (filling %v), want %d", have, class, filling, want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// Blocks are given back with release, as ReuseArgMemory's are: a
+	// collection does not decide when.
+	var out []Block
+	defer func() {
+		for _, b := range out {
+			r.release(b)
+		}
+	}()
+	out = append(out, r.get(n))
+	waitFilled(n, 2)
+	out = append(out, r.get(n), r.get(n)) // the two filled
+	stopgap := r.get(n)                   // the list is empty again: a fill of one
+	waitFilled(n, 1)
+	r.release(stopgap)
+	r.release(out[0])
+	r.mu.Lock()
+	have := len(r.free[n])
+	r.mu.Unlock()
+	if have != 2 {
+		t.Fatalf("%d buffers of %d B on the list, want 2: the one filled and the first block, not the stopgap", have, n)
+	}
+	out = append(out[1:], r.get(n), r.get(n), r.get(n)) // the two, then empty again
+	waitFilled(n, 1)
+	// The list gives way to another size's buffers: a receive of the
+	// first size fills it in full again.
+	for i := 0; i < recycleCap/other; i++ {
+		r.put(mallocgc(other, nil, false), other)
+	}
+	r.mu.Lock()
+	have = len(r.free[n])
+	r.mu.Unlock()
+	if have != 0 {
+		t.Fatalf("%d buffers of %d B left after the lists filled with %d B ones, want none", have, n, other)
+	}
+	out = append(out, r.get(n))
+	waitFilled(n, 2)
+}
+
 // TestRecyclerPrefillMakesRoom: a size whose free list is empty while the
 // lists are full of another size still gets its buffers made in the
 // background; the other size's buffers give way.
