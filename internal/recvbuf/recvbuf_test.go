@@ -156,11 +156,11 @@ func TestRecyclerPrefills(t *testing.T) {
 	}
 }
 
-// TestRecyclerRefillsOne: a size's list found empty after its fill gets
-// one buffer more, not another fill, and the fresh block handed out
-// meanwhile is let go when it comes back, while one handed out before the
-// first fill is kept; once the size's buffers give way to another size's,
-// it is filled in full again.
+// TestRecyclerRefillsOne: a 4 MiB list found empty after its fill gets one
+// buffer more (refillBytes), not another fill, and the fresh block handed
+// out meanwhile is let go when it comes back, while one handed out before
+// the first fill is kept; once the size's buffers give way to another
+// size's, it is filled in full again.
 func TestRecyclerRefillsOne(t *testing.T) {
 	r := newRecycler(2)
 	const n, other = 4 << 20, 1 << 20
