@@ -1,12 +1,9 @@
 package ddp_test
 
 import (
-	"bytes"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +13,7 @@ import (
 	"github.com/tandemml/tandem/comm/local"
 	"github.com/tandemml/tandem/ddp"
 	"github.com/tandemml/tandem/internal/testkit"
+	"github.com/tandemml/tandem/internal/testlog"
 )
 
 // sharedRun is one way TestSharedBuckets keeps the buckets.
@@ -54,11 +52,11 @@ func TestSharedBuckets(t *testing.T) {
 	modelBytes := 0
 	for run, rc := range runs {
 		var count atomic.Int64
-		var logged syncBuffer
+		var logged testlog.Buffer
 		// Ring threshold 0: every bucket takes the bandwidth path, the one
 		// shared buckets replace.
 		pgs := commtest.Groups(t, commtest.Counting(local.Backend{}, &count), world, comm.WithRingThreshold(0), comm.WithTimeout(30*time.Second), comm.WithStaging(false),
-			comm.WithSharedDir(rc.dir), comm.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+			comm.WithSharedDir(rc.dir), comm.WithLogger(logged.Logger()))
 		params[run] = make([][]float64, world)
 		testkit.RequireEachRank(t, world, func(r int) error {
 			m := newMLP(t, []int{12, 40, 40, 5}, 3)
@@ -123,24 +121,6 @@ func TestSharedBuckets(t *testing.T) {
 			t.Errorf("%s: %d bytes sent against %d with private buckets; want the gradients to go through the transport: %s", rc.name, sent[run], sent[0], rc.want)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the ranks' concurrent logging.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestGraphSharedBuckets: DDP over a gorgonia graph with its buckets in
