@@ -408,7 +408,7 @@ func ddpPeer(ctx context.Context, cfg ddpBenchConfig, worlds []int, launch worke
 	script := o.scriptPath("torch_ddp.py")
 	p := peerRun{
 		bench: "ddp", script: script, rounds: *o.rounds, allow: *o.allowRefBL, probe: systemBLASProbe(),
-		setup: "DDP over backend " + envBackend() + ", one process and one core a rank",
+		setup: "DDP over backend " + envBackend() + ", one process and one core a rank, " + bucketMemory(cfg.shared),
 		tandem: func(ctx context.Context) ([]peerMetric, error) {
 			var ms []peerMetric
 			for _, n := range worlds {
@@ -473,4 +473,12 @@ func envBackend() string {
 		return b
 	}
 	return comm.DefaultBackend
+}
+
+// bucketMemory says where DDP's buckets live with ddp.SharedBuckets(shared).
+func bucketMemory(shared bool) string {
+	if shared {
+		return "buckets in shared memory (ddp.SharedBuckets, the default; -shared-buckets=false keeps them private)"
+	}
+	return "buckets in private memory (-shared-buckets=false)"
 }
