@@ -25,9 +25,8 @@ import (
 // after a barrier, copies the other shares from their owners' regions. No
 // byte goes through a transport's buffers, so each rank moves about 2.75
 // times the tensor's bytes (four ranks) instead of about 6.75 in the ring.
-// DDP keeps its gradient buckets in shared tensors when asked
-// (ddp.WithSharedBuckets), so that gradients are computed where the peers
-// read them.
+// DDP keeps its gradient buckets in shared tensors (ddp.SharedBuckets, on
+// by default), so that gradients are computed where the peers read them.
 
 // sharedAlign is the size of a rank's region, rounded up to it (pages).
 const sharedAlign = 4096
