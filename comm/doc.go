@@ -120,14 +120,15 @@
 // When every rank of a group runs on one host (the shm backend, or
 // in-process ranks), all-reduces, broadcasts, reduces, gathers,
 // all-gathers and reduce-scatters of ordinary tensors go through a staging
-// segment in /dev/shm that the group maps on its first such collective
+// segment in /dev/shm (WithSharedDir names another directory) that the
+// group maps on its first such collective
 // (three buffers of at least 2 MiB a rank): each rank copies what it
 // contributes into its buffers, and the ranks read, or reduce, straight out
 // of each other's, synchronised by words in the segment rather than
 // messages, one barrier a round. A reduction that fits a buffer goes
 // through in one round; a larger one in blocks the size of one core's
 // level-2 cache on rank 0's machine (256 KiB to 4 MiB; 2 MiB where the
-// system does not say), or of 16 MiB where the group's ranks outnumber
+// system does not say), or of 32 MiB where the group's ranks outnumber
 // rank 0's CPUs and /dev/shm holds twice the larger segment (ranks that
 // take turns on the CPUs evict each other's blocks anyway, and every block
 // costs a barrier). An all-reduce below the ring threshold is reduced whole by
@@ -153,8 +154,12 @@
 // contiguous part of it at the same place on every rank, runs in place:
 // each rank reduces its share of every block straight out of the others'
 // regions and copies theirs, with barriers between, and no data goes
-// through the transport. DDP keeps its buckets there with
-// ddp.SharedBuckets. Other collectives of shared tensors run as usual.
+// through the transport. DDP keeps its buckets there (ddp.SharedBuckets,
+// on by default). Where the memory cannot be had (a /dev/shm without room
+// for every member's region), NewSharedTensor fails on every member alike
+// with ErrSharedUnavailable and the group goes on; DDP then keeps that
+// bucket and the later ones in private memory. Other collectives of
+// shared tensors run as usual.
 //
 // # Seeing inside a job
 //
