@@ -481,8 +481,11 @@ func rpcBenchCases(ctx context.Context, a *rpc.Agent, cfg rpcBenchConfig) ([]rpc
 		}
 	}
 	elapsed := time.Since(t0)
-	if firstErr != nil {
-		return nil, firstErr
+	mu.Lock()
+	err := firstErr // calls still in flight when ctx ended may yet set it
+	mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, context.Cause(ctx)
