@@ -197,18 +197,9 @@ func (r *recycler) get(n uintptr) Block {
 	// calls ran (the kernel takes up to 12 ms for 4 MiB on a virtual
 	// machine whose host faults them in) and held up about eight calls of
 	// a 4 MiB echo for 6 to 12 ms each.
-	more, stopgap := 0, r.filled[class]
-	if r.prefill > 0 && !r.filling[class] {
-		more = min(r.prefill, int(recycleCap/class))
-		if more < min(r.prefill, minFill) {
-			more = 0 // too large to keep enough of
-		}
-		if r.filled[class] {
-			more = max(1, int(refillBytes/class))
-		}
-		if !r.makeRoom(class, uintptr(more)*class) {
-			more = 0
-		}
+	more, stopgap := r.fillCount(class), r.filled[class]
+	if more > 0 && !r.makeRoom(class, uintptr(more)*class) {
+		more = 0
 	}
 	if more > 0 {
 		r.filling[class], r.filled[class] = true, true
@@ -486,6 +477,24 @@ const minFill = 6
 // raw system calls is up to 10 ms): six 1 MiB buffers mapped at once held
 // up a 1 MiB echo's calls for 2 to 4.6 ms, in 3 of 200 calls a run.
 const populatePiece = 256 << 10
+
+// fillCount is how many buffers a get that finds the list of class empty
+// has made: none while a fill of it runs, prefill (as many as fit under
+// recycleCap, none below minFill) the first time, refillBytes' worth once
+// it has been filled. The caller holds r.mu.
+func (r *recycler) fillCount(class uintptr) int {
+	switch {
+	case r.prefill == 0 || r.filling[class]:
+		return 0
+	case r.filled[class]:
+		return max(1, int(refillBytes/class))
+	}
+	n := min(r.prefill, int(recycleCap/class))
+	if n < min(r.prefill, minFill) {
+		return 0 // too large to keep enough of
+	}
+	return n
+}
 
 // fill adds n fresh buffers of class bytes to the free list.
 func (r *recycler) fill(class uintptr, n int) {
