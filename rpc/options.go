@@ -218,7 +218,8 @@ func WithPush(on bool) Option { return func(o *options) { o.push = on } }
 // trip otherwise; set 0 where workers share their cores with other busy
 // processes. The poll grows with the connection's waits: after a wait for
 // a frame of up to 2 ms it lasts twice that wait (the reply to a call of a
-// few megabytes), and after a longer one it is back to d. Connections
+// few megabytes) and shrinks slowly over the shorter waits that follow,
+// and after a longer one it is back to d. Connections
 // between hosts and over TLS always park at once.
 func WithPoll(d time.Duration) Option { return func(o *options) { o.poll = max(d, 0) } }
 

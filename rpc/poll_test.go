@@ -94,25 +94,43 @@ func TestPollReader(t *testing.T) {
 }
 
 // TestNextPoll: the poll grows to twice a wait within the ceiling, never
-// below its base or above the ceiling, and drops back to the base after a
-// longer wait.
+// below its base or above the ceiling, shrinks by a sixty-fourth after a
+// shorter wait, and drops back to the base after a wait past the ceiling.
 func TestNextPoll(t *testing.T) {
 	base := DefaultPoll
 	for _, c := range []struct {
-		waited, base, want time.Duration
+		waited, window, base, want time.Duration
 	}{
-		{0, base, base},
-		{10 * time.Microsecond, base, base},
-		{400 * time.Microsecond, base, 800 * time.Microsecond},
-		{pollCeiling / 2, base, pollCeiling},
-		{pollCeiling, base, pollCeiling},
-		{pollCeiling + 1, base, base},
-		{time.Second, base, base},
-		{time.Millisecond, 5 * time.Millisecond, pollCeiling}, // the base still rules the poll (Read takes the larger)
+		{0, base, base, base},
+		{10 * time.Microsecond, base, base, base},
+		{400 * time.Microsecond, base, base, 800 * time.Microsecond},
+		{pollCeiling / 2, base, base, pollCeiling},
+		{pollCeiling, base, base, pollCeiling},
+		{pollCeiling + 1, base, base, base},
+		{pollCeiling + 1, pollCeiling, base, base},
+		{time.Second, base, base, base},
+		{time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond, pollCeiling}, // the base still rules the poll (Read takes the larger)
+		// A short wait after a long one: the window shrinks by a 64th.
+		{20 * time.Microsecond, 640 * time.Microsecond, base, 630 * time.Microsecond},
+		{20 * time.Microsecond, 60 * time.Microsecond, base, 60*time.Microsecond - 60*time.Microsecond/64},
+		{400 * time.Microsecond, 640 * time.Microsecond, base, 800 * time.Microsecond},
 	} {
-		if got := nextPoll(c.waited, c.base); got != c.want {
-			t.Errorf("nextPoll(%v, %v) = %v, want %v", c.waited, c.base, got, c.want)
+		if got := nextPoll(c.waited, c.window, c.base); got != c.want {
+			t.Errorf("nextPoll(%v, %v, %v) = %v, want %v", c.waited, c.window, c.base, got, c.want)
 		}
+	}
+	// Alternating waits of 30 and 300 µs, as a large echo's frames come,
+	// keep the window above the longer wait: no read of the pattern parks.
+	w := base
+	for i := 0; i < 1000; i++ {
+		waited := 30 * time.Microsecond
+		if i%2 == 1 {
+			waited = 300 * time.Microsecond
+		}
+		if i > 1 && waited >= w {
+			t.Fatalf("wait %d of %v outlasts its poll of %v", i, waited, w)
+		}
+		w = nextPoll(waited, w, base)
 	}
 }
 

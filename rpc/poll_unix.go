@@ -24,8 +24,9 @@ import (
 //
 // The poll lasts spin at first and adapts to the connection: a wait that
 // ended within pollCeiling has the next poll last twice as long as that
-// wait (at least spin, at most pollCeiling), and a longer wait brings it
-// back to spin. The reply to a large call, which comes once the peer has
+// wait, or a sixty-fourth less than the last poll where that is longer
+// (at least spin, at most pollCeiling; nextPoll), and a longer wait brings
+// it back to spin. The reply to a large call, which comes once the peer has
 // copied the argument and made the reply, is then caught polling rather
 // than parked.
 type pollReader struct {
@@ -77,7 +78,7 @@ func (r *pollReader) Read(p []byte) (int, error) {
 		}
 	})
 	if !start.IsZero() {
-		r.window = nextPoll(time.Since(start), base)
+		r.window = nextPoll(time.Since(start), spin, base)
 	}
 	switch {
 	case err != nil:
