@@ -693,3 +693,11 @@ var quarantined struct {
 	mu   sync.Mutex
 	held []quarantinedBlock
 }
+
+// Marking reports whether a garbage collection is marking now (about 0.2
+// µs, no allocation). rpc's polling reads park at once while one is, so
+// that the collector's idle worker gets the processor during the wait.
+func Marking() bool {
+	_, m := heapStarted()
+	return m
+}

@@ -393,3 +393,44 @@ func TestQuarantine(t *testing.T) {
 		t.Fatalf("%d blocks held, want %d, and the freed one on its free list", Quarantined(), before)
 	}
 }
+
+// TestMarking: Marking is true while a collection marks a heap that takes
+// a while to mark, and false once it has finished.
+func TestMarking(t *testing.T) {
+	type node struct {
+		next *node
+		pad  [6]*int
+	}
+	var head *node
+	for i := 0; i < 1<<20; i++ {
+		head = &node{next: head}
+	}
+	runtime.GC()
+	seen := false
+	for try := 0; try < 20 && !seen; try++ {
+		done := make(chan struct{})
+		go func() {
+			runtime.GC()
+			close(done)
+		}()
+	wait:
+		for {
+			select {
+			case <-done:
+				break wait
+			default:
+				if Marking() {
+					seen = true
+				}
+				runtime.Gosched()
+			}
+		}
+	}
+	runtime.KeepAlive(head)
+	if !seen {
+		t.Fatal("Marking never reported the collections of a 64 MiB heap of pointers as marking")
+	}
+	if Marking() {
+		t.Fatal("Marking reports a collection after runtime.GC has returned and nothing allocated since")
+	}
+}
