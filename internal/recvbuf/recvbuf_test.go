@@ -399,7 +399,7 @@ func TestQuarantine(t *testing.T) {
 func TestMarking(t *testing.T) {
 	type node struct {
 		next *node
-		pad  [6]*int
+		_    [6]*int
 	}
 	var head *node
 	for i := 0; i < 1<<20; i++ {
