@@ -86,6 +86,27 @@ func BenchmarkReduceInto(b *testing.B) {
 	}
 }
 
+// TestStreamsResult: a staged all-reduce streams its result from 32 MiB a
+// tensor, or from 64 MiB of the ranks' tensors together.
+func TestStreamsResult(t *testing.T) {
+	for _, c := range []struct {
+		n, size int
+		want    bool
+	}{
+		{2, 16 << 20, false},
+		{2, 32 << 20, true},
+		{4, 8 << 20, false},
+		{4, 16<<20 - 4, false},
+		{4, 16 << 20, true},
+		{8, 8 << 20, true},
+		{1, 32 << 20, true},
+	} {
+		if got := streamsResult(c.n, c.size); got != c.want {
+			t.Errorf("streamsResult(%d, %d) = %v, want %v", c.n, c.size, got, c.want)
+		}
+	}
+}
+
 // TestCopyStream: copyStream copies exactly, for lengths around its
 // thresholds and destinations at every alignment.
 func TestCopyStream(t *testing.T) {

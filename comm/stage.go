@@ -521,9 +521,9 @@ func (s *stage) reduceTo(ctx context.Context, c *opCtx, b []byte, dt dtype, comb
 		}
 	}
 	// The result goes to b through the caches, or around them for a
-	// tensor that cannot stay in them (stageStream).
+	// tensor that cannot stay in them (streamsResult).
 	out := copyCached
-	if len(b) >= stageStream {
+	if streamsResult(n, len(b)) {
 		out = copyStream
 	}
 	gather := func(j int) {
@@ -593,6 +593,24 @@ func (s *stage) reduce(ctx context.Context, c *opCtx, b []byte, dt dtype, op Red
 // ranks 64 MiB took 16.7-18.3 ms against 17.1-17.2, and 16 MiB (the
 // ranks' tensors together still within the caches) 2.8-4.1 against 2.5-2.6.
 const stageStream = 32 << 20
+
+// stageStreamAll is the ranks' tensors' size together from which a staged
+// all-reduce streams the result as well, whatever each tensor's size: the
+// result, the staged copies and the other ranks' shares then outgrow the
+// last-level cache. On a 2-core AMD Zen 4 machine (32 MiB of level-3
+// cache, 2026-12-03, tandem bench allreduce -backend auto -nproc 4 -sizes
+// 16M,64M -iters 30, three alternating runs) four ranks' 16 MiB took
+// 12.1-12.4 ms streamed against 12.6-13.7 through the caches; two ranks'
+// 16 MiB, 32 MiB together, stay cached (2.5-2.6 ms against 2.8-4.1
+// streamed, above).
+const stageStreamAll = 64 << 20
+
+// streamsResult reports whether a staged all-reduce of n ranks' tensors of
+// size bytes writes the result around the caches (stageStream,
+// stageStreamAll).
+func streamsResult(n, size int) bool {
+	return size >= stageStream || n*size >= stageStreamAll
+}
 
 // cachedPiece bounds the pieces copyCached copies: below the size from
 // which the runtime's copy writes around the caches (1 MiB on amd64).

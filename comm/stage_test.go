@@ -144,23 +144,25 @@ func checkSummed(t *testing.T, ctx context.Context, pgs []*comm.ProcessGroup, el
 	}
 }
 
-// TestStagedAllReduceLarge: a tensor large enough that the result is
-// written around the caches (32 MiB and a ragged end) is right everywhere,
-// in the machine's blocks for two and four ranks and in the crowded block
-// (two rounds, the last short).
+// TestStagedAllReduceLarge: tensors large enough that the result is
+// written around the caches (32 MiB and a ragged end; 16 MiB and a ragged
+// end on four ranks, 64 MiB together) are right everywhere, in the
+// machine's blocks for two and four ranks and in the crowded block (two
+// rounds, the last short).
 func TestStagedAllReduceLarge(t *testing.T) {
-	const elems = 8<<20 + 3
+	const large, together = 8<<20 + 3, 4<<20 + 3
 	for _, c := range []struct {
 		name    string
 		n       int
+		elems   int
 		crowded bool
-	}{{"world2", 2, false}, {"world4", 4, false}, {"world4/crowded", 4, true}} {
+	}{{"world2", 2, large, false}, {"world4", 4, large, false}, {"world4/crowded", 4, large, true}, {"world4/16MiB", 4, together, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.crowded {
 				t.Cleanup(comm.SetStageBlockSource(func() int { return comm.CrowdedStageBlock }))
 			}
 			pgs := commtest.Groups(t, local.Backend{}, c.n)
-			xs := allReduceFilled(t, shortCtx(t), pgs, tensor.Float32, elems, "32 MiB")
+			xs := allReduceFilled(t, shortCtx(t), pgs, tensor.Float32, c.elems, c.name)
 			if c.crowded {
 				if got := comm.StageBlock(pgs[0]); got != comm.CrowdedStageBlock {
 					t.Fatalf("staged in blocks of %d bytes, want %d", got, comm.CrowdedStageBlock)
