@@ -599,8 +599,8 @@ const stageStream = 32 << 20
 // result, the staged copies and the other ranks' shares then outgrow the
 // last-level cache. On a 2-core AMD Zen 4 machine (32 MiB of level-3
 // cache, 2026-12-03, tandem bench allreduce -backend auto -nproc 4 -sizes
-// 16M,64M -iters 30, three alternating runs) four ranks' 16 MiB took
-// 12.1-12.4 ms streamed against 12.6-13.7 through the caches; two ranks'
+// 8M,16M -iters 30, three alternating runs) four ranks' 16 MiB took
+// 11.1-11.7 ms streamed against 13.6-14.6 through the caches; two ranks'
 // 16 MiB, 32 MiB together, stay cached (2.5-2.6 ms against 2.8-4.1
 // streamed, above).
 const stageStreamAll = 64 << 20
