@@ -107,6 +107,28 @@ func TestStreamsResult(t *testing.T) {
 	}
 }
 
+// TestStreamsStaging: staged copies go around the caches once one round's
+// blocks of every rank reach 64 MiB together: four crowded ranks' blocks,
+// not two ranks' cache-sized ones.
+func TestStreamsStaging(t *testing.T) {
+	for _, c := range []struct {
+		n, block int
+		want     bool
+	}{
+		{2, 2 << 20, false},
+		{4, 2 << 20, false},
+		{4, 8 << 20, false},
+		{4, 16<<20 - 4, false},
+		{4, 16 << 20, true},
+		{4, crowdedStageBlock, true},
+		{2, crowdedStageBlock, true},
+	} {
+		if got := streamsStaging(c.n, c.block); got != c.want {
+			t.Errorf("streamsStaging(%d, %d) = %v, want %v", c.n, c.block, got, c.want)
+		}
+	}
+}
+
 // TestCopyStream: copyStream copies exactly, for lengths around its
 // thresholds and destinations at every alignment.
 func TestCopyStream(t *testing.T) {

@@ -180,6 +180,41 @@ func TestStagedAllReduceLarge(t *testing.T) {
 	}
 }
 
+// TestStagedReduceCrowded: a reduce in the crowded block, whose staged
+// copies go around the caches (streamsStaging), scales the non-roots'
+// staged copies of a premultiplied sum and leaves their tensors alone.
+func TestStagedReduceCrowded(t *testing.T) {
+	const n, elems, root = 4, 8<<20 + 3, 1
+	t.Cleanup(comm.SetStageBlockSource(func() int { return comm.CrowdedStageBlock }))
+	pgs := commtest.Groups(t, local.Backend{}, n)
+	ctx := shortCtx(t)
+	op := comm.PremulSum(0.5)
+	xs := make([]*tensor.Dense, n)
+	for r, err := range eachRank(pgs, func(r int, pg *comm.ProcessGroup) error {
+		xs[r] = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(elems))
+		fill(xs[r], r)
+		return pg.Reduce(ctx, xs[r], root, op).Wait(ctx)
+	}) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if got := comm.StageBlock(pgs[0]); got != comm.CrowdedStageBlock {
+		t.Fatalf("staged in blocks of %d bytes, want %d", got, comm.CrowdedStageBlock)
+	}
+	for r, x := range xs {
+		for i, v := range x.Float32s() {
+			want := float64((r + 1) * (i%7 + 1))
+			if r == root {
+				want = wantReduced(op, tensor.Float32, n, i)
+			}
+			if float64(v) != want {
+				t.Fatalf("rank %d element %d = %v, want %v", r, i, v, want)
+			}
+		}
+	}
+}
+
 // TestStagedAllReduceBits: float sums whose order matters (values of
 // mixed magnitudes) come out with the same bits on every rank, whole and
 // by blocks, and match the transport's algorithms to rounding.
