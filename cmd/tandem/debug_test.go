@@ -349,11 +349,22 @@ func TestDebugFindsStoppedRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every survivor failed in the operation the report names, or in a
+	// later one of rank 1's last step: a survivor whose part of #N rank 1
+	// had done before it stopped finished #N and waits in the next.
+	named := false
 	for _, rec := range recs {
 		ops := rec.Groups[0].Ops
-		if last := ops[len(ops)-1]; last.Seq != uint32(seq) || last.Kind != m[2] || last.State != "failed" {
+		last := ops[len(ops)-1]
+		if last.State != "failed" || last.Seq < uint32(seq) || last.Seq > uint32(lastOK+2) {
 			t.Errorf("rank %d's last operation is #%d %s (%s), the report says #%d %s", rec.Rank, last.Seq, last.Kind, last.State, seq, m[2])
 		}
+		if last.Seq == uint32(seq) && last.Kind == m[2] {
+			named = true
+		}
+	}
+	if !named {
+		t.Errorf("no survivor failed in #%d %s, the operation the report names", seq, m[2])
 	}
 	mustContain(t, out, "2 of 3 ranks wrote flight records", "Rank 1 wrote no flight record", "About rank 1", "unresponsive",
 		"The operation failed with: (rank 0)")
@@ -375,7 +386,10 @@ func TestDebugFindsStoppedRank(t *testing.T) {
 	t.Logf("with rank 1's own record:\n%s", out)
 	mustContain(t, out, "3 of 3 ranks wrote flight records")
 	flat := strings.Join(strings.Fields(out), " ")
-	if !strings.Contains(flat, "rank 1 did not reach operation #"+m[1]) && !strings.Contains(flat, "Rank 1 entered it last") {
+	// Rank 1 may have entered the operation and stopped inside it, after
+	// its peers: then the report says the peers found it unresponsive.
+	if !strings.Contains(flat, "rank 1 did not reach operation #"+m[1]) && !strings.Contains(flat, "Rank 1 entered it last") &&
+		!strings.Contains(flat, "rank 1 is unresponsive") {
 		t.Errorf("with every record, the report no longer blames rank 1")
 	}
 }
