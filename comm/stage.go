@@ -428,9 +428,10 @@ func (s *stage) reduceTo(ctx context.Context, c *opCtx, b []byte, dt dtype, comb
 	n, r := c.size(), c.rank()
 	seq := s.extend(c.seq)
 	takes := root == everyRank || r == root // b takes the result
-	// in copies into the staging buffers: through the caches, or around
-	// them when the blocks the ranks stage in one round cannot stay in
-	// them (streamsStaging, set below).
+	// in copies into the staging buffers (a rank's tensor, and the share
+	// of the result it publishes): through the caches, or around them
+	// when the blocks the ranks stage in one round cannot stay in them
+	// (streamsStaging, set below).
 	in := copyCached
 	stageCopy := func(dst, src []byte) {
 		in(dst, src)
