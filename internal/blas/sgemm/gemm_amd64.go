@@ -142,7 +142,7 @@ func sgemmWith(kn *kernels, transA, transB bool, m, n, k int, alpha float32, a [
 		// rows goes through the tile kernel as (B·Aᵀ)ᵀ, other shapes
 		// through dot products, nothing to pack.
 		if useNTT(kn, m, n, k) {
-			sgemmNTT(m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
+			sgemmNTT(kn, m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)
 			return
 		}
 		sgemmNT(kn, m, n, k, alpha, a, lda, b, ldb, c, ldc, acc)

@@ -7,6 +7,19 @@ import "runtime"
 //go:noescape
 func sgemmTile6x16R(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 
+//go:noescape
+func sgemmTile8x32R(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
+
+// tileR runs the family's tile kernel on mr rows of A read in place, lda
+// apart (sgemmTile6x16R, sgemmTile8x32R), and a packed nr-column panel.
+func (kn *kernels) tileR(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool) {
+	if kn.wide {
+		sgemmTile8x32R(k, a, lda, b, ldb, c, ldc, alpha, acc)
+	} else {
+		sgemmTile6x16R(k, a, lda, b, ldb, c, ldc, alpha, acc)
+	}
+}
+
 // A·Bᵀ as the transpose of B·Aᵀ, in the 256-bit tile kernel.
 //
 // The forward product of a Linear layer, X·Wᵀ with X a batch of rows and W
@@ -17,13 +30,15 @@ func sgemmTile6x16R(k int, a *float32, lda int, b *float32, ldb int, c *float32,
 // vectors and broadcasts six elements for twelve FMAs, but needs the
 // vector operand contiguous along C's columns, which neither X nor W is.
 // Transposed, (X·Wᵀ)ᵀ = W·Xᵀ is that kernel's product with W's rows
-// broadcast where they lie (sgemmTile6x16R, six rows at a time) and Xᵀ
-// packed in panels of 16 of X's rows: a copy of X, the small operand, and
+// broadcast where they lie (sgemmTile6x16R, six rows at a time; in the
+// 512-bit family sgemmTile8x32R, eight) and Xᵀ packed in panels of 16 of
+// X's rows (32 in the 512-bit family): a copy of X, the small operand, and
 // none of W. The tiles go to a buffer holding part of Cᵀ, transposed into
 // C. As in the tiled products, every element of C is one chain of FMAs in
 // order over each pass's terms (nttDepth), whose sum times alpha is added
 // to the last pass's (to the old C when adding) in one FMA: the same
-// arithmetic whichever tile or edge the element falls in.
+// arithmetic whichever tile or edge the element falls in, and whichever
+// family computes it.
 
 // Which A·Bᵀ go this way: a batch of rows (nttMinRows to nttMaxRows, so
 // that Xᵀ's panels stay in the level-2 cache), enough of B's rows to fill
@@ -32,6 +47,19 @@ func sgemmTile6x16R(k int, a *float32, lda int, b *float32, ldb int, c *float32,
 // 64×1024 over 784 and 1024 terms from 53 and 50 Gflop/s to 63-70 and
 // 64-72, 16, 32, 128 and 256 rows gained as much, and 32 columns of B
 // were no faster.
+//
+// The 512-bit family takes the batches that fill its 32-row panels with at
+// most an eighth of them padding (32, 64, 128 and 256 rows; not 16 or 48:
+// its dot products, sdot4x4, compute those). Its dot products read B's
+// eight rows of up to 1024 terms and A's four, more than the level-1
+// cache holds, where the tiles stream a panel past W's rows. On a Zen 4
+// core (GOMAXPROCS=1, BenchmarkSgemmNT, three rounds, 2026-12-03), in
+// Gflop/s, 512-bit tiles against 512-bit dots: 64×1024 over 784 terms
+// 99-102 against 92-99, over 1024 terms 85-98 against 73-76, 256×1024
+// over 1024 terms 98-102 against 83-88; the 256-bit tiles 90-99, 79-86
+// and 90-93. The step's eight products (the MLP's, one core, the two
+// ways alternating, 400 steps, three runs) took 7.4, 8.0 and 8.1 ms at the
+// median against 7.7, 8.6 and 8.9.
 const (
 	nttMinRows = 16
 	nttMaxRows = 256
@@ -48,14 +76,22 @@ const (
 // useNTT reports whether sgemmWith computes the m×n A·Bᵀ over k terms
 // with sgemmNTT in the kernels kn.
 func useNTT(kn *kernels, m, n, k int) bool {
-	return !kn.wide && m >= nttMinRows && m <= nttMaxRows && n >= nttMinCols && k >= nttMinK
+	if m < nttMinRows || m > nttMaxRows || n < nttMinCols || k < nttMinK {
+		return false
+	}
+	if !kn.wide {
+		return true
+	}
+	cols := (m + kn.nr - 1) / kn.nr * kn.nr // the panels' columns, padding included
+	return 8*(cols-m) <= cols
 }
 
 // sgemmNTT writes (acc: adds) alpha·A·Bᵀ to C, A m×k and B n×k, both row
-// major: see above. Products of 2²¹ multiply-adds and more split B's row
+// major, in the tile kernels of kn (mr rows of B, panels of nr rows of
+// A): see above. Products of 2²¹ multiply-adds and more split B's row
 // groups among up to productThreads goroutines.
-func sgemmNTT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
-	const mr, nr = 6, 16
+func sgemmNTT(kn *kernels, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
+	mr, nr := kn.mr, kn.nr
 	cp := (m + nr - 1) / nr // panels of Aᵀ
 	ldt := cp * nr
 	groups := (n + mr - 1) / mr
@@ -63,7 +99,7 @@ func sgemmNTT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb
 	defer panelPool.Put(pbp)
 	pb := *pbp
 	for q := range cp {
-		// Panel q: rows q·16.. of A transposed, k rows of 16, padded past
+		// Panel q: rows q·nr.. of A transposed, k rows of nr, padded past
 		// m with zeros (whose columns of Cᵀ are not copied into C: the
 		// zeros only keep stale values, denormals among them, out of the
 		// kernel).
@@ -88,7 +124,7 @@ func sgemmNTT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb
 				transposeInto(t, ldt, c[j0:], ldc, m, j1-j0)
 			}
 			// Each group's rows of B: in place, or a copy for the last
-			// group, padded with zeros (the kernel reads six).
+			// group, padded with zeros (the kernel reads mr).
 			var src [nttGroups][]float32
 			var lds [nttGroups]int
 			for g := h0; g < h1; g++ {
@@ -119,7 +155,7 @@ func sgemmNTT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb
 					panel := &pb[q*k*nr+p0*nr]
 					for g := h0; g < h1; g++ {
 						j := g * mr
-						sgemmTile6x16R(d, &src[g-h0][p0], lds[g-h0], panel, nr, &t[(j-j0)*ldt+q*nr], ldt, alpha, add)
+						kn.tileR(d, &src[g-h0][p0], lds[g-h0], panel, nr, &t[(j-j0)*ldt+q*nr], ldt, alpha, add)
 					}
 				}
 			}
