@@ -10,8 +10,11 @@ import (
 // Sentinel errors returned (wrapped) by process groups, transports and
 // rendezvous. Test with errors.Is.
 var (
-	ErrTimeout         = errs.Timeout
-	ErrPeerLost        = errs.PeerLost
+	ErrTimeout  = errs.Timeout
+	ErrPeerLost = errs.PeerLost
+	// ErrPeerAborted is the ErrPeerLost of a peer that aborted and said so,
+	// sending its cause along (the tcp and shm transports).
+	ErrPeerAborted     = errs.PeerAborted
 	ErrClosed          = errs.Closed
 	ErrMismatch        = errs.Mismatch
 	ErrInvalidArgument = errs.InvalidArgument

@@ -3,6 +3,7 @@ package comm
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -184,8 +185,12 @@ type FlightRecord struct {
 	Time      time.Time `json:"time"`   // when the record was taken
 	Reason    string    `json:"reason"` // why: the abort's cause, "SIGUSR1", "on request"
 	// PeerErrors holds, by world rank, the transport's account of each
-	// link that failed (an unresponsive or lost peer).
+	// link that failed (an unresponsive or lost peer), leaving out the links
+	// this rank's own abort cut and the peers that aborted and said so,
+	// which PeerAborts holds (ErrPeerAborted: what they sent as their
+	// cause).
 	PeerErrors map[string]string `json:"peer_errors,omitempty"`
+	PeerAborts map[string]string `json:"peer_aborts,omitempty"`
 	Groups     []FlightGroup     `json:"groups"`
 }
 
@@ -243,11 +248,22 @@ func (w *world) flightRecord(reason string) FlightRecord {
 	host, _ := os.Hostname()
 	rec := FlightRecord{Version: flightVersion, Rank: w.t.Rank(), WorldSize: w.t.Size(), PID: os.Getpid(),
 		Host: host, Time: time.Now(), Reason: reason}
+	// Once this rank aborted, its transport fails every link with that
+	// abort: those say nothing about the peers, and are left out.
+	self := w.aborted()
 	for r := 0; r < w.t.Size(); r++ {
 		if r == w.t.Rank() {
 			continue
 		}
-		if err := w.peerLost(r); err != nil {
+		err := w.peerLost(r)
+		switch {
+		case err == nil || (self != nil && errors.Is(err, self)):
+		case errors.Is(err, ErrPeerAborted):
+			if rec.PeerAborts == nil {
+				rec.PeerAborts = map[string]string{}
+			}
+			rec.PeerAborts[strconv.Itoa(r)] = err.Error()
+		default:
 			if rec.PeerErrors == nil {
 				rec.PeerErrors = map[string]string{}
 			}

@@ -109,6 +109,11 @@ type groupView struct {
 	p2p     map[int][]comm.FlightOp   // their sends and receives, by world rank
 	all     map[int][]comm.FlightOp   // every operation, in the order issued, by world rank
 	peerErr map[int][]string          // world rank -> what the others said about it
+	// blamedFirst: for each rank that another rank's record names as
+	// failed before the rank's own record was taken (or with no record of
+	// its own), the first such account: the ranks the others gave up on,
+	// not those that had already aborted themselves when named.
+	blamedFirst map[int]string
 }
 
 // groupViews collects the groups of the records, the world first.
@@ -141,11 +146,18 @@ func groupViews(recs []comm.FlightRecord) []*groupView {
 	}
 	out := make([]*groupView, 0, len(views))
 	for _, v := range views {
+		v.blamedFirst = map[int]string{}
 		for i := range recs {
 			for peer, msg := range recs[i].PeerErrors {
 				p, err := strconv.Atoi(peer)
-				if err == nil && slices.Contains(v.members, p) {
-					v.peerErr[p] = append(v.peerErr[p], fmt.Sprintf("rank %d: %s", recs[i].Rank, msg))
+				if err != nil || !slices.Contains(v.members, p) {
+					continue
+				}
+				say := fmt.Sprintf("rank %d: %s", recs[i].Rank, msg)
+				v.peerErr[p] = append(v.peerErr[p], say)
+				own := recTime(recs, p)
+				if _, has := v.blamedFirst[p]; !has && (own.IsZero() || recs[i].Time.Before(own)) {
+					v.blamedFirst[p] = say
 				}
 			}
 		}
@@ -402,6 +414,9 @@ func (v *groupView) diagnoseCollectives() (para string, ok bool) {
 		if d := lastT.Sub(waitSince); d >= lateEntry && lastR != first {
 			fmt.Fprintf(&b, " Rank %d entered it last, at %s, %v after rank %d: it held the others up.", lastR, clock(lastT), d.Round(time.Millisecond), first)
 		}
+		if on := v.waitedOn(entered); len(on) > 0 {
+			fmt.Fprintf(&b, " The others wait on %s inside it: %s.", rankList(on), strings.TrimSuffix(v.blamedFirst[on[0]], "."))
+		}
 	default:
 		fmt.Fprintf(&b, "%s left no record; the others finished every operation they issued.", rankList(absent))
 	}
@@ -426,6 +441,21 @@ func (v *groupView) diagnoseCollectives() (para string, ok bool) {
 		}
 	}
 	return b.String(), false
+}
+
+// waitedOn is the ranks among entered that others named as failed before
+// those ranks' own records were taken (blamedFirst): inside an operation
+// every rank entered, the ones the others waited on. A rank that stopped
+// inside it and came back later finds the others gone and names them in
+// turn, but only after their records were taken.
+func (v *groupView) waitedOn(entered []int) []int {
+	var on []int
+	for _, r := range entered {
+		if _, has := v.blamedFirst[r]; has {
+			on = append(on, r)
+		}
+	}
+	return on
 }
 
 // lateEntry is how much later than the first rank a rank must enter the

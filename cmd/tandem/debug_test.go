@@ -120,6 +120,36 @@ func TestDebugNamesRankWithoutRecord(t *testing.T) {
 	t.Log("\n" + out)
 }
 
+// Every rank entered the operation and rank 1 stopped inside it: the
+// others' transports found it unresponsive, and the report names it as
+// the rank they wait on.
+func TestDebugNamesRankWaitedOnInside(t *testing.T) {
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	recs := []comm.FlightRecord{synthRecord(0, 3, 6, true, base), synthRecord(1, 3, 6, true, base), synthRecord(2, 3, 6, true, base)}
+	msg := "tandem: peer lost: shm: rank %d: rank 1 is unresponsive: nothing received for 5s (since 03:04:05.060)"
+	recs[0].PeerErrors = map[string]string{"1": fmt.Sprintf(msg, 0)}
+	// Rank 2 aborted a moment later, when rank 0 had gone too; rank 1,
+	// resumed ten seconds on, found both gone.
+	recs[2].Time = recs[0].Time.Add(50 * time.Millisecond)
+	recs[2].PeerErrors = map[string]string{"1": fmt.Sprintf(msg, 2), "0": "tandem: peer lost: shm: rank 2: rank 0 closed the connection"}
+	recs[1].Time = recs[0].Time.Add(10 * time.Second)
+	recs[1].PeerErrors = map[string]string{"0": "tandem: peer lost: shm: rank 1: rank 0 closed the connection", "2": "tandem: peer lost: shm: rank 1: rank 2 closed the connection"}
+	out := debugReport(t, writeRecords(t, recs...))
+	mustContain(t, out, "every rank entered operation #6, all_reduce",
+		"The others wait on rank 1 inside it: rank 0: tandem: peer lost: shm: rank 0: rank 1 is unresponsive")
+	t.Log("\n" + out)
+
+	// Rank 1 never dumped: its peers' word is enough.
+	out = debugReport(t, writeRecords(t, recs[0], recs[2]))
+	mustContain(t, out, "rank 1 did not reach operation #6", "About rank 1, rank 0:")
+
+	// Without the peers' word nobody is named.
+	recs[0].PeerErrors, recs[1].PeerErrors, recs[2].PeerErrors = nil, nil, nil
+	if out := debugReport(t, writeRecords(t, recs...)); strings.Contains(out, "wait on") {
+		t.Errorf("no peer error names a rank, yet:\n%s", out)
+	}
+}
+
 func TestDebugNamesDisagreement(t *testing.T) {
 	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	recs := []comm.FlightRecord{synthRecord(0, 3, 8, true, base), synthRecord(1, 3, 8, true, base), synthRecord(2, 3, 8, true, base)}
@@ -354,6 +384,15 @@ func TestDebugFindsStoppedRank(t *testing.T) {
 	// had done before it stopped finished #N and waits in the next.
 	named := false
 	for _, rec := range recs {
+		// Each survivor's record blames rank 1 alone: the other survivor
+		// aborted and said so (PeerAborts), or was still up when the
+		// record was taken.
+		if e := rec.PeerErrors["1"]; !strings.Contains(e, "rank 1 is unresponsive") {
+			t.Errorf("rank %d's record says of rank 1 %q", rec.Rank, e)
+		}
+		if other := strconv.Itoa(2 - rec.Rank); rec.PeerErrors[other] != "" {
+			t.Errorf("rank %d's record blames rank %s, which aborted on its own: %q", rec.Rank, other, rec.PeerErrors[other])
+		}
 		ops := rec.Groups[0].Ops
 		last := ops[len(ops)-1]
 		if last.State != "failed" || last.Seq < uint32(seq) || last.Seq > uint32(lastOK+2) {
@@ -387,9 +426,9 @@ func TestDebugFindsStoppedRank(t *testing.T) {
 	mustContain(t, out, "3 of 3 ranks wrote flight records")
 	flat := strings.Join(strings.Fields(out), " ")
 	// Rank 1 may have entered the operation and stopped inside it, after
-	// its peers: then the report says the peers found it unresponsive.
+	// its peers: then the report names it as the rank they wait on.
 	if !strings.Contains(flat, "rank 1 did not reach operation #"+m[1]) && !strings.Contains(flat, "Rank 1 entered it last") &&
-		!strings.Contains(flat, "rank 1 is unresponsive") {
+		!strings.Contains(flat, "The others wait on rank 1 inside it") {
 		t.Errorf("with every record, the report no longer blames rank 1")
 	}
 }

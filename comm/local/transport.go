@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -116,7 +117,7 @@ func (e *endpoint) deliver(src int, tag transport.Tag, buf []byte) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.dead != nil {
-		return fmt.Errorf("local: rank %d sending to rank %d: %w: %w", src, e.rank, e.dead, transport.ErrPeerLost)
+		return fmt.Errorf("local: rank %d sending to rank %d: %w: %w", src, e.rank, e.dead, lostAs(e.dead))
 	}
 	k := key{src, tag}
 	q := e.queues[k]
@@ -195,7 +196,7 @@ func (e *endpoint) Recv(ctx context.Context, peer int, tag transport.Tag, buf []
 	if e.lost[peer] != nil {
 		err := e.lost[peer]
 		e.mu.Unlock()
-		return fmt.Errorf("local: rank %d receiving from rank %d: %w: %w", e.rank, peer, err, transport.ErrPeerLost)
+		return fmt.Errorf("local: rank %d receiving from rank %d: %w: %w", e.rank, peer, err, lostAs(err))
 	}
 	if ctx.Err() != nil {
 		e.mu.Unlock()
@@ -239,8 +240,25 @@ func (e *endpoint) Abort(cause error) {
 	if cause == nil {
 		cause = fmt.Errorf("local: rank %d aborted: %w", e.rank, transport.ErrClosed)
 	}
-	e.shutdown(fmt.Errorf("local: rank %d aborted: %w", e.rank, cause),
-		fmt.Errorf("local: rank %d aborted: %w", e.rank, cause))
+	err := &abortErr{fmt.Errorf("local: rank %d aborted: %w", e.rank, cause)}
+	e.shutdown(err, err)
+}
+
+// abortErr is an endpoint's abort, which its peers see as ErrPeerAborted
+// (lostAs).
+type abortErr struct{ err error }
+
+func (a *abortErr) Error() string { return a.err.Error() }
+func (a *abortErr) Unwrap() error { return a.err }
+
+// lostAs is the sentinel that the loss of a peer for why wraps:
+// ErrPeerAborted when the peer aborted, ErrPeerLost otherwise.
+func lostAs(why error) error {
+	var a *abortErr
+	if errors.As(why, &a) {
+		return transport.ErrPeerAborted
+	}
+	return transport.ErrPeerLost
 }
 
 // Close fails pending operations with ErrClosed; peers see this rank as lost
@@ -285,7 +303,7 @@ func (e *endpoint) peerLost(src int, why error) {
 			continue
 		}
 		for _, w := range q.waiters {
-			w.done <- fmt.Errorf("local: rank %d receiving from rank %d: %w: %w", e.rank, src, why, transport.ErrPeerLost)
+			w.done <- fmt.Errorf("local: rank %d receiving from rank %d: %w: %w", e.rank, src, why, lostAs(why))
 		}
 		delete(e.queues, k)
 	}

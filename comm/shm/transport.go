@@ -233,7 +233,7 @@ func (t *Transport) peerGone(p int, quick bool) error {
 	switch t.seg.u64(b + rkState).Load() {
 	case stateAborted:
 		n := min(int(t.seg.u64(b+rkCauseLen).Load()), maxCause)
-		return fmt.Errorf("shm: rank %d aborted: %s: %w", p, t.seg.mem[b+rkCause:b+rkCause+n], transport.ErrPeerLost)
+		return fmt.Errorf("shm: rank %d aborted: %s: %w", p, t.seg.mem[b+rkCause:b+rkCause+n], transport.ErrPeerAborted)
 	case stateClosed:
 		return fmt.Errorf("shm: rank %d closed its transport: %w", p, transport.ErrPeerLost)
 	}

@@ -364,7 +364,7 @@ func (p *peer) readFrames() error {
 			if _, err := io.ReadFull(p.rd, text); err != nil {
 				return p.readErr(err)
 			}
-			return p.lostErr("aborted: %s", text)
+			return fmt.Errorf("tcp: rank %d: rank %d aborted: %s: %w", p.t.rank, p.rank, text, transport.ErrPeerAborted)
 		case frameBye:
 			return p.lostErr("closed its transport")
 		default:

@@ -17,6 +17,7 @@ import (
 var (
 	ErrTimeout         = errs.Timeout
 	ErrPeerLost        = errs.PeerLost
+	ErrPeerAborted     = errs.PeerAborted
 	ErrClosed          = errs.Closed
 	ErrMismatch        = errs.Mismatch
 	ErrInvalidArgument = errs.InvalidArgument

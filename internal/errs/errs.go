@@ -11,6 +11,9 @@ var (
 	Timeout = errors.New("tandem: timeout")
 	// PeerLost: a peer process died, closed its side or became unreachable.
 	PeerLost = errors.New("tandem: peer lost")
+	// PeerAborted: a peer aborted and said so (a PeerLost too, with the
+	// same message): its own cause, which it sent along, explains it.
+	PeerAborted = Kind(PeerLost.Error(), PeerLost)
 	// Closed: the object (store, group, agent) was closed by its owner.
 	Closed = errors.New("tandem: closed")
 	// Mismatch: two sides disagree about what they share: ranks about a

@@ -320,7 +320,8 @@ func testPeerOutsideWorld(t *testing.T, connect Factory) {
 
 // testAbort: Abort fails the aborting rank's pending and future operations
 // with its cause, and every peer's operations with that rank with
-// ErrPeerLost naming the cause, promptly; the other ranks still talk.
+// ErrPeerAborted (an ErrPeerLost) naming the cause, promptly; the other
+// ranks still talk.
 func testAbort(t *testing.T, connect Factory) {
 	ts := connect(t, 3)
 	ctx := ctxFor(t, 10*time.Second)
@@ -339,6 +340,7 @@ func testAbort(t *testing.T, connect Factory) {
 	for range 2 {
 		err := <-peers
 		assert.ErrorIs(t, err, transport.ErrPeerLost, "a peer's pending receive from the aborted rank")
+		assert.ErrorIs(t, err, transport.ErrPeerAborted, "a peer's pending receive from the aborted rank")
 		assert.ErrorContains(t, err, "aborted")
 		assert.ErrorContains(t, err, "loss is NaN")
 	}
@@ -377,6 +379,7 @@ func testClose(t *testing.T, connect Factory) {
 	assert.ErrorIs(t, <-local, transport.ErrClosed, "pending receive on the closed side")
 	err := <-remote
 	assert.ErrorIs(t, err, transport.ErrPeerLost, "pending receive on the peer")
+	assert.NotErrorIs(t, err, transport.ErrPeerAborted, "pending receive on the peer of a rank that closed")
 	assert.ErrorContains(t, err, "rank 0 closed its transport")
 	assert.ErrorIs(t, ts[0].Send(ctx, 1, 1, nil), transport.ErrClosed, "send after Close")
 	b := make([]byte, 10)
