@@ -13,7 +13,7 @@ var (
 	ErrTimeout  = errs.Timeout
 	ErrPeerLost = errs.PeerLost
 	// ErrPeerAborted is the ErrPeerLost of a peer that aborted and said so,
-	// sending its cause along (the tcp and shm transports).
+	// sending its cause along (the tcp, shm and local transports).
 	ErrPeerAborted     = errs.PeerAborted
 	ErrClosed          = errs.Closed
 	ErrMismatch        = errs.Mismatch
