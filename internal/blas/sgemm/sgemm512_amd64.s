@@ -182,12 +182,19 @@ d4sum:
 	MOVBLZX      acc+60(FP), R8
 	STORE(R8, DOT4_ROWS, DOT_ACC_ROW, DOT_SET_ROW)
 
-// TILE8R_ROW, one row of sgemmTile8x32R's step: a = A's element at src,
-// broadcast; lo += a·Z16; hi += a·Z17.
-#define TILE8R_ROW(src, a, lo, hi) \
-	VBROADCASTSS src, a       \
-	VFMADD231PS  Z16, a, lo   \
-	VFMADD231PS  Z17, a, hi
+// TILE8R_STEP, the A side of sgemmTile8x32R's step: B's row in Z16, Z17;
+// one element of each of A's eight rows broadcast into Z18-Z25; R13, on
+// rows 6 and 7, moves on a term.
+#define TILE8R_STEP \
+	BCAST_AT((AX), Z18, Z16, Z17, Z0, Z1)          \
+	BCAST_AT((AX)(R8*1), Z19, Z16, Z17, Z2, Z3)    \
+	BCAST_AT((AX)(R8*2), Z20, Z16, Z17, Z4, Z5)    \
+	BCAST_AT((R12), Z21, Z16, Z17, Z6, Z7)         \
+	BCAST_AT((R12)(R8*1), Z22, Z16, Z17, Z8, Z9)   \
+	BCAST_AT((R12)(R8*2), Z23, Z16, Z17, Z10, Z11) \
+	BCAST_AT((R13), Z24, Z16, Z17, Z12, Z13)       \
+	BCAST_AT((R13)(R8*1), Z25, Z16, Z17, Z14, Z15) \
+	ADDQ $4, R13
 
 // func sgemmTile8x32R(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 // c[r*ldc+j] = alpha * sum over p < k of a[r*lda+p] * b[p*ldb+j] (plus
@@ -199,43 +206,10 @@ d4sum:
 // one offset from AX (rows 0-2), R12 (rows 3-5) and R13 (rows 6-7), so
 // three adds move them on.
 TEXT ·sgemmTile8x32R(SB), NOSPLIT, $0-61
-	MOVQ k+0(FP), CX
-	MOVQ a+8(FP), AX
-	MOVQ lda+16(FP), R8
-	SHLQ $2, R8
-	LEAQ (AX)(R8*2), R12
-	ADDQ R8, R12
+	TILER_ARGS
 	LEAQ (R12)(R8*2), R13
 	ADDQ R8, R13
-	MOVQ b+24(FP), BX
-	MOVQ ldb+32(FP), R9
-	SHLQ $2, R9
 	ZERO_Z0_Z15
-	TESTQ CX, CX
-	JEQ   r8store
-
-r8loop:
-	VMOVUPS (BX), Z16
-	VMOVUPS 64(BX), Z17
-	TILE8R_ROW((AX), Z18, Z0, Z1)
-	TILE8R_ROW((AX)(R8*1), Z19, Z2, Z3)
-	TILE8R_ROW((AX)(R8*2), Z20, Z4, Z5)
-	TILE8R_ROW((R12), Z21, Z6, Z7)
-	TILE8R_ROW((R12)(R8*1), Z22, Z8, Z9)
-	TILE8R_ROW((R12)(R8*2), Z23, Z10, Z11)
-	TILE8R_ROW((R13), Z24, Z12, Z13)
-	TILE8R_ROW((R13)(R8*1), Z25, Z14, Z15)
-	ADDQ    $4, AX
-	ADDQ    $4, R12
-	ADDQ    $4, R13
-	ADDQ    R9, BX
-	DECQ    CX
-	JNE     r8loop
-
-r8store:
-	MOVQ         c+40(FP), DI
-	MOVQ         ldc+48(FP), DX
-	SHLQ         $2, DX
-	VBROADCASTSS alpha+56(FP), Z18
-	MOVBLZX      acc+60(FP), R10
+	TILER_LOOP(TILE8R_STEP, 64, Z16, Z17)
+	TILER_OUT(Z18)
 	STORE(R10, TILE8_ROWS, TILE_ACC_ROW, TILE_SET_ROW)

@@ -18,6 +18,51 @@
 	MOVQ ldc+40(FP), DX \
 	SHLQ $2, DX
 
+// TILER_ARGS loads the arguments an in-place tile kernel (sgemmTile6x16R,
+// sgemmTile8x32R) reads in its loop, func(k int, a *float32, lda int, b
+// *float32, ldb int, c *float32, ldc int, alpha float32, acc bool): CX =
+// k, AX = a (row 0), R8 = lda in bytes, R12 = A's row 3, BX = b, R9 = ldb
+// in bytes.
+#define TILER_ARGS \
+	MOVQ k+0(FP), CX     \
+	MOVQ a+8(FP), AX     \
+	MOVQ lda+16(FP), R8  \
+	SHLQ $2, R8          \
+	LEAQ (AX)(R8*2), R12 \
+	ADDQ R8, R12         \
+	MOVQ b+24(FP), BX    \
+	MOVQ ldb+32(FP), R9  \
+	SHLQ $2, R9
+
+// TILER_LOOP runs k (CX) steps of an in-place tile kernel, each loading
+// the two vectors of B's row at BX (b0, and b1 w bytes on) and running
+// STEP, which broadcasts an element of each of A's rows at offsets from
+// AX and R12 into the accumulators and moves any other row pointers on;
+// AX and R12 then move on a term, BX on ldb (R9). It ends at the label
+// rstore.
+#define TILER_LOOP(STEP, w, b0, b1) \
+	TESTQ CX, CX      \
+	JEQ   rstore      \
+rloop:                    \
+	VMOVUPS (BX), b0  \
+	VMOVUPS w(BX), b1 \
+	STEP              \
+	ADDQ    $4, AX    \
+	ADDQ    $4, R12   \
+	ADDQ    R9, BX    \
+	DECQ    CX        \
+	JNE     rloop     \
+rstore:
+
+// TILER_OUT loads the rest for an in-place tile kernel's STORE: DI = c,
+// DX = ldc in bytes, alpha broadcast into areg, R10 = acc.
+#define TILER_OUT(areg) \
+	MOVQ         c+40(FP), DI     \
+	MOVQ         ldc+48(FP), DX   \
+	SHLQ         $2, DX           \
+	VBROADCASTSS alpha+56(FP), areg \
+	MOVBLZX      acc+60(FP), R10
+
 // TILE_LOOP runs k (CX) steps of a tile kernel, each loading the two
 // vectors of B's row at BX (b0, and b1 w bytes on) and running STEP, which
 // multiplies them by the broadcast elements of A's packed column at AX into
@@ -40,6 +85,13 @@ store:
 // lo += a·b0; hi += a·b1.
 #define BCAST_FMA(off, a, b0, b1, lo, hi) \
 	VBROADCASTSS off(AX), a   \
+	VFMADD231PS  b0, a, lo    \
+	VFMADD231PS  b1, a, hi
+
+// BCAST_AT, one row of an in-place tile kernel's step: a = A's element at
+// the address src, broadcast; lo += a·b0; hi += a·b1.
+#define BCAST_AT(src, a, b0, b1, lo, hi) \
+	VBROADCASTSS src, a       \
 	VFMADD231PS  b0, a, lo    \
 	VFMADD231PS  b1, a, hi
 

@@ -161,12 +161,15 @@ cdone:
 	VZEROUPPER
 	RET
 
-// TILE6R_ROW, one row of sgemmTile6x16R's step: a = A's element at src,
-// broadcast; lo += a·Y12; hi += a·Y13.
-#define TILE6R_ROW(src, a, lo, hi) \
-	VBROADCASTSS src, a       \
-	VFMADD231PS  Y12, a, lo   \
-	VFMADD231PS  Y13, a, hi
+// TILE6R_STEP, the A side of sgemmTile6x16R's step: B's row in Y12, Y13;
+// one element of each of A's six rows broadcast into Y14 and Y15 in turn.
+#define TILE6R_STEP \
+	BCAST_AT((AX), Y14, Y12, Y13, Y0, Y1)          \
+	BCAST_AT((AX)(R8*1), Y15, Y12, Y13, Y2, Y3)    \
+	BCAST_AT((AX)(R8*2), Y14, Y12, Y13, Y4, Y5)    \
+	BCAST_AT((R12), Y15, Y12, Y13, Y6, Y7)         \
+	BCAST_AT((R12)(R8*1), Y14, Y12, Y13, Y8, Y9)   \
+	BCAST_AT((R12)(R8*2), Y15, Y12, Y13, Y10, Y11)
 
 // func sgemmTile6x16R(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha float32, acc bool)
 // c[r*ldc+j] = alpha * sum over p < k of a[r*lda+p] * b[p*ldb+j] (plus
@@ -177,44 +180,14 @@ cdone:
 // is (sgemmNTT). Each step broadcasts one element of each row, at one
 // offset from AX (rows 0-2) and R12 (rows 3-5), so two adds move them on.
 TEXT ·sgemmTile6x16R(SB), NOSPLIT, $0-61
-	MOVQ k+0(FP), CX
-	MOVQ a+8(FP), AX
-	MOVQ lda+16(FP), R8
-	SHLQ $2, R8
-	LEAQ (AX)(R8*2), R12
-	ADDQ R8, R12
-	MOVQ b+24(FP), BX
-	MOVQ ldb+32(FP), R9
-	SHLQ $2, R9
+	TILER_ARGS
 	ZERO_Y0_Y7
 	VXORPS Y8, Y8, Y8
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
 	VXORPS Y11, Y11, Y11
-	TESTQ  CX, CX
-	JEQ    rstore
-
-rloop:
-	VMOVUPS (BX), Y12
-	VMOVUPS 32(BX), Y13
-	TILE6R_ROW((AX), Y14, Y0, Y1)
-	TILE6R_ROW((AX)(R8*1), Y15, Y2, Y3)
-	TILE6R_ROW((AX)(R8*2), Y14, Y4, Y5)
-	TILE6R_ROW((R12), Y15, Y6, Y7)
-	TILE6R_ROW((R12)(R8*1), Y14, Y8, Y9)
-	TILE6R_ROW((R12)(R8*2), Y15, Y10, Y11)
-	ADDQ    $4, AX
-	ADDQ    $4, R12
-	ADDQ    R9, BX
-	DECQ    CX
-	JNE     rloop
-
-rstore:
-	MOVQ         c+40(FP), DI
-	MOVQ         ldc+48(FP), DX
-	SHLQ         $2, DX
-	VBROADCASTSS alpha+56(FP), Y14
-	MOVBLZX      acc+60(FP), R10
+	TILER_LOOP(TILE6R_STEP, 32, Y12, Y13)
+	TILER_OUT(Y14)
 	STORE(R10, TILE6_ROWS, TILE_ACC_ROW, TILE_SET_ROW)
 
 // func transpose8(dst *float32, ldd int, src *float32, lds int)
