@@ -20,7 +20,7 @@ func (kn *kernels) tileR(k int, a *float32, lda int, b *float32, ldb int, c *flo
 	}
 }
 
-// A·Bᵀ as the transpose of B·Aᵀ, in the 256-bit tile kernel.
+// A·Bᵀ as the transpose of B·Aᵀ, in the tile kernels.
 //
 // The forward product of a Linear layer, X·Wᵀ with X a batch of rows and W
 // the weight's rows, reads both operands along k. Dot products of rows
