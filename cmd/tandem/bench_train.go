@@ -125,7 +125,7 @@ func timeTrainSteps(ctx context.Context, sizes []int, batch, steps int, fused bo
 	// Gradients land in Param.Grad straight from the backward ops, which
 	// overwrite them: the loop below does not clear them first, as
 	// torch_ddp.py's zero_grad(set_to_none=True) does not (both loops were
-	// faster so; README, Benchmarks, 2026-12-02).
+	// faster so; BENCHMARKS.md, 2026-12-02).
 	bopts := []models.BuilderOption{models.WithGradsInPlace()}
 	const lr = 0.01
 	if fused {
