@@ -49,7 +49,8 @@ type blackhole struct {
 	cutAfter atomic.Int64
 	passed   atomic.Int64
 	// stall, when set, stops reading altogether, so that the senders'
-	// sockets fill up and their writes block.
+	// sockets fill up and their writes block, and holds back what a read
+	// already under way returns, the end of the stream included.
 	stall  atomic.Bool
 	closed atomic.Bool
 	mu     sync.Mutex
@@ -97,13 +98,16 @@ func (b *blackhole) pipe(dst, src net.Conn) {
 	defer b.wg.Done()
 	buf := make([]byte, 64<<10)
 	for {
-		for b.stall.Load() {
-			if b.closed.Load() {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !b.waitUnstalled() {
+			return
 		}
 		n, err := src.Read(buf)
+		// A read that returns while the link is stalled (it was waiting
+		// when the stall began) is held back: nothing, not even the end
+		// of the stream, goes through a stalled link.
+		if !b.waitUnstalled() {
+			return
+		}
 		if b.cut.Load() {
 			if err != nil {
 				return
@@ -132,6 +136,18 @@ func (b *blackhole) pipe(dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// waitUnstalled waits while the link is stalled and reports whether the
+// proxy is still open.
+func (b *blackhole) waitUnstalled() bool {
+	for b.stall.Load() {
+		if b.closed.Load() {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }
 
 func (b *blackhole) close() {
