@@ -50,8 +50,23 @@ func run(t *testing.T, fn func(tb testing.TB)) *recorder {
 }
 
 // baseline is the goroutine count that a check made inside run sees when
-// nothing else is left: the caller's count and run's goroutine.
-func baseline() int { return runtime.NumGoroutine() + 1 }
+// nothing else is left: the caller's count and run's goroutine. It first
+// waits for the count to stop falling, so that a goroutine still winding
+// down from the test before (the testing package's own, once its test
+// returned) is not counted: one that ended after the count was taken
+// would make room for the goroutine a test leaks on purpose.
+func baseline() int {
+	n := runtime.NumGoroutine()
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		m := runtime.NumGoroutine()
+		if m >= n {
+			break
+		}
+		n = m
+	}
+	return n + 1
+}
 
 func TestLeakCheckPassesWhenGoroutinesEnd(t *testing.T) {
 	before := baseline()
