@@ -159,8 +159,14 @@ func (p *peer) failAcks(err error) {
 // format and args (whose %w verbs wrap the network's error), wrapping
 // ErrPeerLost.
 func (p *peer) lostErr(format string, args ...any) error {
+	return p.lostAs(transport.ErrPeerLost, format, args...)
+}
+
+// lostAs is lostErr wrapping sentinel instead (ErrPeerAborted, itself an
+// ErrPeerLost).
+func (p *peer) lostAs(sentinel error, format string, args ...any) error {
 	args = append([]any{p.t.rank, p.rank}, args...)
-	return fmt.Errorf("tcp: rank %d: rank %d "+format+": %w", append(args, transport.ErrPeerLost)...)
+	return fmt.Errorf("tcp: rank %d: rank %d "+format+": %w", append(args, sentinel)...)
 }
 
 func (p *peer) mismatchErr(tag transport.Tag, got, want int) error {
@@ -364,7 +370,7 @@ func (p *peer) readFrames() error {
 			if _, err := io.ReadFull(p.rd, text); err != nil {
 				return p.readErr(err)
 			}
-			return fmt.Errorf("tcp: rank %d: rank %d aborted: %s: %w", p.t.rank, p.rank, text, transport.ErrPeerAborted)
+			return p.lostAs(transport.ErrPeerAborted, "aborted: %s", text)
 		case frameBye:
 			return p.lostErr("closed its transport")
 		default:
