@@ -245,11 +245,13 @@
 //
 //   - GraphDDP has no SyncBatchNorm: it works with New over a
 //     models.Module only.
-//   - GraphDDP does not compute gradients into the buckets: each gradient
-//     is copied into its bucket (scaled by 1/world) from the executor's
-//     buffer, and the reduced gradient is copied once more into the tensor
-//     node.Grad() returns. New's models compute Linear, Conv2d and norm
-//     gradients straight into the buckets.
+//   - GraphDDP computes gradients straight into the buckets only under
+//     Tandem's graph executor, in synchronized passes that do not add to
+//     NoSync's sums, and for gradient nodes that no other node reads (see
+//     GraphDDP.GradNode); the rest, and every gradient under TapeMachine,
+//     are copied in. The reduced gradient is copied once more into the
+//     tensor node.Grad() returns, which stays the same tensor from step to
+//     step.
 //   - Under TapeMachine, Step ignores its context while the graph runs
 //     (gorgonia's RunAll takes none); the reductions honour it.
 //   - GraphDDP compiles the whole graph: nodes that neither the loss nor its

@@ -29,6 +29,7 @@ type gnet struct {
 	params G.Nodes
 	inputs map[string]*G.Node
 	extra  map[string]*G.Node // other outputs
+	grads  G.Nodes            // the gradient nodes built with the graph (nil: NewGraph and the reference build them)
 }
 
 // randDense returns a float64 tensor of the given shape with values drawn
@@ -173,9 +174,12 @@ func clipGrads(nodes G.Nodes, maxNorm float64) (float64, error) {
 // of clip before each update (0: no clipping).
 func referenceClip(t *testing.T, net *gnet, data []map[string]*tensor.Dense, eta float64, adam bool, clip float64) ([]float64, [][]float64) {
 	t.Helper()
-	grads, err := G.Grad(net.loss, net.params...)
-	if err != nil {
-		t.Fatal(err)
+	grads := net.grads
+	var err error
+	if grads == nil {
+		if grads, err = G.Grad(net.loss, net.params...); err != nil {
+			t.Fatal(err)
+		}
 	}
 	vm := G.NewTapeMachine(net.g, G.BindDualValues(net.params...))
 	defer vm.Close()
@@ -275,7 +279,7 @@ func runParityOn(t *testing.T, pgs []*comm.ProcessGroup, c parityCase) (lossDiff
 	testkit.RequireEachRank(t, world, func(r int) error {
 		net := c.build(b, 1+uint64(r)*1000) // every rank but 0 starts elsewhere: NewGraph broadcasts
 		opts := append([]ddp.Option{ddp.BucketCapMB(1e-5), ddp.FirstBucketCapMB(1e-5)}, c.opts...)
-		n, err := ddp.NewGraph(ctx, pgs[r], ddp.GraphSpec{Graph: net.g, Loss: net.loss, Params: net.params}, opts...)
+		n, err := ddp.NewGraph(ctx, pgs[r], ddp.GraphSpec{Graph: net.g, Loss: net.loss, Params: net.params, Grads: net.grads}, opts...)
 		if err != nil {
 			return err
 		}
@@ -370,6 +374,11 @@ func TestGraphParity(t *testing.T) {
 				}
 				if tape && st.BucketsOverlapped != 0 {
 					t.Errorf("TapeMachine: %d buckets counted as overlapped; TapeMachine has no hooks", st.BucketsOverlapped)
+				}
+				// Under the graph executor every gradient of these graphs is
+				// computed in its bucket view; TapeMachine's are copied in.
+				if all := int64(5 * len(c.build(1, 1).params)); tape && (st.GradsInBucket != 0 || st.GradsCopied != all) || !tape && (st.GradsInBucket != all || st.GradsCopied != 0) {
+					t.Errorf("gradients computed in the buckets %d, copied in %d; want %d of %d in the buckets (TapeMachine %v)", st.GradsInBucket, st.GradsCopied, map[bool]int64{true: 0, false: all}[tape], all, tape)
 				}
 				if c.oneWorker && st.BucketsOverlapped == 0 {
 					t.Errorf("graph executor on one worker: no bucket started before the backward pass ended (stats %v)", st)

@@ -66,6 +66,7 @@ type GraphDDP struct {
 	byName  map[string][]*G.Node
 	gradOut []*tensor.Dense // what node.Grad() and Params()[i].Grad are
 	fresh   []bool          // holds a reduced gradient not yet applied
+	direct  []bool          // gradient node computed into its bucket view in synchronized passes (graphbucket.go)
 	gp      *program        // used/unused lists for the reducer
 	prog    *graph.Program  // nil under the TapeMachine
 	vm      G.VM            // the TapeMachine, if chosen
@@ -121,6 +122,9 @@ func NewGraph(ctx context.Context, pg *comm.ProcessGroup, spec GraphSpec, opts .
 	localErr := n.collect(spec, &sig)
 	if localErr == nil {
 		localErr = n.compile()
+	}
+	if localErr == nil {
+		n.findDirect()
 	}
 	if err := d.setup(ctx, sig, localErr); err != nil {
 		return nil, err
@@ -625,6 +629,14 @@ func (n *GraphDDP) Nodes() G.Nodes { return slices.Clone(n.nodes) }
 // GradNode returns the gradient node of a learnable node (the one given in
 // GraphSpec.Grads or built by NewGraph), nil for a node the loss does not
 // use or that is not learnable.
+//
+// Under Tandem's graph executor a gradient node that no other node of the
+// graph reads is computed straight into its bucket view in a synchronized
+// pass, so after Finish its value is the averaged gradient, and during the
+// pass it is being reduced: a hook of one's own on it (Program's
+// OnNodeReady) must not read it. A gradient node that the graph reads (a
+// gradient norm built into the graph) keeps this rank's own gradient and is
+// copied into its bucket.
 func (n *GraphDDP) GradNode(nd *G.Node) *G.Node {
 	pi, ok := n.index[nd]
 	if !ok {

@@ -95,6 +95,7 @@ func (n *GraphDDP) prepare(ctx context.Context) (*Pass, error) {
 	}
 	s := d.newStepState(ctx, pl, n.gp)
 	s.afterBackward = n.vm != nil
+	n.aimGrads(s)
 	p := &Pass{n: n, s: s, pl: pl, start: start, runStart: start}
 	for pi, t := range n.gradOut {
 		zeroDense(t)
@@ -229,7 +230,7 @@ func (n *GraphDDP) hookReady(pi int, v G.Value) error {
 		return fmt.Errorf("ddp: the gradient of %q was computed outside a pass; run the DDP's program between Prepare and Finish: %w", n.nodes[pi].Name(), ErrInvalidArgument)
 	}
 	p.fired.Add(1)
-	return p.s.gradReady(pi, v)
+	return n.gradReady(p.s, pi, v)
 }
 
 // gather marks every used gradient ready after a run that fired no hooks,
@@ -248,7 +249,7 @@ func (p *Pass) gather() error {
 			if v == nil {
 				return fmt.Errorf("ddp: the gradient node of %q has no value: run the graph, forward and backward, between Prepare and Finish: %w", n.nodes[pi].Name(), ErrInvalidArgument)
 			}
-			if err := s.gradReady(pi, v); err != nil {
+			if err := n.gradReady(s, pi, v); err != nil {
 				return err
 			}
 		}
@@ -374,7 +375,14 @@ func (n *GraphDDP) checkDuals() error {
 		if t != n.gradOut[pi] && n.grads[pi].Value() != nil && sameMemory(n.grads[pi].Value(), t) {
 			continue // the node has no dual value: Grad() is the gradient node's value
 		}
-		if !zeroOrEqual(t, n.grads[pi].Value()) {
+		if n.direct[pi] && sameMemory(n.grads[pi].Value(), n.core.view(pi)) {
+			// This run's gradient went into the bucket, which may be
+			// reducing now: nothing to compare with, and a dual value of
+			// another tensor should hold nothing.
+			if !zeroOrEqual(t, nil) {
+				return fmt.Errorf("ddp: the dual value of learnable node %q was replaced during the pass and holds values (gorgonia's BindDualValues, or G.WithGrad): DDP leaves the averaged gradient in the dual value it binds itself; leave that one in place: %w", nd.Name(), ErrInvalidArgument)
+			}
+		} else if !zeroOrEqual(t, n.grads[pi].Value()) {
 			return fmt.Errorf("ddp: the dual value of learnable node %q holds gradients accumulated over several runs of the graph (gorgonia's BindDualValues adds every run's gradient to it): DDP reduces one run per pass, so averaging that sum would train the wrong model; run one pass per micro-batch inside NoSync to accumulate: %w", nd.Name(), ErrInvalidArgument)
 		}
 		if t != n.gradOut[pi] {
