@@ -25,8 +25,10 @@ import (
 // see the reduction half done. Other gradients are copied into the buckets
 // as before; Stats tells the two apart (GradsInBucket, GradsCopied).
 
-// findDirect marks the used learnable nodes whose gradient nodes may be
-// computed straight into their bucket views.
+// findDirect marks the used learnable nodes whose gradient nodes have no
+// reader: they may be computed straight into their bucket views. Whether
+// the executor can write a node into given memory at all is SetOutput's to
+// say (aimGrads).
 func (n *GraphDDP) findDirect() {
 	n.direct = make([]bool, len(n.nodes))
 	if n.prog == nil {
@@ -38,8 +40,7 @@ func (n *GraphDDP) findDirect() {
 	}
 	for _, pi := range n.gp.hooked {
 		gn := n.grads[pi]
-		n.direct[pi] = owners[gn] == 1 && gn != n.loss && !gn.IsVar() && gn.Op() != nil &&
-			n.prog.Has(gn) && n.g.To(gn.ID()).Len() == 0
+		n.direct[pi] = owners[gn] == 1 && n.g.To(gn.ID()).Len() == 0
 	}
 }
 
@@ -59,7 +60,7 @@ func (n *GraphDDP) aimGrads(s *stepState) {
 		}
 		gn := n.grads[pi]
 		if !into {
-			_ = n.prog.SetOutput(gn, nil) // fails only for a node the program does not run, which findDirect excludes
+			_ = n.prog.SetOutput(gn, nil) // fails only for a node the program does not compute, never given an output
 			continue
 		}
 		if err := n.prog.SetOutput(gn, d.view(pi)); err != nil {
@@ -73,8 +74,10 @@ func (n *GraphDDP) aimGrads(s *stepState) {
 // scaled where it lies when it was computed into its bucket view, copied
 // (and scaled) into the view otherwise.
 func (n *GraphDDP) gradReady(s *stepState, pi int, v G.Value) error {
-	if s != nil && s.pl.sync && !s.accum && s.scale && n.direct[pi] && sameMemory(v, n.core.view(pi)) {
-		scaleDense(n.core.view(pi), s.inv64, s.inv32)
+	if s != nil && s.pl.sync && !s.accum && s.scale && n.direct[pi] {
+		if view := n.core.view(pi); sameMemory(v, view) {
+			scaleDense(view, s.inv64, s.inv32)
+		}
 	}
 	return s.gradReady(pi, v)
 }
